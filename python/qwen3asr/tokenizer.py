@@ -1,0 +1,322 @@
+"""Text tokenizer: Qwen2 byte-level BPE on the `tokenizers` library (no transformers).
+
+A Qwen3-ASR checkpoint ships the "slow" files (vocab.json, merges.txt,
+tokenizer_config.json) and no tokenizer.json. ``Tokenizer.from_dir`` builds the same
+`tokenizers` pipeline that transformers' Qwen2TokenizerFast builds from them: NFC
+normalizer, the Qwen2 split regex, byte-level BPE without unknown token, and the added
+tokens of ``added_tokens_decoder`` with their ``special`` flags. Encoding recognises
+added-token strings in the text (``"<|im_start|>"`` -> 151644), as the official
+tokenizer call does; decoding with ``skip_special_tokens=True`` drops special tokens
+only (``<asr_text>`` is not special and stays in the text).
+
+Special ids are always resolved by name from the loaded files, never hard-coded.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import os
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+logger = logging.getLogger(__name__)
+
+# Qwen2 pre-tokenizer regex (Qwen2, Qwen2.5, Qwen3).
+PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+ENDOFTEXT = "<|endoftext|>"
+AUDIO_START = "<|audio_start|>"
+AUDIO_END = "<|audio_end|>"
+AUDIO_PAD = "<|audio_pad|>"
+ASR_TEXT = "<asr_text>"
+
+
+class TokenizerError(RuntimeError):
+    """A tokenizer directory that is missing, incomplete or corrupt, or an unknown token."""
+
+
+def _bytes_to_unicode() -> Dict[int, str]:
+    """GPT-2's byte -> printable character table used by byte-level BPE."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("\xa1"), ord("\xac") + 1))
+        + list(range(ord("\xae"), ord("\xff") + 1))
+    )
+    table = {b: chr(b) for b in printable}
+    n = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def tokenizer_json(vocab: Dict[str, int], merges: Sequence[Tuple[str, str]], added: Sequence[dict]) -> dict:
+    """The `tokenizers` JSON equal to what Qwen2TokenizerFast builds from the slow files.
+
+    added: dicts with id, content, special (and optionally lstrip, rstrip, normalized,
+    single_word), as in tokenizer_config.json's added_tokens_decoder.
+    """
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": int(a["id"]),
+                "content": a["content"],
+                "single_word": bool(a.get("single_word", False)),
+                "lstrip": bool(a.get("lstrip", False)),
+                "rstrip": bool(a.get("rstrip", False)),
+                "normalized": bool(a.get("normalized", False)),
+                "special": bool(a.get("special", False)),
+            }
+            for a in sorted(added, key=lambda a: int(a["id"]))
+        ],
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": PRETOKENIZE_REGEX}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        },
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [list(m) for m in merges],
+        },
+    }
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokenizerError(f"cannot read {path}: {exc}") from exc
+
+
+def _read_merges(path: str) -> List[Tuple[str, str]]:
+    merges: List[Tuple[str, str]] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                if not line or (n == 1 and line.startswith("#version")):
+                    continue
+                parts = line.split(" ")
+                if len(parts) != 2:
+                    raise TokenizerError(f"{path}:{n}: a merge is two tokens separated by one space, got {line!r}")
+                merges.append((parts[0], parts[1]))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenizerError(f"cannot read {path}: {exc}") from exc
+    return merges
+
+
+class Tokenizer:
+    """Qwen3-ASR text tokenizer. Build with ``Tokenizer.from_dir(checkpoint_dir)``."""
+
+    def __init__(self, backend, added: Dict[int, Tuple[str, bool]]):
+        """backend: a ``tokenizers.Tokenizer``; added: id -> (content, special)."""
+        self._tok = backend
+        self._added = dict(added)
+        self._special_ids = frozenset(i for i, (_, s) in self._added.items() if s)
+        self._by_name = {content: i for i, (content, _) in self._added.items()}
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_dir(cls, path: str) -> "Tokenizer":
+        """Load from a checkpoint directory.
+
+        Uses tokenizer.json when present, else vocab.json + merges.txt +
+        tokenizer_config.json (the layout of the real Qwen3-ASR checkpoints).
+        Raises TokenizerError naming the missing or broken file.
+        """
+        try:
+            from tokenizers import Tokenizer as _Backend
+        except ImportError as exc:  # pragma: no cover - a runtime dependency
+            raise TokenizerError("the 'tokenizers' package is needed: pip install tokenizers") from exc
+
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            raise TokenizerError(f"tokenizer directory not found: {path}")
+        tj = os.path.join(path, "tokenizer.json")
+        if os.path.isfile(tj):
+            try:
+                backend = _Backend.from_file(tj)
+            except Exception as exc:  # tokenizers raises its own Exception type
+                raise TokenizerError(f"cannot load {tj}: {exc}") from exc
+            data = _read_json(tj)
+            added = {int(a["id"]): (a["content"], bool(a.get("special", False))) for a in data.get("added_tokens", [])}
+            return cls._checked(backend, added, tj)
+
+        needed = ["vocab.json", "merges.txt", "tokenizer_config.json"]
+        missing = [n for n in needed if not os.path.isfile(os.path.join(path, n))]
+        if missing:
+            raise TokenizerError(
+                f"{path} has no tokenizer.json and lacks {', '.join(missing)}; a Qwen3-ASR checkpoint "
+                "directory holds vocab.json, merges.txt and tokenizer_config.json"
+            )
+        vocab = _read_json(os.path.join(path, "vocab.json"))
+        if not isinstance(vocab, dict) or not vocab:
+            raise TokenizerError(f"{os.path.join(path, 'vocab.json')}: expected a non-empty token -> id object")
+        merges = _read_merges(os.path.join(path, "merges.txt"))
+        cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
+        decoder = cfg.get("added_tokens_decoder")
+        if not isinstance(decoder, dict) or not decoder:
+            raise TokenizerError(
+                f"{os.path.join(path, 'tokenizer_config.json')} has no added_tokens_decoder; "
+                "the special tokens (<|im_start|>, <|audio_pad|>, ...) cannot be resolved"
+            )
+        try:
+            added_list = [dict(v, id=int(k)) for k, v in decoder.items()]
+            backend = _Backend.from_str(json.dumps(tokenizer_json(vocab, merges, added_list)))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise TokenizerError(f"invalid tokenizer files in {path}: {exc}") from exc
+        except Exception as exc:  # tokenizers raises its own Exception type
+            raise TokenizerError(f"cannot build the tokenizer from {path}: {exc}") from exc
+        added = {a["id"]: (a["content"], bool(a.get("special", False))) for a in added_list}
+        return cls._checked(backend, added, path)
+
+    @classmethod
+    def _checked(cls, backend, added: Dict[int, Tuple[str, bool]], where: str) -> "Tokenizer":
+        for i, (content, _) in added.items():
+            got = backend.token_to_id(content)
+            if got != i:
+                raise TokenizerError(f"{where}: added token {content!r} should have id {i}, the tokenizer gives {got}")
+        logger.debug("tokenizer from %s: %d ids, %d added", where, backend.get_vocab_size(True), len(added))
+        return cls(backend, added)
+
+    # ------------------------------------------------------------------ API
+    def encode(self, text: str) -> List[int]:
+        """Token ids of ``text``; added-token strings in it become their ids."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects str, got {type(text).__name__}")
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids`` (bytes that are not valid UTF-8 become U+FFFD)."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def token_id(self, name: str) -> int:
+        """Id of one whole token (added token like "<|im_end|>" or a vocabulary entry)."""
+        i = self._tok.token_to_id(name)
+        if i is None:
+            raise TokenizerError(f"token {name!r} is not in the tokenizer's vocabulary or added tokens")
+        return int(i)
+
+    def token_bytes(self, token_id: int, skip_special_tokens: bool = True) -> bytes:
+        """UTF-8 bytes that ``token_id`` contributes to decoded text (b"" for a skipped special)."""
+        token_id = int(token_id)
+        if token_id in self._added:
+            content, special = self._added[token_id]
+            return b"" if (special and skip_special_tokens) else content.encode("utf-8")
+        s = self._tok.id_to_token(token_id)
+        if s is None:
+            return b""  # ids beyond the tokenizer (padding rows of the embedding) decode to nothing
+        return bytes(_UNICODE_TO_BYTE[c] for c in s)
+
+    def is_special(self, token_id: int) -> bool:
+        return int(token_id) in self._special_ids
+
+    @property
+    def added_tokens(self) -> Dict[int, Tuple[str, bool]]:
+        """id -> (content, special) for every added token."""
+        return dict(self._added)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids the tokenizer knows (BPE vocabulary + added tokens), e.g. 151705.
+
+        The model's embedding may have more rows (151936).
+        """
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def im_start(self) -> int:
+        return self.token_id(IM_START)
+
+    @property
+    def im_end(self) -> int:
+        return self.token_id(IM_END)
+
+    @property
+    def endoftext(self) -> int:
+        return self.token_id(ENDOFTEXT)
+
+    @property
+    def audio_start(self) -> int:
+        return self.token_id(AUDIO_START)
+
+    @property
+    def audio_end(self) -> int:
+        return self.token_id(AUDIO_END)
+
+    @property
+    def audio_pad(self) -> int:
+        return self.token_id(AUDIO_PAD)
+
+    @property
+    def asr_text(self) -> int:
+        return self.token_id(ASR_TEXT)
+
+    @property
+    def eos_ids(self) -> Tuple[int, ...]:
+        """Ids that end generation: (<|im_end|>, <|endoftext|>)."""
+        return (self.im_end, self.endoftext)
+
+    def incremental_decoder(self, skip_special_tokens: bool = True) -> "IncrementalDecoder":
+        return IncrementalDecoder(self, skip_special_tokens)
+
+
+class IncrementalDecoder:
+    """Turns a stream of token ids into text pieces.
+
+    ``push(id)`` returns only newly completed text: bytes of a multi-byte character
+    split across tokens are held until the character is complete, so no U+FFFD is
+    produced for a partial character. Bytes that can never form a character become
+    U+FFFD as in ``Tokenizer.decode``. ``flush()`` returns what is left (a dangling
+    partial character becomes U+FFFD). The concatenation of all pieces equals
+    ``tokenizer.decode(all_ids, skip_special_tokens)``.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True):
+        self._tokenizer = tokenizer
+        self._skip = skip_special_tokens
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.ids: List[int] = []
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(int(token_id))
+        return self._utf8.decode(self._tokenizer.token_bytes(token_id, self._skip), final=False)
+
+    def flush(self) -> str:
+        """Text of any held bytes; the decoder is reset and can be reused."""
+        out = self._utf8.decode(b"", final=True)
+        self._utf8.reset()
+        self.ids = []
+        return out
+
+    @property
+    def pending(self) -> bool:
+        """True when bytes of an incomplete character are held."""
+        return bool(self._utf8.getstate()[0])

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Build a random-weight Qwen3-ASR checkpoint in the official layout.
+
+The model is the official ``Qwen3ASRForConditionalGeneration`` (PyPI ``qwen-asr``) built
+from a config with the values of a real checkpoint (see docs/tokenizer.md and
+/work/shared/reference/qwen3-asr.md section 1), seeded, with every parameter perturbed so
+that LayerNorm/RMSNorm weights are not 1 and biases are not 0. Saved with
+``save_pretrained`` plus the files a real checkpoint carries: generation_config.json,
+preprocessor_config.json (WhisperFeatureExtractor) and the tokenizer files.
+
+Presets: tiny-a, tiny-b (small, different widths/heads/layers/GQA ratios, for tests),
+0.6b and 1.7b (real shapes).
+
+Usage: python scripts/make_random_checkpoint.py --preset tiny-a --out DIR [--seed N]
+           [--dtype bfloat16|float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from make_tokenizer_files import write_tokenizer_files  # noqa: E402
+from official_ref import FEATURE_EXTRACTOR_SETTINGS, official_modules  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+VOCAB_SIZE = 151936
+AUDIO_TOKEN_ID = 151676  # <|audio_pad|>
+AUDIO_START_TOKEN_ID = 151669  # <|audio_start|>
+AUDIO_END_TOKEN_ID = 151670  # <|audio_end|>
+EOS_TOKEN_IDS = (151645, 151643)  # <|im_end|>, <|endoftext|>
+PAD_TOKEN_ID = 151643
+
+SUPPORT_LANGUAGES = [
+    "Chinese", "English", "Cantonese", "Arabic", "German", "French", "Spanish", "Portuguese",
+    "Indonesian", "Italian", "Korean", "Russian", "Thai", "Vietnamese", "Japanese", "Turkish",
+    "Hindi", "Malay", "Dutch", "Swedish", "Danish", "Finnish", "Polish", "Czech", "Filipino",
+    "Persian", "Greek", "Romanian", "Hungarian", "Macedonian",
+]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Model shape. Audio head_dim = audio_d_model / audio_heads; text head_dim explicit."""
+
+    audio_d_model: int
+    audio_layers: int
+    audio_heads: int
+    audio_ffn: int
+    downsample_hidden: int  # conv stem channels
+    hidden: int  # text hidden size (= audio output_dim)
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    mrope_section: tuple  # sums to head_dim // 2
+
+
+PRESETS: Dict[str, Preset] = {
+    "tiny-a": Preset(64, 2, 4, 128, 32, 96, 2, 4, 2, 32, 192, (6, 5, 5)),
+    "tiny-b": Preset(96, 3, 6, 160, 48, 128, 3, 8, 2, 16, 256, (4, 2, 2)),
+    "0.6b": Preset(896, 18, 14, 3584, 480, 1024, 28, 16, 8, 128, 3072, (24, 20, 20)),
+    "1.7b": Preset(1024, 24, 16, 4096, 480, 2048, 28, 16, 8, 128, 6144, (24, 20, 20)),
+}
+DTYPES = ("bfloat16", "float32")
+
+
+def config_dict(preset: str) -> dict:
+    """The checkpoint's config.json content (before transformers adds its bookkeeping keys)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    if sum(p.mrope_section) != p.head_dim // 2:
+        raise ValueError(f"{preset}: mrope_section {p.mrope_section} must sum to head_dim/2 = {p.head_dim // 2}")
+    audio = {
+        "num_mel_bins": 128,
+        "d_model": p.audio_d_model,
+        "encoder_layers": p.audio_layers,
+        "encoder_attention_heads": p.audio_heads,
+        "encoder_ffn_dim": p.audio_ffn,
+        "downsample_hidden_size": p.downsample_hidden,
+        "output_dim": p.hidden,
+        "n_window": 50,
+        "n_window_infer": 800,
+        "conv_chunksize": 500,
+        "max_source_positions": 1500,
+        "activation_function": "gelu",
+        "scale_embedding": False,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "initializer_range": 0.02,
+    }
+    text = {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": p.hidden,
+        "intermediate_size": p.intermediate,
+        "num_hidden_layers": p.layers,
+        "num_attention_heads": p.heads,
+        "num_key_value_heads": p.kv_heads,
+        "head_dim": p.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": 65536,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {
+            "interleaved": True,
+            "mrope_interleaved": True,
+            "mrope_section": list(p.mrope_section),
+            "rope_type": "default",
+            "type": "default",
+        },
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "initializer_range": 0.02,
+    }
+    thinker = {
+        "audio_config": audio,
+        "text_config": text,
+        "audio_token_id": AUDIO_TOKEN_ID,
+        "audio_start_token_id": AUDIO_START_TOKEN_ID,
+        "audio_end_token_id": AUDIO_END_TOKEN_ID,
+        "user_token_id": 872,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+    }
+    return {
+        "architectures": ["Qwen3ASRForConditionalGeneration"],
+        "model_type": "qwen3_asr",
+        "thinker_config": thinker,
+        "support_languages": list(SUPPORT_LANGUAGES),
+        "tie_word_embeddings": True,
+    }
+
+
+def _perturb(model, seed: int) -> None:
+    """Seeded weights: default init, then every parameter gets a small seeded offset.
+
+    Norm weights become 1 + N(0, 0.1), biases N(0, 0.05), other tensors
+    w + N(0, 0.2 * std(w) or 0.02). Tied tensors are perturbed once.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    seen = set()
+    with torch.no_grad():
+        for name, param in model.named_parameters(remove_duplicate=True):
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            noise = torch.randn(param.shape, generator=gen, dtype=torch.float32)
+            is_norm = "norm" in name or "ln_post" in name
+            if name.endswith("bias"):
+                param.copy_((param.float() + 0.05 * noise).to(param.dtype))
+            elif is_norm:
+                param.copy_((1.0 + 0.1 * noise).to(param.dtype))
+            else:
+                std = float(param.float().std()) if param.numel() > 1 else 0.0
+                scale = 0.2 * std if std > 0 else 0.02
+                param.copy_((param.float() + scale * noise).to(param.dtype))
+
+
+def build_model(preset: str, seed: int = 0):
+    """The official model for ``preset`` with seeded, perturbed float32 weights."""
+    import torch
+
+    mods = official_modules()
+    config = mods.Qwen3ASRConfig(**config_dict(preset))
+    torch.manual_seed(seed)
+    model = mods.Qwen3ASRForConditionalGeneration(config)
+    model.to(torch.float32)
+    _perturb(model, seed)
+    model.eval()
+    return model
+
+
+def _write_json(path: str, obj: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def make_checkpoint(preset: str, out_dir: str, seed: int = 0, dtype: str = "float32") -> str:
+    """Write a complete checkpoint directory; returns ``out_dir``.
+
+    dtype: storage dtype of model.safetensors ("bfloat16" like the real checkpoints, or
+    "float32").
+    """
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+    model = build_model(preset, seed)
+    if dtype == "bfloat16":
+        model.to(torch.bfloat16)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    # Keep config.json's dtype honest and the checkpoint self-describing.
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["dtype"] = dtype
+    cfg["qwen3asr_random"] = {"preset": preset, "seed": seed}
+    _write_json(cfg_path, cfg)
+    _write_json(
+        os.path.join(out_dir, "generation_config.json"),
+        {
+            "do_sample": False,
+            "eos_token_id": list(EOS_TOKEN_IDS),
+            "pad_token_id": PAD_TOKEN_ID,
+            "max_new_tokens": 512,
+        },
+    )
+    _write_json(
+        os.path.join(out_dir, "preprocessor_config.json"),
+        dict(
+            FEATURE_EXTRACTOR_SETTINGS,
+            feature_extractor_type="WhisperFeatureExtractor",
+            n_samples=FEATURE_EXTRACTOR_SETTINGS["chunk_length"] * FEATURE_EXTRACTOR_SETTINGS["sampling_rate"],
+            nb_max_frames=FEATURE_EXTRACTOR_SETTINGS["chunk_length"] * FEATURE_EXTRACTOR_SETTINGS["sampling_rate"]
+            // FEATURE_EXTRACTOR_SETTINGS["hop_length"],
+            processor_class="Qwen3ASRProcessor",
+        ),
+    )
+    write_tokenizer_files(out_dir)
+    logger.info("wrote %s checkpoint (seed %d, %s) to %s", preset, seed, dtype, out_dir)
+    return out_dir
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="float32", choices=DTYPES)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    make_checkpoint(args.preset, args.out, args.seed, args.dtype)
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
