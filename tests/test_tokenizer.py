@@ -1,0 +1,264 @@
+import json
+import os
+import random
+import shutil
+
+import pytest
+
+from fixtures import tokenizer_dir
+from qwen3asr.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError, tokenizer_json
+
+
+@pytest.fixture(scope="module")
+def tdir():
+    return tokenizer_dir()
+
+
+@pytest.fixture(scope="module")
+def tok(tdir):
+    return Tokenizer.from_dir(tdir)
+
+
+@pytest.fixture(scope="module")
+def hf(tdir):
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference tokenizer")
+    t = transformers.AutoTokenizer.from_pretrained(tdir)
+    assert type(t).__name__ == "Qwen2TokenizerFast"
+    return t
+
+
+# ----------------------------------------------------------------- known ids
+
+
+@pytest.mark.parametrize(
+    "text, ids",
+    [
+        ("language English", [11528, 6364]),
+        ("system", [8948]),
+        ("user", [872]),
+        ("assistant", [77091]),
+        ("\n", [198]),
+        ("language Chinese", [11528, 8453]),
+        ("<asr_text>", [151704]),
+        ("<|im_start|>system\n", [151644, 8948, 198]),
+    ],
+)
+def test_known_ids(tok, text, ids):
+    assert tok.encode(text) == ids
+
+
+def test_special_ids_resolved_by_name(tok):
+    assert (tok.endoftext, tok.im_start, tok.im_end) == (151643, 151644, 151645)
+    assert (tok.audio_start, tok.audio_end, tok.audio_pad) == (151669, 151670, 151676)
+    assert tok.asr_text == 151704
+    assert tok.eos_ids == (151645, 151643)
+    assert tok.vocab_size == 151705
+    assert tok.token_id("Ċ") == 198
+
+
+def test_token_id_unknown_name(tok):
+    with pytest.raises(TokenizerError, match=r"'<\|no_such_token\|>' is not in the tokenizer"):
+        tok.token_id("<|no_such_token|>")
+
+
+def test_asr_text_is_not_special(tok, tdir):
+    with open(os.path.join(tdir, "tokenizer_config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    assert cfg["added_tokens_decoder"]["151704"] == {
+        "content": "<asr_text>",
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": False,
+    }
+    assert cfg["added_tokens_decoder"]["151676"]["special"] is True
+    assert not tok.is_special(151704)
+    assert tok.is_special(151645)
+    # Decoding with special tokens skipped keeps <asr_text>, drops <|im_end|>.
+    ids = tok.encode("language English<asr_text>Hello.<|im_end|>")
+    assert ids[-1] == 151645
+    assert tok.decode(ids) == "language English<asr_text>Hello."
+    assert tok.decode(ids, skip_special_tokens=False) == "language English<asr_text>Hello.<|im_end|>"
+
+
+# ----------------------------------------------------------------- round trips
+
+ROUND_TRIP = [
+    "甚至出现交易几乎停滞的情况。",
+    "And so, my fellow Americans, ask not what your country can do for you.",
+    "今天的meeting改到3点, OK?  Let's go!",
+    "emoji 😀👍🏽 👩‍💻 and flags 🇨🇳🇺🇸",
+    "Ελληνικά, русский, עברית, العربية, हिन्दी, ภาษาไทย, 한국어, 日本語のテキスト",
+    "tabs\tand\nnewlines\r\n  and   spaces  ",
+    "𠀀𪚥 rare CJK extension characters",
+]
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_round_trip(tok, text):
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_nfc_normalisation(tok):
+    # "e" + combining acute is normalised to "é" before tokenisation.
+    assert tok.encode("cafe\u0301") == tok.encode("café")
+    assert tok.decode(tok.encode("cafe\u0301")) == "café"
+
+
+def test_ids_beyond_tokenizer_decode_to_nothing(tok):
+    # The embedding has 151936 rows; ids 151705.. are padding rows with no token.
+    assert tok.decode([9707, 151800, 151935]) == tok.decode([9707])
+
+
+# ----------------------------------------------------------------- versus Qwen2TokenizerFast
+
+
+def _varied_strings(n=300):
+    rng = random.Random(1234)
+    pieces = [
+        "hello", " world", "Hello", "HELLO", "I'm", " it's", "we'LL", "don't", "123", "4567890", "3.14",
+        " ", "  ", "\n", "\n\n", "\r\n", "\t", " \n ", "你好", "世界", "，", "。", "甚至", "😀", "👩‍💻",
+        "é", "e\u0301", "ß", "Ω", "ﬁ", "<|im_start|>", "<|im_end|>", "<asr_text>", "<|audio_pad|>",
+        "<|audio_start|>", "<think>", "<|endoftext|>", "language", " English", "<|im_start", "|>",
+        "$", "#@!", "...", "---", "http://x.y/z?a=1", "  leading", "trailing  ", "ÄÖÜ", "русский",
+        "日本語", "한국어", "ไทย", "\u200b", "\u00a0", "a" * 30, "ab" * 25,
+    ]
+    out = []
+    for _ in range(n):
+        out.append("".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))))
+    return out
+
+
+def test_encode_matches_qwen2_tokenizer_fast(tok, hf):
+    mismatches = []
+    for s in _varied_strings():
+        ours = tok.encode(s)
+        ref = hf(s)["input_ids"]
+        if ours != ref:
+            mismatches.append((s, ours, ref))
+    assert mismatches == []
+
+
+def test_decode_matches_qwen2_tokenizer_fast(tok, hf):
+    rng = random.Random(99)
+    for s in _varied_strings(100):
+        ids = tok.encode(s)
+        for skip in (True, False):
+            assert tok.decode(ids, skip) == hf.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=False)
+    # Arbitrary id sequences, including ones that cut multi-byte characters.
+    for _ in range(50):
+        ids = [rng.randrange(0, 151705) for _ in range(rng.randint(1, 12))]
+        assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+# ----------------------------------------------------------------- incremental decoding
+
+
+def _stream(dec: IncrementalDecoder, ids):
+    pieces = [dec.push(i) for i in ids]
+    pieces.append(dec.flush())
+    return pieces
+
+
+def test_incremental_decoder_chinese(tok):
+    text = "甚至出现交易几乎停滞的情况。𠀀𪚥龘靐齉爩，这是一个测试😀👩‍💻。"
+    ids = tok.encode("language Chinese<asr_text>" + text + "<|im_end|>")
+    dec = tok.incremental_decoder()
+    pieces = _stream(dec, ids)
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == tok.decode(ids) == "language Chinese<asr_text>" + text
+    # The rare characters are split over several byte tokens: some pushes return "".
+    assert any(p == "" for p in pieces[:-1])
+
+
+def test_incremental_decoder_holds_partial_character(tok):
+    b2 = [tok.token_id(c) for c in ("ä", "¸", "Ń")]  # bytes E4 B8 AD = "中"
+    dec = tok.incremental_decoder()
+    assert dec.push(b2[0]) == ""
+    assert dec.pending
+    assert dec.push(b2[1]) == ""
+    assert dec.push(b2[2]) == "中"
+    assert not dec.pending
+    assert dec.flush() == ""
+
+
+def test_incremental_decoder_invalid_bytes_match_decode(tok):
+    # A lone continuation byte can never complete: it becomes U+FFFD, as in decode().
+    lone = tok.token_id("¸")  # byte B8
+    ids = [9707, lone, 9707]
+    pieces = _stream(tok.incremental_decoder(), ids)
+    assert "".join(pieces) == tok.decode(ids) == "Hello\ufffdHello"
+    # A dangling lead byte at the end is flushed as U+FFFD.
+    ids = [9707, tok.token_id("ä")]
+    pieces = _stream(tok.incremental_decoder(), ids)
+    assert pieces[-2:] == ["", "\ufffd"]
+    assert "".join(pieces) == tok.decode(ids)
+
+
+def test_incremental_decoder_keeps_specials_when_asked(tok):
+    ids = tok.encode("hi<|im_end|>")
+    assert "".join(_stream(tok.incremental_decoder(skip_special_tokens=False), ids)) == "hi<|im_end|>"
+    assert "".join(_stream(tok.incremental_decoder(), ids)) == "hi"
+
+
+# ----------------------------------------------------------------- loading
+
+
+def test_tokenizer_json_is_used_when_present(tok, tdir, tmp_path):
+    with open(os.path.join(tdir, "vocab.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(tdir, "merges.txt"), encoding="utf-8") as f:
+        merges = [tuple(line.rstrip("\n").split(" ")) for line in f if line.strip() and not line.startswith("#version")]
+    with open(os.path.join(tdir, "tokenizer_config.json"), encoding="utf-8") as f:
+        added = [dict(v, id=int(k)) for k, v in json.load(f)["added_tokens_decoder"].items()]
+    with open(tmp_path / "tokenizer.json", "w", encoding="utf-8") as f:
+        json.dump(tokenizer_json(vocab, merges, added), f)
+    t2 = Tokenizer.from_dir(str(tmp_path))
+    s = "<|im_start|>system\n今天 weather's fine 😀<|im_end|>"
+    assert t2.encode(s) == tok.encode(s)
+    assert t2.asr_text == 151704 and not t2.is_special(151704)
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(TokenizerError, match="tokenizer directory not found"):
+        Tokenizer.from_dir(str(tmp_path / "nope"))
+
+
+def test_missing_files(tdir, tmp_path):
+    shutil.copy(os.path.join(tdir, "vocab.json"), tmp_path / "vocab.json")
+    with pytest.raises(TokenizerError, match="lacks merges.txt, tokenizer_config.json"):
+        Tokenizer.from_dir(str(tmp_path))
+
+
+def test_corrupt_vocab(tdir, tmp_path):
+    for name in ("merges.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tdir, name), tmp_path / name)
+    (tmp_path / "vocab.json").write_text('{"a": 0,', encoding="utf-8")
+    with pytest.raises(TokenizerError, match=r"cannot read .*vocab\.json"):
+        Tokenizer.from_dir(str(tmp_path))
+
+
+def test_corrupt_merges(tdir, tmp_path):
+    for name in ("vocab.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tdir, name), tmp_path / name)
+    (tmp_path / "merges.txt").write_text("#version: 0.2\nĠ t\nthree parts here\n", encoding="utf-8")
+    with pytest.raises(TokenizerError, match=r"merges\.txt:3: a merge is two tokens"):
+        Tokenizer.from_dir(str(tmp_path))
+
+
+def test_config_without_added_tokens(tdir, tmp_path):
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(tdir, name), tmp_path / name)
+    (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": 10}', encoding="utf-8")
+    with pytest.raises(TokenizerError, match="has no added_tokens_decoder"):
+        Tokenizer.from_dir(str(tmp_path))
+
+
+def test_added_token_id_mismatch(tdir, tmp_path):
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(tdir, name), tmp_path / name)
+    cfg = {"added_tokens_decoder": {"151700": {"content": "<|im_end|>", "special": True}}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    with pytest.raises(TokenizerError, match=r"'<\|im_end\|>' should have id 151700, the tokenizer gives 151643"):
+        Tokenizer.from_dir(str(tmp_path))
