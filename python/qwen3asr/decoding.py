@@ -1,0 +1,191 @@
+"""Token generation on a KV-cache decoder: sampling options and a pausable, clonable state.
+
+The decoder backend supplies one method, ``forward(embeds, cache, logit_rows) ->
+(logits, cache)``; everything here is backend-independent numpy.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingOptions:
+    """How tokens are chosen. Defaults reproduce the official greedy decoding."""
+
+    max_new_tokens: int = 256  # budget of generated tokens (language prefix included)
+    temperature: float = 0.0  # 0 = greedy (argmax); > 0 samples from softmax(logits / T)
+    top_k: int = 0  # keep the k most likely tokens when sampling (0 = all)
+    top_p: float = 1.0  # nucleus: keep the smallest set with this much probability (1 = all)
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already generated (HF semantics)
+    seed: int | None = None  # sampling seed (None = nondeterministic)
+
+    def __post_init__(self):
+        problems = []
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            problems.append(f"max_new_tokens must be an integer >= 1 (got {self.max_new_tokens!r})")
+        if not self.temperature >= 0:
+            problems.append(f"temperature must be >= 0 (got {self.temperature!r})")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            problems.append(f"top_k must be an integer >= 0 (got {self.top_k!r})")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1] (got {self.top_p!r})")
+        if not self.repetition_penalty > 0:
+            problems.append(f"repetition_penalty must be > 0 (got {self.repetition_penalty!r})")
+        if problems:
+            raise ValueError("invalid decoding options: " + "; ".join(problems))
+
+
+class KVDecoder(Protocol):
+    """Backend seam of the CPU decoder."""
+
+    def new_cache(self) -> Any:
+        """An empty KV cache."""
+
+    def forward(self, embeds: np.ndarray, cache: Any, logit_rows: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Append ``embeds`` (S, hidden) float32 to ``cache``; logits (len(logit_rows), vocab) float32
+        of those rows (indices into the S new positions) and the extended cache."""
+
+    def cache_length(self, cache: Any) -> int:
+        """Positions held by ``cache``."""
+
+
+def select_token(logits: np.ndarray, opts: DecodingOptions, history: list[int],
+                 rng: np.random.Generator) -> int:
+    """Pick the next token from ``logits`` (vocab,) float32."""
+    x = logits.astype(np.float32, copy=True)
+    if opts.repetition_penalty != 1.0 and history:
+        idx = np.unique(np.asarray(history, dtype=np.int64))
+        vals = x[idx]
+        x[idx] = np.where(vals > 0, vals / opts.repetition_penalty, vals * opts.repetition_penalty)
+    if opts.temperature == 0.0:
+        return int(np.argmax(x))
+    x = x / opts.temperature
+    if opts.top_k > 0 and opts.top_k < x.shape[0]:
+        kth = np.partition(x, -opts.top_k)[-opts.top_k]
+        x = np.where(x < kth, -np.inf, x)
+    order = np.argsort(-x)
+    p = np.exp(x[order] - x[order[0]])
+    p /= p.sum()
+    if opts.top_p < 1.0:
+        keep = np.cumsum(p) - p < opts.top_p  # the token crossing the threshold stays
+        p = np.where(keep, p, 0.0)
+        p /= p.sum()
+    return int(order[rng.choice(len(p), p=p)])
+
+
+@dataclasses.dataclass
+class GenerationTimes:
+    prefill_tokens: int = 0
+    prefill_ms: float = 0.0
+    decode_tokens: int = 0
+    decode_ms: float = 0.0
+
+
+class Generation:
+    """One prompt's generation. Can stop and go on later (``run`` with a budget), and be cloned
+    after prefill to try several continuations.
+
+    Args:
+      decoder: the KV-cache backend.
+      prompt_embeds: (L, hidden) float32 embedded prompt (audio already spliced in).
+      eos_ids: token ids that end generation.
+      embed: token id -> (hidden,) float32 embedding (the bundle's embedding table).
+      options: sampling settings.
+    """
+
+    def __init__(self, decoder: KVDecoder, prompt_embeds: np.ndarray, eos_ids: tuple[int, ...],
+                 embed: Callable[[int], np.ndarray], options: DecodingOptions):
+        self.decoder = decoder
+        self.options = options
+        self.eos_ids = tuple(eos_ids)
+        self.embed = embed
+        self.tokens: list[int] = []
+        self.finish_reason: str | None = None  # "eos" or "length" once finished
+        self.times = GenerationTimes()
+        self._rng = np.random.default_rng(options.seed)
+        self._prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
+        self._cache = None
+        self._next_logits: np.ndarray | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def next_logits(self) -> np.ndarray:
+        """Logits (vocab,) for the next token (runs the prefill if needed)."""
+        self._ensure_prefill()
+        return self._next_logits
+
+    def _ensure_prefill(self) -> None:
+        if self._cache is not None:
+            return
+        t0 = time.perf_counter()
+        cache = self.decoder.new_cache()
+        logits, self._cache = self.decoder.forward(self._prompt, cache, np.array([len(self._prompt) - 1]))
+        self._next_logits = logits[0]
+        self.times.prefill_tokens = len(self._prompt)
+        self.times.prefill_ms = (time.perf_counter() - t0) * 1000
+
+    def feed(self, token: int) -> np.ndarray:
+        """Append ``token`` (chosen by the caller, e.g. teacher forcing); returns the next logits."""
+        self._ensure_prefill()
+        t0 = time.perf_counter()
+        self.tokens.append(int(token))
+        logits, self._cache = self.decoder.forward(self.embed(int(token))[None, :], self._cache, np.array([0]))
+        self._next_logits = logits[0]
+        self.times.decode_tokens += 1
+        self.times.decode_ms += (time.perf_counter() - t0) * 1000
+        return self._next_logits
+
+    def step(self) -> int | None:
+        """Generate one token; None when already finished. End-of-sequence tokens are not kept."""
+        if self.finished:
+            return None
+        self._ensure_prefill()
+        if len(self.tokens) >= self.options.max_new_tokens:
+            self.finish_reason = "length"
+            return None
+        tok = select_token(self._next_logits, self.options, self.tokens, self._rng)
+        if tok in self.eos_ids:
+            self.finish_reason = "eos"
+            return None
+        if len(self.tokens) + 1 >= self.options.max_new_tokens:
+            # the budget ends with this token: no need to compute the logits after it
+            self.tokens.append(tok)
+            self.finish_reason = "length"
+            return tok
+        self.feed(tok)
+        return tok
+
+    def run(self, max_steps: int | None = None, on_token: Callable[[int], bool | None] | None = None) -> list[int]:
+        """Generate until end of sequence, the budget, ``max_steps`` more tokens (pause), or until
+        ``on_token`` returns False. Returns the tokens generated by this call."""
+        out = []
+        while not self.finished and (max_steps is None or len(out) < max_steps):
+            tok = self.step()
+            if tok is None:
+                break
+            out.append(tok)
+            if on_token is not None and on_token(tok) is False:
+                break
+        return out
+
+    def clone(self) -> "Generation":
+        """An independent copy (shares nothing mutable); prefill is run first if needed."""
+        self._ensure_prefill()
+        other = copy.copy(self)
+        other.tokens = list(self.tokens)
+        other.times = dataclasses.replace(self.times)
+        other._rng = copy.deepcopy(self._rng)
+        other._cache = copy.deepcopy(self._cache)
+        return other

@@ -1,0 +1,109 @@
+"""Log-mel front end in numpy, with the official (Whisper feature extractor) semantics.
+
+16 kHz mono -> STFT (periodic Hann 400, hop 160, centred, reflect padding) -> power ->
+Slaney mel (128 bins, 0..8 kHz) -> log10 (floor 1e-10) -> drop the last frame ->
+clamp at (clip maximum - 8) -> (x + 4) / 4.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+SAMPLE_RATE = 16000  # Hz
+N_FFT = 400  # samples per STFT window (25 ms)
+HOP_LENGTH = 160  # samples between frames (10 ms)
+N_FREQ = N_FFT // 2 + 1  # 201 one-sided frequency bins
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 mel frames per second
+DYNAMIC_RANGE = 8.0  # log10 units kept below the clip maximum (80 dB)
+
+
+def _hz_to_mel(freq: np.ndarray) -> np.ndarray:
+    """Slaney mel scale: linear below 1 kHz, logarithmic above."""
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    freq = np.asarray(freq, dtype=np.float64)
+    mel = freq / f_sp
+    log_region = freq >= min_log_hz
+    mel = np.where(log_region, min_log_mel + np.log(np.maximum(freq, 1e-10) / min_log_hz) / logstep, mel)
+    return mel
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    mel = np.asarray(mel, dtype=np.float64)
+    freq = f_sp * mel
+    log_region = mel >= min_log_mel
+    return np.where(log_region, min_log_hz * np.exp(logstep * (mel - min_log_mel)), freq)
+
+
+@functools.lru_cache(maxsize=4)
+def mel_filters(n_mels: int = 128, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Slaney-normalised triangular mel filters, ``(n_mels, n_fft // 2 + 1)`` float64, 0..sr/2 Hz."""
+    n_freq = n_fft // 2 + 1
+    fft_freqs = np.linspace(0.0, sample_rate / 2, n_freq)
+    mel_points = np.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), n_mels + 2)
+    hz_points = _mel_to_hz(mel_points)
+    widths = np.diff(hz_points)
+    ramps = hz_points[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / widths[:-1, None]
+    upper = ramps[2:] / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (hz_points[2:] - hz_points[:-2]))[:, None]  # Slaney area normalisation
+    weights.setflags(write=False)
+    return weights
+
+
+@functools.lru_cache(maxsize=2)
+def _hann(n_fft: int) -> np.ndarray:
+    w = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n_fft) / n_fft)  # periodic Hann
+    w.setflags(write=False)
+    return w
+
+
+def n_frames(n_samples: int) -> int:
+    """Mel frames produced for ``n_samples`` of 16 kHz audio: ``floor(n / 160)``."""
+    return n_samples // HOP_LENGTH
+
+
+def log_mel_power(audio: np.ndarray, n_mels: int = 128) -> np.ndarray:
+    """log10 mel power before the clip-global clamp, ``(n_mels, floor(n/160))`` float64.
+
+    Kept separate so streaming code can apply its own clamp policy.
+    """
+    x = np.asarray(audio, dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"log_mel expects mono audio of shape (n,), got {x.shape}")
+    if x.shape[0] < HOP_LENGTH:
+        raise ValueError(f"audio too short for one mel frame: {x.shape[0]} samples < {HOP_LENGTH}")
+    pad = N_FFT // 2  # centred frames; numpy reflects repeatedly when the clip is shorter than pad
+    padded = np.pad(x, (pad, pad), mode="reflect")
+    t = n_frames(x.shape[0])
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:t]
+    spec = np.fft.rfft(frames * _hann(N_FFT), axis=-1)
+    power = spec.real**2 + spec.imag**2  # (t, 201)
+    mel = mel_filters(n_mels) @ power.T  # (n_mels, t)
+    return np.log10(np.maximum(mel, 1e-10))
+
+
+def normalize_log_mel(log_spec: np.ndarray, ceiling: float | None = None) -> np.ndarray:
+    """Clamp at ``ceiling - 8`` (default: the maximum of ``log_spec``) and scale to ``(x + 4) / 4``."""
+    top = float(log_spec.max()) if ceiling is None else float(ceiling)
+    return ((np.maximum(log_spec, top - DYNAMIC_RANGE) + 4.0) / 4.0).astype(np.float32)
+
+
+def log_mel(audio: np.ndarray, n_mels: int = 128) -> np.ndarray:
+    """Official log-mel features of a whole clip.
+
+    Args:
+      audio: ``(n,)`` float 16 kHz mono, n >= 160.
+    Returns:
+      ``(n_mels, floor(n / 160))`` float32, clamped with the clip-global maximum.
+    """
+    return normalize_log_mel(log_mel_power(audio, n_mels))

@@ -1,0 +1,311 @@
+"""ONNX graphs of the Qwen3-ASR audio encoder and text decoder, built node by node.
+
+Built directly with onnx.helper (no torch tracing) so the graphs contain only plain ops
+the RKNN converter accepts (opset 17; no Range/Trilu/CumSum/ScatterElements/GatherND/
+Einsum): all chunking, masks and positions are computed by the host and passed in.
+
+Encoder graphs (per fixed duration of D seconds, C = D chunks of 100 frames, L = 13*C):
+  merged:   mel [1, n_mels, 100*C], conv_mask1 [C,1,1,50], conv_mask2 [C,1,1,25],
+            attn_bias [1,1,L,L]  ->  embeds [1, L, output_dim]
+  frontend: mel [1, n_mels, 100], conv_mask1 [1,1,1,50], conv_mask2 [1,1,1,25]
+            -> hidden [1, 13, d_model]   (one chunk, positions added)
+  backend:  hidden [1, L, d_model], attn_bias [1,1,L,L] -> embeds [1, L, output_dim]
+Decoder graph (KV cache, prefill and single step share it):
+  inputs_embeds [1,S,H], attn_bias [1,1,S,P+S], cos/sin [S,head_dim],
+  logit_index [K] int64, past_key_i/past_value_i [1,kv_heads,P,head_dim]
+  -> logits [1,K,V], present_key_i/present_value_i [1,kv_heads,P+S,head_dim]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+CHUNK_FRAMES = 100  # mel frames per conv chunk (2 * n_window)
+MASK_VALUE = -1.0e4  # additive attention bias for masked keys; exact zero weight in fp32/fp16 softmax
+
+
+def conv_lengths(n_mels_or_frames: int) -> list[int]:
+    """Sizes after each stride-2 conv (kernel 3, padding 1): n -> ceil(n/2) three times."""
+    out, n = [], n_mels_or_frames
+    for _ in range(3):
+        n = (n + 1) // 2
+        out.append(n)
+    return out
+
+
+class GraphBuilder:
+    """Tiny helper: named nodes and initializers, unique names."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._n = 0
+        self._consts: dict[tuple, str] = {}
+
+    def _uid(self, base: str) -> str:
+        self._n += 1
+        return f"{base}_{self._n}"
+
+    def input(self, name: str, elem: int, shape: list) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def output(self, value: str, name: str, elem: int, shape: list) -> None:
+        self.op("Identity", [value], outputs=[name])
+        self.outputs.append(helper.make_tensor_value_info(name, elem, shape))
+
+    def weight(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def const(self, values, dtype=np.int64) -> str:
+        arr = np.asarray(values, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.weight(self._uid("const"), arr)
+        return self._consts[key]
+
+    def op(self, op_type: str, inputs: list[str], outputs: list[str] | None = None, n_out: int = 1,
+           domain: str = "", **attrs) -> str:
+        if outputs is None:
+            outputs = [self._uid(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=self._uid(op_type), domain=domain, **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    # composite ops ------------------------------------------------------------
+    def linear(self, x: str, w: np.ndarray, b: np.ndarray | None, name: str) -> str:
+        """x @ w.T + b with torch Linear weight layout ``w`` (out, in)."""
+        y = self.op("MatMul", [x, self.weight(name + ".weight_t", w.T.astype(np.float32))])
+        if b is not None:
+            y = self.op("Add", [y, self.weight(name + ".bias", b.astype(np.float32))])
+        return y
+
+    def gelu(self, x: str) -> str:
+        """Exact (erf) GELU: 0.5 * x * (1 + erf(x / sqrt 2)); opset 17 has no Gelu op."""
+        e = self.op("Erf", [self.op("Div", [x, self.const(math.sqrt(2.0), np.float32)])])
+        return self.op("Mul", [self.op("Mul", [x, self.const(0.5, np.float32)]),
+                               self.op("Add", [e, self.const(1.0, np.float32)])])
+
+    def layer_norm(self, x: str, w: np.ndarray, b: np.ndarray, name: str, eps: float = 1e-5) -> str:
+        return self.op("LayerNormalization", [x, self.weight(name + ".weight", w), self.weight(name + ".bias", b)],
+                       axis=-1, epsilon=eps)
+
+    def rms_norm(self, x: str, w: np.ndarray, name: str, eps: float) -> str:
+        var = self.op("ReduceMean", [self.op("Pow", [x, self.const(2.0, np.float32)])], axes=[-1], keepdims=1)
+        denom = self.op("Sqrt", [self.op("Add", [var, self.const(eps, np.float32)])])
+        return self.op("Mul", [self.op("Div", [x, denom]), self.weight(name + ".weight", w)])
+
+    def reshape(self, x: str, shape: list[int]) -> str:
+        return self.op("Reshape", [x, self.const(shape)])
+
+    def build(self, opset: int = OPSET, extra_domains: tuple = ()) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.inits)
+        imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in extra_domains]
+        model = helper.make_model(graph, opset_imports=imports, producer_name="qwen3asr-rk")
+        model.ir_version = 8
+        return model
+
+
+# ----------------------------------------------------------------------------- encoder
+def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> np.ndarray:
+    """Whisper-style positions ``(length, channels)`` float32: [sin | cos] halves."""
+    inc = np.log(max_timescale) / (channels // 2 - 1)
+    inv = np.exp(-inc * np.arange(channels // 2, dtype=np.float32)).astype(np.float32)
+    t = np.arange(length, dtype=np.float32)[:, None] * inv[None, :]
+    return np.concatenate([np.sin(t), np.cos(t)], axis=1).astype(np.float32)
+
+
+def _conv_stem(g: GraphBuilder, x: str, n_chunks: int, W, cfg) -> str:
+    """x: [C, 1, n_mels, 100] -> [C, 13, d_model] with positions added."""
+    P = "thinker.audio_tower."
+    m1 = g.input("conv_mask1", TensorProto.FLOAT, [n_chunks, 1, 1, CHUNK_FRAMES // 2])
+    m2 = g.input("conv_mask2", TensorProto.FLOAT, [n_chunks, 1, 1, conv_lengths(CHUNK_FRAMES)[1]])
+    for i, mask in ((1, m1), (2, m2), (3, None)):
+        x = g.op("Conv", [x, g.weight(f"conv2d{i}.weight", W.get(f"{P}conv2d{i}.weight")),
+                         g.weight(f"conv2d{i}.bias", W.get(f"{P}conv2d{i}.bias"))],
+                 kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        x = g.gelu(x)
+        if mask is not None:
+            # zero the frames past a short single chunk so the next conv sees zero padding,
+            # exactly as the official encoder running that chunk at its own length
+            x = g.op("Mul", [x, mask])
+    ch = cfg.downsample_hidden_size
+    f3 = conv_lengths(cfg.num_mel_bins)[2]
+    t3 = conv_lengths(CHUNK_FRAMES)[2]
+    x = g.op("Transpose", [x], perm=[0, 3, 1, 2])  # [C, t, ch, f]
+    x = g.reshape(x, [n_chunks, t3, ch * f3])
+    x = g.linear(x, W.get(P + "conv_out.weight"), None, "conv_out")
+    pos = sinusoids(cfg.max_source_positions, cfg.d_model)[:t3]
+    return g.op("Add", [x, g.weight("positions", pos)])
+
+
+def _encoder_layers(g: GraphBuilder, x: str, bias: str, W, cfg) -> str:
+    """x: [1, L, d] -> [1, L, output_dim]."""
+    P = "thinker.audio_tower."
+    d, nh = cfg.d_model, cfg.encoder_attention_heads
+    hd = d // nh
+    for i in range(cfg.encoder_layers):
+        p = f"{P}layers.{i}."
+        h = g.layer_norm(x, W.get(p + "self_attn_layer_norm.weight"), W.get(p + "self_attn_layer_norm.bias"),
+                         f"l{i}.ln1")
+        heads = []
+        for proj in ("q", "k", "v"):
+            y = g.linear(h, W.get(p + f"self_attn.{proj}_proj.weight"), W.get(p + f"self_attn.{proj}_proj.bias"),
+                         f"l{i}.{proj}")
+            heads.append(g.op("Transpose", [g.reshape(y, [1, -1, nh, hd])], perm=[0, 2, 1, 3]))
+        q, k, v = heads
+        q = g.op("Mul", [q, g.const(hd ** -0.5, np.float32)])
+        s = g.op("Add", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]), bias])
+        a = g.op("MatMul", [g.op("Softmax", [s], axis=-1), v])
+        a = g.reshape(g.op("Transpose", [a], perm=[0, 2, 1, 3]), [1, -1, d])
+        x = g.op("Add", [x, g.linear(a, W.get(p + "self_attn.out_proj.weight"), W.get(p + "self_attn.out_proj.bias"),
+                                     f"l{i}.o")])
+        h = g.layer_norm(x, W.get(p + "final_layer_norm.weight"), W.get(p + "final_layer_norm.bias"), f"l{i}.ln2")
+        h = g.gelu(g.linear(h, W.get(p + "fc1.weight"), W.get(p + "fc1.bias"), f"l{i}.fc1"))
+        x = g.op("Add", [x, g.linear(h, W.get(p + "fc2.weight"), W.get(p + "fc2.bias"), f"l{i}.fc2")])
+    x = g.layer_norm(x, W.get(P + "ln_post.weight"), W.get(P + "ln_post.bias"), "ln_post")
+    x = g.gelu(g.linear(x, W.get(P + "proj1.weight"), W.get(P + "proj1.bias"), "proj1"))
+    return g.linear(x, W.get(P + "proj2.weight"), W.get(P + "proj2.bias"), "proj2")
+
+
+def encoder_merged(W, cfg, n_chunks: int) -> onnx.ModelProto:
+    g = GraphBuilder(f"qwen3asr_encoder_merged_{n_chunks}")
+    L = 13 * n_chunks
+    mel = g.input("mel", TensorProto.FLOAT, [1, cfg.num_mel_bins, CHUNK_FRAMES * n_chunks])
+    bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, L, L])
+    x = g.reshape(mel, [cfg.num_mel_bins, n_chunks, CHUNK_FRAMES])
+    x = g.op("Unsqueeze", [g.op("Transpose", [x], perm=[1, 0, 2]), g.const([1])])  # [C,1,mels,100]
+    x = _conv_stem(g, x, n_chunks, W, cfg)
+    x = g.reshape(x, [1, L, cfg.d_model])
+    y = _encoder_layers(g, x, bias, W, cfg)
+    g.output(y, "embeds", TensorProto.FLOAT, [1, L, cfg.output_dim])
+    return g.build()
+
+
+def encoder_frontend(W, cfg) -> onnx.ModelProto:
+    g = GraphBuilder("qwen3asr_encoder_frontend")
+    mel = g.input("mel", TensorProto.FLOAT, [1, cfg.num_mel_bins, CHUNK_FRAMES])
+    x = g.op("Unsqueeze", [mel, g.const([1])])  # [1,1,mels,100]
+    x = _conv_stem(g, x, 1, W, cfg)
+    g.output(x, "hidden", TensorProto.FLOAT, [1, 13, cfg.d_model])
+    return g.build()
+
+
+def encoder_backend(W, cfg, n_chunks: int) -> onnx.ModelProto:
+    g = GraphBuilder(f"qwen3asr_encoder_backend_{n_chunks}")
+    L = 13 * n_chunks
+    x = g.input("hidden", TensorProto.FLOAT, [1, L, cfg.d_model])
+    bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, L, L])
+    y = _encoder_layers(g, x, bias, W, cfg)
+    g.output(y, "embeds", TensorProto.FLOAT, [1, L, cfg.output_dim])
+    return g.build()
+
+
+# ----------------------------------------------------------------------------- decoder
+class _Weights:
+    """Linear-weight sink for the decoder: fp32 MatMul, or MatMulNBits (weight-only int8/int4)."""
+
+    def __init__(self, g: GraphBuilder, bits: int | None, block_size: int = 32):
+        self.g, self.bits, self.block = g, bits, block_size
+
+    def linear(self, x: str, w: np.ndarray, name: str) -> str:
+        if self.bits is None:
+            return self.g.linear(x, w, None, name)
+        n, k = w.shape
+        packed, scales = quantize_blockwise(w, self.bits, self.block)
+        return self.g.op("MatMulNBits", [x, self.g.weight(name + ".qweight", packed),
+                                         self.g.weight(name + ".scales", scales)],
+                         domain="com.microsoft", K=k, N=n, bits=self.bits, block_size=self.block,
+                         accuracy_level=4)
+
+
+def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric block-wise weight quantisation in ONNX Runtime's MatMulNBits layout.
+
+    ``w`` is (N, K) (torch Linear: out x in). Returns ``packed`` uint8 (N, K/block, block*bits/8)
+    and ``scales`` float32 (N * K/block,). The default zero point (2^(bits-1)) is implied.
+    """
+    n, k = w.shape
+    if k % block:
+        raise ValueError(f"K={k} is not a multiple of the quantisation block {block}")
+    nb = k // block
+    qmax = 2 ** (bits - 1) - 1
+    wb = w.astype(np.float32).reshape(n, nb, block)
+    absmax = np.abs(wb).max(axis=-1, keepdims=True)
+    scales = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
+    q = np.clip(np.rint(wb / scales), -qmax - 1, qmax).astype(np.int32) + 2 ** (bits - 1)
+    q = q.astype(np.uint8)
+    if bits == 8:
+        packed = q
+    elif bits == 4:
+        packed = (q[..., 0::2] & 0x0F) | ((q[..., 1::2] & 0x0F) << 4)
+    else:
+        raise ValueError(f"unsupported bits {bits}; use 8 or 4")
+    return np.ascontiguousarray(packed.astype(np.uint8)), scales.reshape(-1)
+
+
+def decoder(W, cfg, bits: int | None = None, block_size: int = 32) -> onnx.ModelProto:
+    """The Qwen3 text decoder with KV cache; see the module docstring for the I/O."""
+    t = cfg.text
+    g = GraphBuilder("qwen3asr_decoder")
+    lin = _Weights(g, bits, block_size)
+    H, nh, kvh, hd = t.hidden_size, t.num_attention_heads, t.num_key_value_heads, t.head_dim
+    rep = nh // kvh
+    x = g.input("inputs_embeds", TensorProto.FLOAT, [1, "S", H])
+    bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, "S", "T"])
+    cos = g.input("cos", TensorProto.FLOAT, ["S", hd])
+    sin = g.input("sin", TensorProto.FLOAT, ["S", hd])
+    logit_index = g.input("logit_index", TensorProto.INT64, ["K"])
+    # query heads h*rep..h*rep+rep-1 share kv head h: fold them into the row axis
+    bias_rep = g.op("Tile", [bias, g.const([1, 1, rep, 1])])  # [1,1,rep*S,T]
+    half = hd // 2
+
+    def rope(v: str) -> str:  # v [1, heads, S, hd]
+        x1 = g.op("Slice", [v, g.const([0]), g.const([half]), g.const([3])])
+        x2 = g.op("Slice", [v, g.const([half]), g.const([hd]), g.const([3])])
+        rot = g.op("Concat", [g.op("Neg", [x2]), x1], axis=3)
+        return g.op("Add", [g.op("Mul", [v, cos]), g.op("Mul", [rot, sin])])
+
+    P = "thinker.model."
+    for i in range(t.num_hidden_layers):
+        p = f"{P}layers.{i}."
+        pk = g.input(f"past_key_{i}", TensorProto.FLOAT, [1, kvh, "P", hd])
+        pv = g.input(f"past_value_{i}", TensorProto.FLOAT, [1, kvh, "P", hd])
+        h = g.rms_norm(x, W.get(p + "input_layernorm.weight"), f"l{i}.in_norm", t.rms_norm_eps)
+        q = g.reshape(lin.linear(h, W.get(p + "self_attn.q_proj.weight"), f"l{i}.q"), [1, -1, nh, hd])
+        k = g.reshape(lin.linear(h, W.get(p + "self_attn.k_proj.weight"), f"l{i}.k"), [1, -1, kvh, hd])
+        v = g.reshape(lin.linear(h, W.get(p + "self_attn.v_proj.weight"), f"l{i}.v"), [1, -1, kvh, hd])
+        q = g.rms_norm(q, W.get(p + "self_attn.q_norm.weight"), f"l{i}.q_norm", t.rms_norm_eps)
+        k = g.rms_norm(k, W.get(p + "self_attn.k_norm.weight"), f"l{i}.k_norm", t.rms_norm_eps)
+        q = rope(g.op("Transpose", [q], perm=[0, 2, 1, 3]))
+        k = rope(g.op("Transpose", [k], perm=[0, 2, 1, 3]))
+        v = g.op("Transpose", [v], perm=[0, 2, 1, 3])
+        k_all = g.op("Concat", [pk, k], axis=2, outputs=[f"present_key_{i}"])
+        v_all = g.op("Concat", [pv, v], axis=2, outputs=[f"present_value_{i}"])
+        qg = g.reshape(g.op("Mul", [q, g.const(hd ** -0.5, np.float32)]), [1, kvh, -1, hd])  # [1,kvh,rep*S,hd]
+        s = g.op("MatMul", [qg, g.op("Transpose", [k_all], perm=[0, 1, 3, 2])])
+        a = g.op("MatMul", [g.op("Softmax", [g.op("Add", [s, bias_rep])], axis=-1), v_all])  # [1,kvh,rep*S,hd]
+        a = g.reshape(g.op("Transpose", [g.reshape(a, [1, nh, -1, hd])], perm=[0, 2, 1, 3]), [1, -1, nh * hd])
+        x = g.op("Add", [x, lin.linear(a, W.get(p + "self_attn.o_proj.weight"), f"l{i}.o")])
+        h = g.rms_norm(x, W.get(p + "post_attention_layernorm.weight"), f"l{i}.post_norm", t.rms_norm_eps)
+        gate = lin.linear(h, W.get(p + "mlp.gate_proj.weight"), f"l{i}.gate")
+        up = lin.linear(h, W.get(p + "mlp.up_proj.weight"), f"l{i}.up")
+        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+        x = g.op("Add", [x, lin.linear(act, W.get(p + "mlp.down_proj.weight"), f"l{i}.down")])
+        g.outputs.append(helper.make_tensor_value_info(f"present_key_{i}", TensorProto.FLOAT, [1, kvh, "T", hd]))
+        g.outputs.append(helper.make_tensor_value_info(f"present_value_{i}", TensorProto.FLOAT, [1, kvh, "T", hd]))
+    x = g.op("Gather", [x, logit_index], axis=1)  # only the rows whose logits are wanted
+    x = g.rms_norm(x, W.get(P + "norm.weight"), "final_norm", t.rms_norm_eps)
+    head = "thinker.lm_head.weight"
+    lm = W.get(head) if head in W else W.get(P + "embed_tokens.weight")
+    logits = lin.linear(x, lm, "lm_head")
+    g.output(logits, "logits", TensorProto.FLOAT, [1, "K", t.vocab_size])
+    return g.build(extra_domains=("com.microsoft",) if bits else ())
