@@ -1,0 +1,606 @@
+"""Board scripts (deploy/) against fake sysfs trees built in tmp_path.
+
+The fake trees copy what RK3588 / RK3576 boards with the Rockchip BSP kernel show:
+cpufreq policies, devfreq nodes for the NPU and DDR, cpuidle state1, the NUL-separated
+device-tree compatible list and the rknpu debugfs files. Nothing here needs a board,
+root, a network or a virtualenv.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy"
+
+_spec = importlib.util.spec_from_file_location("lock_clocks", DEPLOY / "lock_clocks.py")
+lock_clocks = importlib.util.module_from_spec(_spec)
+sys.modules["lock_clocks"] = lock_clocks  # dataclasses look their module up there
+_spec.loader.exec_module(lock_clocks)
+
+# ----------------------------------------------------------------------------- fake trees
+
+A55 = "408000 600000 816000 1008000 1200000 1416000 1608000 1800000"
+A76 = A55 + " 2016000 2208000 2256000 2304000 2352000 2400000"
+A53_3576 = A55 + " 2016000"
+A72_3576 = A55 + " 2016000 2208000"
+CPU_GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
+NPU_GOVERNORS = "rknpu_ondemand dmc_ondemand userspace powersave performance simple_ondemand"
+DMC_GOVERNORS = "dmc_ondemand userspace powersave performance simple_ondemand"
+
+BOARDS = {
+    "rk3588": {
+        "compatible": b"radxa,rock-5b\0rockchip,rk3588\0",
+        "policies": {"policy0": (A55, range(0, 4)), "policy4": (A76, range(4, 6)), "policy6": (A76, range(6, 8))},
+        "npu": ("fdab0000.npu", "300000000 400000000 500000000 600000000 700000000 800000000 900000000 1000000000"),
+        "dmc": "528000000 1068000000 1560000000 2112000000",
+        "load": "NPU load:  Core0:  0%, Core1: 12%, Core2:  0%,\n",
+    },
+    "rk3576": {
+        "compatible": b"armsom,sige5\0rockchip,rk3576\0",
+        "policies": {"policy0": (A53_3576, range(0, 4)), "policy4": (A72_3576, range(4, 8))},
+        "npu": ("27700000.npu", "300000000 400000000 500000000 600000000 700000000 800000000 900000000 950000000"),
+        "dmc": "534000000 1068000000 1560000000 2112000000",
+        "load": "NPU load:  Core0:  3%, Core1:  0%,\n",
+    },
+}
+
+
+def _put(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+
+
+def make_board(root: Path, soc: str, driver: str | None = "RKNPU driver: v0.9.8\n") -> Path:
+    """A fake / with the sysfs, procfs and debugfs nodes the scripts read."""
+    board = BOARDS[soc]
+    _put(root / "proc/device-tree/compatible", board["compatible"])
+    for policy, (freqs, cpus) in board["policies"].items():
+        node = root / "sys/devices/system/cpu/cpufreq" / policy
+        top = freqs.split()[-1]
+        _put(node / "scaling_available_frequencies", freqs + " \n")
+        _put(node / "scaling_available_governors", CPU_GOVERNORS + " \n")
+        _put(node / "scaling_governor", "schedutil\n")
+        _put(node / "scaling_setspeed", "<unsupported>\n")
+        _put(node / "scaling_cur_freq", "1008000\n")
+        _put(node / "scaling_min_freq", "408000\n")
+        _put(node / "scaling_max_freq", top + "\n")
+        _put(node / "affected_cpus", " ".join(str(c) for c in cpus) + "\n")
+        for c in cpus:
+            _put(root / f"sys/devices/system/cpu/cpu{c}/cpuidle/state0/disable", "0\n")
+            _put(root / f"sys/devices/system/cpu/cpu{c}/cpuidle/state1/disable", "0\n")
+    npu_name, npu_freqs = board["npu"]
+    for name, freqs, governors, governor in (
+        (npu_name, npu_freqs, NPU_GOVERNORS, "rknpu_ondemand"),
+        ("dmc", board["dmc"], DMC_GOVERNORS, "dmc_ondemand"),
+    ):
+        node = root / "sys/class/devfreq" / name
+        _put(node / "available_frequencies", freqs + "\n")
+        _put(node / "available_governors", governors + "\n")
+        _put(node / "governor", governor + "\n")
+        _put(node / "cur_freq", freqs.split()[0] + "\n")
+        _put(node / "min_freq", freqs.split()[0] + "\n")
+        _put(node / "max_freq", freqs.split()[-1] + "\n")
+        (node / "userspace").mkdir()  # the kernel adds it when userspace starts
+    if driver is not None:
+        _put(root / "sys/kernel/debug/rknpu/version", driver)
+    _put(root / "sys/kernel/debug/rknpu/load", board["load"])
+    return root
+
+
+def tree_contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def read(root: Path, rel: str) -> str:
+    return (root / rel).read_text().strip()
+
+
+def run_lock(root: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(DEPLOY / "lock_clocks.py"), "--sysfs-root", str(root), "--allow-non-root", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+CPUFREQ = "sys/devices/system/cpu/cpufreq"
+DEVFREQ = "sys/class/devfreq"
+
+
+def expected_lock_writes(root: Path, soc: str, cpu=None, npu=None, ddr=None) -> list[tuple[str, str]]:
+    board = BOARDS[soc]
+    writes = []
+    for policy, (freqs, _) in board["policies"].items():
+        writes.append((f"{CPUFREQ}/{policy}/scaling_governor", "userspace"))
+        writes.append((f"{CPUFREQ}/{policy}/scaling_setspeed", cpu or freqs.split()[-1]))
+    npu_name, npu_freqs = board["npu"]
+    writes.append((f"{DEVFREQ}/{npu_name}/governor", "userspace"))
+    writes.append((f"{DEVFREQ}/{npu_name}/userspace/set_freq", npu or npu_freqs.split()[-1]))
+    writes.append((f"{DEVFREQ}/dmc/governor", "userspace"))
+    writes.append((f"{DEVFREQ}/dmc/userspace/set_freq", ddr or board["dmc"].split()[-1]))
+    return writes
+
+
+# ----------------------------------------------------------------------------- SoC detection
+
+
+@pytest.mark.parametrize(
+    "compatible, soc",
+    [
+        (b"radxa,rock-5b\0rockchip,rk3588\0", "rk3588"),
+        (b"radxa,rock-5a\0rockchip,rk3588s\0", "rk3588"),
+        (b"rockchip,rk3576-evb1-v10\0rockchip,rk3576\0", "rk3576"),
+    ],
+)
+def test_detect_soc_from_nul_separated_compatible(tmp_path, compatible, soc):
+    _put(tmp_path / "proc/device-tree/compatible", compatible)
+    assert lock_clocks.detect_soc(tmp_path) == soc
+
+
+def test_detect_soc_falls_back_to_sys_firmware(tmp_path):
+    _put(tmp_path / "sys/firmware/devicetree/base/compatible", b"rockchip,rk3576\0")
+    assert lock_clocks.detect_soc(tmp_path) == "rk3576"
+
+
+def test_detect_soc_rejects_other_socs_and_lists_strings(tmp_path):
+    _put(tmp_path / "proc/device-tree/compatible", b"radxa,rock-3a\0rockchip,rk3568\0")
+    with pytest.raises(lock_clocks.ClockError, match=r"\['radxa,rock-3a', 'rockchip,rk3568'\].*--soc"):
+        lock_clocks.detect_soc(tmp_path)
+
+
+def test_detect_soc_without_device_tree(tmp_path):
+    with pytest.raises(lock_clocks.ClockError, match="cannot read the device tree"):
+        lock_clocks.detect_soc(tmp_path)
+
+
+# ----------------------------------------------------------------------------- lock
+
+
+@pytest.mark.parametrize("soc", ["rk3588", "rk3576"])
+def test_lock_writes_userspace_and_max_frequencies(tmp_path, soc):
+    root = make_board(tmp_path / "root", soc)
+    proc = run_lock(root, "--mode", "lock")
+    assert proc.returncode == 0, proc.stderr
+    expected = expected_lock_writes(root, soc)
+    for rel, value in expected:
+        assert read(root, rel) == value, rel
+    # Printed in order, one line per write.
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("write ")]
+    assert printed == [f"write {v} > {root / rel}" for rel, v in expected]
+    # cpuidle untouched without --disable-cpuidle.
+    assert read(root, "sys/devices/system/cpu/cpu0/cpuidle/state1/disable") == "0"
+    state = json.loads((root / "run/qwen3asr-clocks.json").read_text())
+    assert state["soc"] == soc
+    assert state["freq"]["policy0"] == {"governor": "schedutil", "setspeed": None}
+    assert state["freq"][BOARDS[soc]["npu"][0]] == {"governor": "rknpu_ondemand", "setspeed": None}
+    assert state["freq"]["dmc"] == {"governor": "dmc_ondemand", "setspeed": None}
+    assert state["cpuidle"] == {}
+
+
+def test_lock_rk3576_picks_each_cluster_max_and_disables_cpuidle(tmp_path):
+    root = make_board(tmp_path / "root", "rk3576")
+    proc = run_lock(root, "--mode", "lock", "--disable-cpuidle", "--soc", "rk3576")
+    assert proc.returncode == 0, proc.stderr
+    assert read(root, f"{CPUFREQ}/policy0/scaling_setspeed") == "2016000"  # A53 cluster
+    assert read(root, f"{CPUFREQ}/policy4/scaling_setspeed") == "2208000"  # A72 cluster
+    assert read(root, f"{DEVFREQ}/27700000.npu/userspace/set_freq") == "950000000"
+    for cpu in range(8):
+        assert read(root, f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state1/disable") == "1"
+        assert read(root, f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state0/disable") == "0"
+    state = json.loads((root / "run/qwen3asr-clocks.json").read_text())
+    assert state["cpuidle"] == {f"cpu{i}": "0" for i in range(8)}
+
+
+def test_lock_requested_frequencies(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    proc = run_lock(root, "--mode", "lock", "--cpu", "1800000", "--npu", "800000000", "--ddr", "1560000000")
+    assert proc.returncode == 0, proc.stderr
+    for rel, value in expected_lock_writes(root, "rk3588", cpu="1800000", npu="800000000", ddr="1560000000"):
+        assert read(root, rel) == value, rel
+
+
+def test_lock_ddr_skip_leaves_dmc_alone(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    shutil.rmtree(root / DEVFREQ / "dmc")
+    proc = run_lock(root, "--mode", "lock", "--ddr", "skip")
+    assert proc.returncode == 0, proc.stderr
+    assert read(root, f"{DEVFREQ}/fdab0000.npu/governor") == "userspace"
+    assert "dmc" not in json.loads((root / "run/qwen3asr-clocks.json").read_text())["freq"]
+
+
+def test_dry_run_writes_nothing_and_prints_every_write(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    before = tree_contents(root)
+    proc = run_lock(root, "--mode", "lock", "--dry-run", "--disable-cpuidle")
+    assert proc.returncode == 0, proc.stderr
+    assert tree_contents(root) == before
+    assert not (root / "run").exists()
+    expected = [f"would write {v} > {root / rel}" for rel, v in expected_lock_writes(root, "rk3588")]
+    expected += [f"would write 1 > {root}/sys/devices/system/cpu/cpu{c}/cpuidle/state1/disable" for c in range(8)]
+    assert [line for line in proc.stdout.splitlines() if line.startswith("would write")] == expected
+    assert f"would save the current state to {root / 'run/qwen3asr-clocks.json'}" in proc.stdout
+
+
+def test_dry_run_does_not_need_root(tmp_path, monkeypatch, capsys):
+    root = make_board(tmp_path / "root", "rk3588")
+    monkeypatch.setattr(lock_clocks.os, "geteuid", lambda: 1000)
+    assert lock_clocks.main(["--sysfs-root", str(root), "--mode", "lock", "--dry-run"]) == 0
+    assert lock_clocks.main(["--sysfs-root", str(root), "--mode", "status"]) == 0
+    assert lock_clocks.main(["--sysfs-root", str(root), "--mode", "lock"]) == 1
+    assert "--mode lock writes to sysfs: run as root (sudo)" in capsys.readouterr().err
+    assert read(root, f"{CPUFREQ}/policy0/scaling_governor") == "schedutil"
+
+
+# ----------------------------------------------------------------------------- unlock
+
+
+def observable_state(root: Path) -> dict[str, str]:
+    """What the kernel would report: governors, pinned speeds under userspace, cpuidle."""
+    state = {}
+    for gov in sorted(root.glob(f"{CPUFREQ}/policy*/scaling_governor")) + sorted(root.glob(f"{DEVFREQ}/*/governor")):
+        state[str(gov.relative_to(root))] = gov.read_text().strip()
+        if gov.read_text().strip() == "userspace":
+            speed = gov.parent / ("scaling_setspeed" if gov.name == "scaling_governor" else "userspace/set_freq")
+            state[str(speed.relative_to(root))] = speed.read_text().strip()
+    for idle in sorted(root.glob("sys/devices/system/cpu/cpu*/cpuidle/state*/disable")):
+        state[str(idle.relative_to(root))] = idle.read_text().strip()
+    return state
+
+
+def test_unlock_restores_the_saved_state_exactly(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    # A board that was not at defaults: one policy pinned by hand, DDR on a
+    # different governor, cpu3 idle state already disabled.
+    _put(root / f"{CPUFREQ}/policy6/scaling_governor", "userspace\n")
+    _put(root / f"{CPUFREQ}/policy6/scaling_setspeed", "2016000\n")
+    _put(root / f"{DEVFREQ}/dmc/governor", "simple_ondemand\n")
+    _put(root / "sys/devices/system/cpu/cpu3/cpuidle/state1/disable", "1\n")
+    before = observable_state(root)
+
+    assert run_lock(root, "--mode", "lock", "--disable-cpuidle").returncode == 0
+    locked = observable_state(root)
+    assert locked != before
+    assert locked[f"{CPUFREQ}/policy6/scaling_setspeed"] == "2400000"
+
+    proc = run_lock(root, "--mode", "unlock")
+    assert proc.returncode == 0, proc.stderr
+    assert observable_state(root) == before
+    assert read(root, f"{CPUFREQ}/policy6/scaling_setspeed") == "2016000"
+    assert not (root / "run/qwen3asr-clocks.json").exists()
+
+
+def test_second_lock_keeps_the_state_from_before_the_first(tmp_path):
+    root = make_board(tmp_path / "root", "rk3576")
+    before = observable_state(root)
+    assert run_lock(root, "--mode", "lock").returncode == 0
+    proc = run_lock(root, "--mode", "lock", "--npu", "600000000", "--disable-cpuidle")
+    assert proc.returncode == 0, proc.stderr
+    assert "exists from an earlier lock" in proc.stdout
+    assert read(root, f"{DEVFREQ}/27700000.npu/userspace/set_freq") == "600000000"
+    assert run_lock(root, "--mode", "unlock").returncode == 0
+    assert observable_state(root) == before
+
+
+def test_unlock_dry_run_changes_nothing(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    assert run_lock(root, "--mode", "lock").returncode == 0
+    locked = tree_contents(root)
+    proc = run_lock(root, "--mode", "unlock", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert tree_contents(root) == locked
+    assert f"would write schedutil > {root}/{CPUFREQ}/policy0/scaling_governor" in proc.stdout
+    assert f"would write rknpu_ondemand > {root}/{DEVFREQ}/fdab0000.npu/governor" in proc.stdout
+
+
+def test_unlock_without_state_file_restores_offered_defaults(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    for policy in ("policy0", "policy4", "policy6"):
+        _put(root / f"{CPUFREQ}/{policy}/scaling_governor", "userspace\n")
+    # This NPU node offers no rknpu_ondemand: the next default is used.
+    _put(root / f"{DEVFREQ}/fdab0000.npu/available_governors", "userspace powersave performance simple_ondemand\n")
+    _put(root / f"{DEVFREQ}/fdab0000.npu/governor", "userspace\n")
+    _put(root / f"{DEVFREQ}/dmc/governor", "userspace\n")
+    _put(root / "sys/devices/system/cpu/cpu5/cpuidle/state1/disable", "1\n")
+    proc = run_lock(root, "--mode", "unlock")
+    assert proc.returncode == 0, proc.stderr
+    assert "no state file" in proc.stdout
+    for policy in ("policy0", "policy4", "policy6"):
+        assert read(root, f"{CPUFREQ}/{policy}/scaling_governor") == "schedutil"
+    assert read(root, f"{DEVFREQ}/fdab0000.npu/governor") == "simple_ondemand"
+    assert read(root, f"{DEVFREQ}/dmc/governor") == "dmc_ondemand"
+    assert read(root, "sys/devices/system/cpu/cpu5/cpuidle/state1/disable") == "0"
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_unsupported_cpu_frequency_lists_the_offered_ones(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    before = tree_contents(root)
+    proc = run_lock(root, "--mode", "lock", "--cpu", "2400000")
+    assert proc.returncode == 1
+    # policy0 (A55) tops out at 1.8 GHz; the A76 policies would accept 2.4 GHz.
+    assert (
+        f"error: cpu policy0: 2400000 kHz is not offered by {root}/{CPUFREQ}/policy0/scaling_available_frequencies; "
+        f"offered: {A55} kHz"
+    ) in proc.stderr
+    assert tree_contents(root) == before  # checked before anything was written or saved
+
+
+def test_unsupported_npu_frequency_lists_the_offered_ones(tmp_path):
+    root = make_board(tmp_path / "root", "rk3576")
+    proc = run_lock(root, "--mode", "lock", "--npu", "1000000000")
+    assert proc.returncode == 1
+    assert "npu: 1000000000 Hz is not offered" in proc.stderr
+    assert "offered: 300000000 400000000 500000000 600000000 700000000 800000000 900000000 950000000 Hz" in proc.stderr
+
+
+def test_missing_cpu_policy_is_a_clear_error(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    shutil.rmtree(root / CPUFREQ / "policy6")
+    proc = run_lock(root, "--mode", "lock")
+    assert proc.returncode == 1
+    assert f"error: missing CPU policy node {root}/{CPUFREQ}/policy6 (expected on rk3588)" in proc.stderr
+
+
+def test_missing_dmc_suggests_ddr_skip(tmp_path):
+    root = make_board(tmp_path / "root", "rk3576")
+    shutil.rmtree(root / DEVFREQ / "dmc")
+    proc = run_lock(root, "--mode", "lock")
+    assert proc.returncode == 1
+    assert f"missing DDR devfreq node {root}/{DEVFREQ}/dmc; use --ddr skip" in proc.stderr
+
+
+def test_missing_frequency_list_names_the_file(tmp_path):
+    root = make_board(tmp_path / "root", "rk3576")
+    (root / CPUFREQ / "policy4/scaling_available_frequencies").unlink()
+    proc = run_lock(root, "--mode", "lock")
+    assert proc.returncode == 1
+    assert f"missing sysfs node {root}/{CPUFREQ}/policy4/scaling_available_frequencies" in proc.stderr
+
+
+def test_npu_found_by_glob_when_the_usual_name_differs(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    (root / DEVFREQ / "fdab0000.npu").rename(root / DEVFREQ / "fdab0000.rknpu.npu")
+    assert run_lock(root, "--mode", "lock").returncode == 0
+    assert read(root, f"{DEVFREQ}/fdab0000.rknpu.npu/userspace/set_freq") == "1000000000"
+
+
+def test_missing_npu_devfreq_is_a_clear_error(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    shutil.rmtree(root / DEVFREQ / "fdab0000.npu")
+    proc = run_lock(root, "--mode", "lock")
+    assert proc.returncode == 1
+    assert f"missing NPU devfreq node {root}/{DEVFREQ}/fdab0000.npu" in proc.stderr
+    assert "is the rknpu driver loaded?" in proc.stderr
+
+
+def test_userspace_governor_not_offered(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    _put(root / f"{CPUFREQ}/policy4/scaling_available_governors", "ondemand performance schedutil\n")
+    proc = run_lock(root, "--mode", "lock")
+    assert proc.returncode == 1
+    assert "cpu policy4: the userspace governor is not offered" in proc.stderr
+
+
+def test_bad_frequency_argument_is_rejected_by_the_parser(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        lock_clocks.main(["--sysfs-root", str(tmp_path), "--mode", "lock", "--cpu", "fast"])
+    assert exc.value.code == 2
+    assert "'fast': expected max or a positive integer" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def test_status_reports_governors_frequencies_and_npu_load(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    assert run_lock(root, "--mode", "lock", "--npu", "900000000").returncode == 0
+    proc = subprocess.run(
+        ["bash", str(DEPLOY / "lock_clocks.sh"), "--sysfs-root", str(root), "--mode", "status"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "SoC: rk3588 (3 NPU cores)"
+    assert "cpu policy0 (policy0): governor=userspace cur=1008000 kHz locked=1800000 kHz offered=408000..1800000 kHz" in lines
+    assert "npu (fdab0000.npu): governor=userspace cur=300000000 Hz locked=900000000 Hz offered=300000000..1000000000 Hz" in lines
+    assert "NPU load: NPU load:  Core0:  0%, Core1: 12%, Core2:  0%," in lines
+    assert any(line.startswith("state file: ") and "(locked;" in line for line in lines)
+
+
+def test_status_without_debugfs_says_it_is_not_readable(tmp_path):
+    root = make_board(tmp_path / "root", "rk3576")
+    shutil.rmtree(root / "sys/kernel/debug")
+    proc = run_lock(root, "--mode", "status")
+    assert proc.returncode == 0, proc.stderr
+    assert "NPU load: not readable (debugfs needs root" in proc.stdout
+    assert "cpu policy4 (policy4): governor=schedutil cur=1008000 kHz offered=408000..2208000 kHz" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- setup_board.sh
+
+
+def fake_elf(path: Path, machine: int = 0xB7, extra: bytes = b"") -> Path:
+    """A 64-bit little-endian ELF header with the given e_machine (0xB7 aarch64, 0x28 arm)."""
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x03\x00" + machine.to_bytes(2, "little") + bytes(44)
+    _put(path, header + extra)
+    return path
+
+
+def fake_python(path: Path, version: str) -> Path:
+    _put(path, f"#!/bin/sh\necho {version}\n")
+    path.chmod(0o755)
+    return path
+
+
+def run_setup(root: Path, *args: str, arch: str = "aarch64", libdir: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update(QWEN3ASR_SYSFS_ROOT=str(root), QWEN3ASR_ARCH=arch, QWEN3ASR_SYSTEM_LIBDIR=str(libdir or root / "usr/lib"))
+    for var in ("QWEN3ASR_PYTHON", "QWEN3ASR_VENV", "QWEN3ASR_RKLLM_LIB"):
+        env.pop(var, None)
+    return subprocess.run(
+        ["bash", str(DEPLOY / "setup_board.sh"), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.fixture
+def board_ok(tmp_path):
+    """An RK3588 tree with driver 0.9.8, aarch64 runtime libraries and a 3.11 python."""
+    root = make_board(tmp_path / "root", "rk3588")
+    fake_elf(root / "usr/lib/librknnrt.so", extra=b"\0librknnrt version: 2.5.0 (0123abcd@2025-08-01T10:00:00)\0")
+    rkllm = fake_elf(tmp_path / "lib/librkllmrt.so")
+    python = fake_python(tmp_path / "bin/python3.11", "3.11.9")
+    return root, rkllm, python, tmp_path / "venv"
+
+
+def test_setup_check_only_ok_tree_prints_summary(board_ok):
+    root, rkllm, python, venv = board_ok
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(venv))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "[ok]    SoC: rk3588 (device tree: radxa,rock-5b rockchip,rk3588)" in out
+    assert "[ok]    RKNPU driver: 0.9.8 (>= 0.9.8)" in out
+    assert f"[ok]    Python: {python} (3.11.9)" in out
+    assert f"[ok]    librkllmrt.so: {rkllm} (aarch64)" in out
+    assert "librknnrt.so: " in out and "version 2.5.0 (0123abcd@2025-08-01T10:00:00)" in out
+    assert "  venv:               not touched (--check-only)" in out
+    assert "  librkllmrt.so:      " + str(rkllm) + " (supported runtimes: 1.2.x and 1.3.x)" in out
+    assert "  errors/warnings:    0/0" in out
+    assert not venv.exists()
+
+
+def test_setup_detects_rk3576(tmp_path):
+    root = make_board(tmp_path / "root", "rk3576", driver="RKNPU driver: v0.9.8\n")
+    rkllm = fake_elf(tmp_path / "lib/librkllmrt.so")
+    python = fake_python(tmp_path / "bin/python3.12", "3.12.3")
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
+    assert "[ok]    SoC: rk3576" in proc.stdout
+    assert "  SoC:                rk3576" in proc.stdout
+
+
+def test_setup_old_driver_fails_with_upgrade_hint(board_ok):
+    root, rkllm, python, venv = board_ok
+    _put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.9.6\n")
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
+    assert proc.returncode == 1
+    assert "[error] RKNPU driver: 0.9.6 is older than 0.9.8" in proc.stdout
+    assert "https://github.com/airockchip/rknn-llm (rknpu-driver/)" in proc.stdout
+    assert "Fix the [error] lines above" in proc.stdout
+
+
+def test_setup_driver_version_via_procfs_when_debugfs_is_absent(board_ok):
+    root, rkllm, python, venv = board_ok
+    shutil.rmtree(root / "sys/kernel/debug")
+    _put(root / "proc/rknpu/version", "RKNPU driver: v0.9.10\n")
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
+    assert proc.returncode == 0, proc.stdout
+    assert "[ok]    RKNPU driver: 0.9.10 (>= 0.9.8)" in proc.stdout  # numeric, not string, comparison
+
+
+def test_setup_unreadable_driver_version_is_a_warning(board_ok):
+    root, rkllm, python, venv = board_ok
+    shutil.rmtree(root / "sys/kernel/debug")
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
+    assert proc.returncode == 0, proc.stdout
+    assert "[warn]  RKNPU driver: version not readable (debugfs needs root)" in proc.stdout
+    assert "sudo cat /sys/kernel/debug/rknpu/version" in proc.stdout
+    assert "  errors/warnings:    0/1" in proc.stdout
+
+
+def test_setup_rejects_python_outside_3_10_to_3_12(board_ok):
+    root, rkllm, _, venv = board_ok
+    old = fake_python(venv.parent / "bin/python3.9", "3.9.18")
+    proc = run_setup(root, "--check-only", "--python", str(old), "--rkllm-lib", str(rkllm))
+    assert proc.returncode == 1
+    assert f"[error] Python: need 3.10, 3.11 or 3.12 (found: {old} 3.9.18)" in proc.stdout
+
+
+def test_setup_rejects_non_aarch64(board_ok):
+    root, rkllm, python, venv = board_ok
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm), arch="x86_64")
+    assert proc.returncode == 1
+    assert "[error] architecture: x86_64; rknn-toolkit-lite2 and librkllmrt.so exist only for aarch64" in proc.stdout
+
+
+def test_setup_rejects_lfs_pointer_and_armhf_libraries(board_ok):
+    root, rkllm, python, venv = board_ok
+    _put(rkllm, "version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 7340032\n")
+    fake_elf(root / "usr/lib/librknnrt.so", machine=0x28)
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
+    assert proc.returncode == 1
+    assert f"[error] librkllmrt.so: {rkllm} is not an ELF library (a Git LFS pointer" in proc.stdout
+    assert "librknnrt.so: " in proc.stdout and "built for another architecture (e_machine 0x0028)" in proc.stdout
+
+
+def test_setup_missing_rkllm_lib_says_where_to_get_it(board_ok):
+    root, _, python, venv = board_ok
+    missing = venv.parent / "nowhere/librkllmrt.so"
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(missing))
+    assert proc.returncode == 1
+    assert f"[error] librkllmrt.so: not found (looked in {missing})" in proc.stdout
+    assert "rkllm-runtime/Linux/librkllm_api/aarch64/librkllmrt.so" in proc.stdout
+    assert "1.2.x and 1.3.x" in proc.stdout
+
+
+def test_setup_dry_run_prints_the_venv_commands_and_creates_nothing(board_ok):
+    root, rkllm, python, venv = board_ok
+    before = tree_contents(root)
+    proc = run_setup(root, "--dry-run", "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(venv))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"would run: {python} -m venv {venv}" in lines
+    assert f"would run: {venv}/bin/python -m pip install -r {REPO}/requirements.txt rknn-toolkit-lite2>=2.3" in lines
+    assert f"would run: {venv}/bin/python -m pip install --no-deps -e {REPO}" in lines
+    assert f"  venv:               {venv} (not created: --dry-run)" in lines
+    assert not venv.exists()
+    assert tree_contents(root) == before
+
+
+def test_setup_dry_run_stops_on_errors_before_the_venv(board_ok):
+    root, rkllm, python, venv = board_ok
+    _put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.8.2\n")
+    proc = run_setup(root, "--dry-run", "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(venv))
+    assert proc.returncode == 1
+    assert "would run:" not in proc.stdout
+    assert not venv.exists()
+
+
+def test_setup_unknown_option_is_a_usage_error(board_ok):
+    root, _, _, _ = board_ok
+    proc = run_setup(root, "--frobnicate")
+    assert proc.returncode == 2
+    assert "unknown option --frobnicate" in proc.stderr
+
+
+def test_setup_help_shows_the_header_only():
+    proc = subprocess.run(["bash", str(DEPLOY / "setup_board.sh"), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("Prepare an RK3588 / RK3576 board for qwen3asr-rk.")
+    assert "QWEN3ASR_SYSFS_ROOT" in proc.stdout
+    assert "set -euo" not in proc.stdout
+
+
+@pytest.mark.parametrize("line, ok", [("RKNPU driver: v1.0.0\n", True), ("RKNPU driver: v0.9.7\n", False)])
+def test_setup_driver_versions_compare_per_field(board_ok, line, ok):
+    root, rkllm, python, _ = board_ok
+    _put(root / "sys/kernel/debug/rknpu/version", line)
+    proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
+    assert proc.returncode == (0 if ok else 1), proc.stdout
+    assert ("[ok]    RKNPU driver: 1.0.0" in proc.stdout) == ok
+
+
+def test_setup_rejects_python_3_13(board_ok):
+    root, rkllm, _, venv = board_ok
+    new = fake_python(venv.parent / "bin/python3.13", "3.13.1")
+    proc = run_setup(root, "--check-only", "--python", str(new), "--rkllm-lib", str(rkllm))
+    assert proc.returncode == 1
+    assert f"(found: {new} 3.13.1)" in proc.stdout
