@@ -17,6 +17,7 @@ are drawn up front from the seed; sox runs in repeatable mode). See docs/dataset
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -97,6 +98,38 @@ def check_tools() -> None:
     missing = [t for t in ("espeak-ng", "sox") if shutil.which(t) is None]
     if missing:
         raise RuntimeError(f"{' and '.join(missing)} not found on PATH; {INSTALL_HINT}")
+
+
+@functools.lru_cache(maxsize=1)
+def installed_voices() -> tuple[frozenset, frozenset]:
+    """(language voice names, variant names) that this espeak-ng knows."""
+    langs = subprocess.run(["espeak-ng", "--voices"], capture_output=True, text=True).stdout
+    variants = subprocess.run(["espeak-ng", "--voices=variant"], capture_output=True, text=True).stdout
+    names = {line.split()[1] for line in langs.splitlines()[1:] if len(line.split()) > 1}
+    return frozenset(names), frozenset(re.findall(r"!v/(\S+)", variants))
+
+
+def check_voice(voice: str) -> None:
+    """Raise ValueError unless espeak-ng has ``voice`` ("name" or "name+variant").
+
+    espeak-ng itself silently falls back to its default voice for unknown names.
+    """
+    names, variants = installed_voices()
+    name, _, variant = voice.partition("+")
+    if name not in names:
+        raise ValueError(f"espeak-ng has no voice {name!r} (see `espeak-ng --voices`)")
+    if variant and variant not in variants:
+        raise ValueError(f"espeak-ng has no voice variant {variant!r} (see `espeak-ng --voices=variant`)")
+
+
+def check_all_voices() -> None:
+    """Raise ValueError naming every configured voice or variant this espeak-ng lacks."""
+    names, variants = installed_voices()
+    missing = [v for v in EN_VOICES + (ZH_VOICE,) if v not in names]
+    missing += [f"+{v}" for v in TRAIN_VARIANTS + TEST_VARIANTS if v and v not in variants]
+    if missing:
+        raise ValueError(f"espeak-ng lacks voices {missing}; install the Debian espeak-ng-data "
+                         "package or edit EN_VOICES / *_VARIANTS in scripts/make_dataset.py")
 
 
 def _uniform(rng: random.Random, lo_hi: tuple[float, float], ndigits: int = 2) -> float:
@@ -197,6 +230,7 @@ def _noise(pool_dir: str, color: str, n: int, offset: float) -> np.ndarray:
 
 def synthesize(text: str, voice: str, speed: int, pitch: int, tmp_dir: str) -> np.ndarray:
     """espeak-ng speech, leading/trailing silence trimmed: (n,) float64 at SYNTH_RATE."""
+    check_voice(voice)
     path = os.path.join(tmp_dir, "speech.wav")
     _run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", path, text])
     x, rate = sf.read(path, dtype="float64")
@@ -308,6 +342,7 @@ def _demo_utterances(seed: int, language: str, n: int) -> list[textgen.Utterance
 def make_demo_clips(out_dir: str, seed: int = 0) -> dict:
     """Write the committed demo clips (16 kHz mono WAV) and transcripts.json into ``out_dir``."""
     check_tools()
+    check_all_voices()
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(f"demo/{seed}")
     entries = []
@@ -412,6 +447,7 @@ def _write_demo(x: np.ndarray, path: str, tmp_dir: str) -> None:
 def make_dataset(out_dir: str, counts: dict[str, int], seed: int, jobs: int) -> dict:
     """Render every split into ``out_dir``; return the dataset description written to dataset.json."""
     check_tools()
+    check_all_voices()
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     for split, n in counts.items():
