@@ -1,0 +1,179 @@
+"""A converted model bundle on disk: its manifest (``model.json``), files and embedding table."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+
+import numpy as np
+
+from .encoder import EncoderVariant
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "qwen3asr-rk-bundle/1"
+_LFS_MAGIC = b"version https://git-lfs.github.com/spec/"
+DEFAULT_MODEL_ENV = "QWEN3ASR_MODEL"
+
+
+class BundleError(RuntimeError):
+    """A bundle that is missing, incomplete or from an incompatible exporter."""
+
+
+def default_model_dir() -> str:
+    """``$QWEN3ASR_MODEL``, else ``models/default`` of this repository checkout."""
+    env = os.environ.get(DEFAULT_MODEL_ENV)
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "models", "default"))
+
+
+def is_lfs_pointer(path: str) -> bool:
+    """True if ``path`` is a Git LFS pointer file instead of the real content."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_LFS_MAGIC)) == _LFS_MAGIC
+    except OSError:
+        return False
+
+
+def check_file(path: str, what: str) -> str:
+    """Raise BundleError if ``path`` is missing or an LFS pointer; return it."""
+    if not os.path.isfile(path):
+        raise BundleError(f"{what} missing: {path}. Re-export the bundle (scripts/export_onnx.py) or copy it again.")
+    if is_lfs_pointer(path):
+        raise BundleError(
+            f"{what} is a Git LFS pointer, not the file itself: {path}. Run `git lfs pull` in the repository "
+            f"(or download the real file) and try again.")
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundle:
+    path: str
+    manifest: dict
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Bundle":
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            raise BundleError(
+                f"model directory not found: {path}. Convert a checkpoint with scripts/export_onnx.py "
+                f"--checkpoint DIR --out {path}, or pass --model / model_dir.")
+        man_path = os.path.join(path, "model.json")
+        if not os.path.isfile(man_path):
+            raise BundleError(f"{path} is not a qwen3asr bundle (no model.json); convert the checkpoint with "
+                              f"scripts/export_onnx.py first")
+        check_file(man_path, "bundle manifest")
+        try:
+            with open(man_path, encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BundleError(f"{man_path} is not valid JSON ({exc}); re-export the bundle") from None
+        fmt = manifest.get("format")
+        if fmt != BUNDLE_FORMAT:
+            raise BundleError(f"{man_path} has format {fmt!r}; this version reads {BUNDLE_FORMAT!r}. "
+                              f"Re-export with this version's scripts/export_onnx.py.")
+        return cls(path, manifest)
+
+    def file(self, rel: str, what: str = "model file") -> str:
+        return check_file(os.path.join(self.path, rel), what)
+
+    @property
+    def audio_config(self) -> dict:
+        return self.manifest["config"]["audio"]
+
+    @property
+    def text_config(self) -> dict:
+        return self.manifest["config"]["text"]
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self.manifest["special_tokens"])
+
+    @property
+    def max_context(self) -> int:
+        return int(self.manifest["decoder"].get("max_context", 4096))
+
+    def encoder_variants(self, form: str, sizes=None) -> list[EncoderVariant]:
+        """Encoder graphs of ``form`` (merged: whole graphs; split: back ends), optionally only ``sizes`` seconds."""
+        out = []
+        for v in self.manifest["encoder"]["variants"]:
+            if v["form"] != form or v.get("part") == "frontend":
+                continue
+            if sizes is not None and v["n_chunks"] not in sizes:
+                continue
+            out.append(EncoderVariant(form, int(v["n_chunks"]), os.path.join(self.path, v["file"])))
+        if sizes is not None:
+            have = {v.n_chunks for v in out}
+            missing = sorted(set(sizes) - have)
+            if missing:
+                offered = sorted({int(v["n_chunks"]) for v in self.manifest["encoder"]["variants"]
+                                  if v["form"] == form and v.get("part") != "frontend"})
+                raise BundleError(f"encoder sizes {missing} s not in the bundle ({form} offers {offered} s)")
+        return out
+
+    def frontend_path(self) -> str | None:
+        for v in self.manifest["encoder"]["variants"]:
+            if v.get("part") == "frontend":
+                return os.path.join(self.path, v["file"])
+        return None
+
+    def decoder_dtypes(self) -> list[str]:
+        return [v["dtype"] for v in self.manifest["decoder"]["variants"]]
+
+    def decoder_path(self, dtype: str) -> str:
+        for v in self.manifest["decoder"]["variants"]:
+            if v["dtype"] == dtype:
+                return self.file(v["file"], f"decoder ({dtype})")
+        raise BundleError(f"the bundle has no {dtype} decoder (it has {', '.join(self.decoder_dtypes())})")
+
+    def verify_checksums(self) -> list[str]:
+        """Files whose SHA-256 differs from the manifest (empty list = all good)."""
+        bad = []
+        for rel, digest in self.manifest.get("files", {}).items():
+            p = os.path.join(self.path, rel)
+            h = hashlib.sha256()
+            try:
+                with open(p, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        h.update(block)
+            except OSError:
+                bad.append(rel)
+                continue
+            if h.hexdigest() != digest:
+                bad.append(rel)
+        return bad
+
+
+class EmbeddingTable:
+    """The token embedding table, memory-mapped; rows come back as float32 (bf16 widened exactly)."""
+
+    def __init__(self, bundle: Bundle):
+        meta = bundle.manifest["embed_tokens"]
+        path = bundle.file(meta["file"], "embedding table")
+        try:
+            self._table = np.load(path, mmap_mode="r")
+        except ValueError as exc:
+            raise BundleError(f"cannot read the embedding table {path}: {exc}") from None
+        self.dtype = meta["dtype"]
+        if list(self._table.shape) != list(meta["shape"]):
+            raise BundleError(f"embedding table {path} has shape {self._table.shape}, manifest says {meta['shape']}")
+        self.vocab_size, self.hidden_size = self._table.shape
+
+    def __call__(self, ids) -> np.ndarray:
+        """``ids`` (n,) int -> (n, hidden) float32."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"token id out of range [0, {self.vocab_size})")
+        rows = np.asarray(self._table[ids])
+        if self.dtype == "bfloat16":
+            return (rows.astype(np.uint32) << 16).view(np.float32)
+        return rows.astype(np.float32)
+
+    def row(self, token_id: int) -> np.ndarray:
+        return self([token_id])[0]

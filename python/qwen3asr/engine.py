@@ -1,0 +1,228 @@
+"""Qwen3ASREngine: the loaded model (bundle + backend) and one-shot transcription."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import mel as melmod
+from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
+from .bundle import Bundle, EmbeddingTable, default_model_dir
+from .decoding import DecodingOptions, Generation
+from .encoder import AudioEncoder, tokens_for_frames
+from .languages import language_code, resolve_language
+from .prompt import Prompt, build_prompt, parse_asr_output
+from .results import Transcription, TranscriptionStats
+from .tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "onnx", "rk")
+
+
+class TextStreamer:
+    """Turns generated token ids into transcript text pieces for a callback.
+
+    Only the transcription is emitted: the ``language X`` prefix and ``<asr_text>`` tag are
+    held back (unless the language was forced, in which case everything is transcript),
+    special tokens are skipped, and a multi-byte character is emitted only once complete.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, callback: Callable[[str], None], forced: bool):
+        self._dec = tokenizer.incremental_decoder(skip_special_tokens=True)
+        self._cb = callback
+        self._asr_text_id = tokenizer.asr_text
+        self._in_text = forced
+        self._started = False
+
+    def push(self, token_id: int) -> None:
+        if token_id == self._asr_text_id and not self._in_text:
+            self._in_text = True
+            self._dec.flush()  # drop the buffered prefix
+            return
+        piece = self._dec.push(token_id)
+        if self._in_text and piece:
+            self._emit(piece)
+
+    def finish(self) -> None:
+        piece = self._dec.flush()
+        if self._in_text and piece:
+            self._emit(piece)
+
+    def _emit(self, piece: str) -> None:
+        if not self._started:
+            piece = piece.lstrip()
+            if not piece:
+                return
+            self._started = True
+        self._cb(piece)
+
+
+class Qwen3ASREngine:
+    """A loaded Qwen3-ASR model.
+
+    Args:
+      model_dir: bundle made by scripts/export_onnx.py (default: $QWEN3ASR_MODEL or models/default).
+      backend: "auto" (RK NPU on a Rockchip board with the runtimes installed, else ONNX Runtime),
+        "onnx" (any CPU) or "rk".
+      encoder_form: "merged" (one graph per duration) or "split" (per-chunk front end + back end).
+      encoder_sizes: only load these encoder durations (seconds); default all in the bundle.
+      decoder_dtype: ONNX decoder weights: "auto" (int8 if present, else fp32), "fp32", "int8", "int4".
+      threads: CPU threads for ONNX Runtime (default: its own choice).
+    """
+
+    def __init__(self, model_dir: Optional[str] = None, backend: str = "auto", *, encoder_form: str = "merged",
+                 encoder_sizes=None, decoder_dtype: str = "auto", threads: Optional[int] = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.bundle = Bundle.load(model_dir or default_model_dir())
+        self.tokenizer = Tokenizer.from_dir(self.bundle.path)
+        self._check_specials()
+        self.embeddings = EmbeddingTable(self.bundle)
+        self.n_mels = int(self.bundle.audio_config["num_mel_bins"])
+        self.max_context = self.bundle.max_context
+        if backend == "auto":
+            backend = _auto_backend(self.bundle)
+        self.backend = backend
+        if backend == "rk":
+            from .rk_backend import create_rk_backend  # lazy: needs the board SDKs
+
+            self._rk = create_rk_backend(self.bundle, encoder_form=encoder_form, encoder_sizes=encoder_sizes)
+            self.encoder = self._rk.encoder
+            self.decoder = None
+        else:
+            from .onnx_backend import OnnxDecoder, OnnxEncoderRunner
+
+            self._rk = None
+            runner = OnnxEncoderRunner(self.bundle.frontend_path(), threads)
+            self.encoder = AudioEncoder(runner, self.bundle.encoder_variants(encoder_form, encoder_sizes),
+                                        self.bundle.manifest["encoder"]["window_tokens"], self.n_mels, encoder_form)
+            dtypes = self.bundle.decoder_dtypes()
+            if decoder_dtype == "auto":
+                decoder_dtype = "int8" if "int8" in dtypes else "fp32"
+            if decoder_dtype not in ("fp32", "int8", "int4"):
+                raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {decoder_dtype!r}")
+            self.decoder_dtype = decoder_dtype
+            t = self.bundle.text_config
+            self.decoder = OnnxDecoder(self.bundle.decoder_path(decoder_dtype), t["num_hidden_layers"],
+                                       t["num_key_value_heads"], t["head_dim"], t["rope_theta"], threads)
+        logger.info("loaded %s (backend %s)", self.bundle.path, self.backend)
+
+    def _check_specials(self) -> None:
+        for name, tid in self.bundle.special_tokens.items():
+            if self.tokenizer.token_id(name) != tid:
+                raise RuntimeError(f"tokenizer and manifest disagree on {name}: {self.tokenizer.token_id(name)} vs {tid}")
+
+    # ------------------------------------------------------------------ stages
+    def features(self, audio: np.ndarray) -> np.ndarray:
+        """16 kHz mono float32 -> log-mel (n_mels, frames) float32."""
+        return melmod.log_mel(audio, self.n_mels)
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        """log-mel (n_mels, frames) -> audio embeddings (tokens, hidden) float32."""
+        return self.encoder.encode(mel)
+
+    def prompt(self, n_audio: int, context: str = "", language: Optional[str] = None) -> Prompt:
+        return build_prompt(self.tokenizer, n_audio, context=context, language=language)
+
+    def embed_prompt(self, prompt: Prompt, audio_embeds: np.ndarray) -> np.ndarray:
+        """Embed the prompt ids and splice the audio embeddings over the audio pads: (L, hidden) float32."""
+        if audio_embeds.shape[0] != prompt.n_audio:
+            raise ValueError(f"{audio_embeds.shape[0]} audio embeddings for {prompt.n_audio} audio pads")
+        x = self.embeddings(prompt.ids)
+        x[prompt.audio_slice] = audio_embeds
+        return x
+
+    def check_length(self, n_audio: int, n_prompt: int, max_new_tokens: int, audio_seconds: float) -> None:
+        need = n_prompt + max_new_tokens
+        if need > self.max_context:
+            per_second = 13.0
+            limit_s = max(0.0, (self.max_context - (n_prompt - n_audio) - max_new_tokens) / per_second)
+            raise AudioError(
+                f"audio too long for one pass: {audio_seconds:.1f} s gives {n_audio} audio tokens; with the "
+                f"prompt and max_new_tokens={max_new_tokens} that is {need} tokens, over the decoder context of "
+                f"{self.max_context} tokens (about {limit_s:.0f} s of audio). Transcribe it in chunks "
+                f"(chunk_size) or cut it shorter.")
+
+    # ------------------------------------------------------------------ public
+    def start(self, audio: AudioInput, *, sample_rate: Optional[int] = None, language: Optional[str] = None,
+              context: str = "", options: DecodingOptions = DecodingOptions()) -> tuple[Generation, dict]:
+        """Encode and prepare one request; returns a (pausable, clonable) Generation and timing info."""
+        if self.decoder is None:
+            raise RuntimeError("start() needs the ONNX decoder; the rk backend generates inside the RKLLM runtime")
+        t0 = time.perf_counter()
+        pcm = prepare_audio(audio, sample_rate)
+        mel = self.features(pcm)
+        n_audio = tokens_for_frames(mel.shape[1])
+        prompt = self.prompt(n_audio, context, language)
+        self.check_length(n_audio, len(prompt), options.max_new_tokens, pcm.shape[0] / SAMPLE_RATE)
+        calls0 = self.encoder.calls
+        emb = self.encode(mel)
+        enc_ms = (time.perf_counter() - t0) * 1000
+        gen = Generation(self.decoder, self.embed_prompt(prompt, emb), self.tokenizer.eos_ids,
+                         self.embeddings.row, options)
+        info = {"audio_seconds": pcm.shape[0] / SAMPLE_RATE, "encoder_ms": enc_ms,
+                "encoder_calls": self.encoder.calls - calls0, "prompt": prompt, "t0": t0}
+        return gen, info
+
+    def transcribe(self, audio: AudioInput, *, sample_rate: Optional[int] = None, language: Optional[str] = None,
+                   context: str = "", max_new_tokens: int = 256, temperature: float = 0.0, top_k: int = 0,
+                   top_p: float = 1.0, repetition_penalty: float = 1.0, seed: Optional[int] = None,
+                   on_text: Optional[Callable[[str], None]] = None) -> Transcription:
+        """Transcribe one clip.
+
+        Args:
+          audio: file path or numpy array (mono or multi-channel, any rate given by sample_rate).
+          language: force a language (name or BCP-47 code); None detects it.
+          context: system text to bias recognition (names, terms); may be empty.
+          max_new_tokens: generation budget; ``truncated`` tells when it ran out.
+          temperature/top_k/top_p/repetition_penalty/seed: sampling (default greedy, as official).
+          on_text: called with each new piece of transcript text as it is generated.
+        """
+        options = DecodingOptions(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                  top_p=top_p, repetition_penalty=repetition_penalty, seed=seed)
+        forced = resolve_language(language)
+        if self._rk is not None:
+            return self._rk.transcribe(self, audio, sample_rate=sample_rate, language=forced, context=context,
+                                       options=options, on_text=on_text)
+        gen, info = self.start(audio, sample_rate=sample_rate, language=forced, context=context, options=options)
+        streamer = TextStreamer(self.tokenizer, on_text, forced is not None) if on_text else None
+        gen.run(on_token=(lambda tok: streamer.push(tok)) if streamer else None)
+        if streamer:
+            streamer.finish()
+        return self.result(gen.tokens, gen.finish_reason == "length", forced, info, gen.times)
+
+    def result(self, tokens, truncated: bool, forced: Optional[str], info: dict, times) -> Transcription:
+        raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        lang, text = parse_asr_output(raw, forced)
+        stats = TranscriptionStats(
+            audio_seconds=info["audio_seconds"], encoder_ms=info["encoder_ms"], encoder_calls=info["encoder_calls"],
+            prefill_tokens=times.prefill_tokens, prefill_ms=times.prefill_ms, decode_tokens=times.decode_tokens,
+            decode_ms=times.decode_ms, total_ms=(time.perf_counter() - info["t0"]) * 1000, backend=self.backend,
+            runtime_perf=info.get("runtime_perf"))
+        return Transcription(text=text, language=lang, language_code=language_code(lang) if lang else None,
+                             token_ids=tuple(int(t) for t in tokens), raw_text=raw, truncated=truncated, stats=stats)
+
+
+def _auto_backend(bundle: Bundle) -> str:
+    """"rk" on a Rockchip board with rknnlite, librkllmrt and RK model files; else "onnx"."""
+    try:
+        with open("/proc/device-tree/compatible", "rb") as f:
+            compat = f.read()
+    except OSError:
+        return "onnx"
+    if b"rockchip,rk3588" not in compat and b"rockchip,rk3576" not in compat:
+        return "onnx"
+    if "rk" not in bundle.manifest:
+        logger.info("Rockchip board found but the bundle has no RKNN/RKLLM models; using ONNX Runtime on the CPU")
+        return "onnx"
+    import importlib.util
+
+    if importlib.util.find_spec("rknnlite") is None:
+        logger.warning("Rockchip board found but rknn-toolkit-lite2 is not installed; using the CPU backend")
+        return "onnx"
+    return "rk"

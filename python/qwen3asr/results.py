@@ -1,0 +1,51 @@
+"""Result dataclasses returned by the engine."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class TranscriptionStats:
+    audio_seconds: float  # duration of the input audio (s)
+    encoder_ms: float  # mel + encoder wall time (ms)
+    encoder_calls: int  # encoder graph executions
+    prefill_tokens: int  # prompt tokens (audio included) fed to the decoder
+    prefill_ms: float  # decoder prefill wall time (ms)
+    decode_tokens: int  # tokens generated after the prefill
+    decode_ms: float  # decoder time spent generating them (ms)
+    total_ms: float  # end-to-end wall time of transcribe() (ms)
+    backend: str  # backend that ran ("onnx", "rk")
+    runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
+
+    @property
+    def real_time_factor(self) -> float:
+        """Processing time / audio duration (< 1 is faster than real time)."""
+        return self.total_ms / 1000.0 / self.audio_seconds if self.audio_seconds > 0 else float("nan")
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        return self.decode_tokens / (self.decode_ms / 1000.0) if self.decode_ms > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["real_time_factor"] = self.real_time_factor
+        d["decode_tokens_per_second"] = self.decode_tokens_per_second
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Transcription:
+    text: str  # the transcript (language prefix removed)
+    language: Optional[str]  # detected or forced language name ("English"), None if no speech / unknown
+    language_code: Optional[str]  # BCP-47 code ("en"), None with language None
+    token_ids: tuple[int, ...]  # generated token ids (end-of-sequence excluded)
+    raw_text: str  # decoded output before parsing ("language English<asr_text>...")
+    truncated: bool  # the token budget ran out before end-of-sequence
+    stats: TranscriptionStats
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "language": self.language, "language_code": self.language_code,
+                "truncated": self.truncated, "token_ids": list(self.token_ids), "raw_text": self.raw_text,
+                "stats": self.stats.to_dict()}

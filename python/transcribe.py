@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Transcribe an audio file with Qwen3-ASR.
+
+    python python/transcribe.py --audio audio/en_demo.wav
+    python python/transcribe.py --audio talk.flac --language English --format json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description="Transcribe an audio file with Qwen3-ASR (ONNX Runtime CPU or Rockchip NPU).")
+    ap.add_argument("--audio", required=True, help="audio file (WAV, FLAC, OGG, ...; any rate and channel count)")
+    ap.add_argument("--model", default=None, help="model bundle directory (default: $QWEN3ASR_MODEL or models/default)")
+    ap.add_argument("--language", default=None, help="force a language (e.g. English, Chinese, en, zh); default: detect")
+    ap.add_argument("--context", default="", help="context text to bias recognition (names, terms)")
+    ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"], help="inference backend")
+    ap.add_argument("--encoder-form", default="merged", choices=["merged", "split"], help="encoder graphs to use")
+    ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8", "int4"],
+                    help="ONNX decoder weights (auto: int8 when the bundle has it)")
+    ap.add_argument("--max-new-tokens", type=int, default=256, help="generation budget (default %(default)s)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--repetition-penalty", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads for ONNX Runtime")
+    ap.add_argument("--format", default="text", choices=["text", "json"], help="output format")
+    ap.add_argument("--stream", action="store_true", help="print text as it is generated (text format)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        from qwen3asr import Qwen3ASREngine
+        from qwen3asr.audio import AudioError
+        from qwen3asr.bundle import BundleError
+    except ImportError as exc:
+        print(f"error: cannot import qwen3asr ({exc}); install the requirements: pip install -r requirements.txt",
+              file=sys.stderr)
+        return 1
+    if not os.path.exists(args.audio):
+        print(f"error: audio file not found: {args.audio}", file=sys.stderr)
+        return 2
+    try:
+        engine = Qwen3ASREngine(args.model, backend=args.backend, encoder_form=args.encoder_form,
+                                decoder_dtype=args.decoder_dtype, threads=args.threads)
+        on_text = None
+        if args.stream and args.format == "text":
+            def on_text(piece: str) -> None:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        result = engine.transcribe(args.audio, language=args.language, context=args.context,
+                                   max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                   top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
+                                   on_text=on_text)
+    except (AudioError, BundleError, ValueError, RuntimeError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), ensure_ascii=False))
+    elif args.stream:
+        print()
+    else:
+        print(result.text)
+    if result.truncated:
+        print(f"warning: output truncated at --max-new-tokens {args.max_new_tokens}", file=sys.stderr)
+    if args.verbose:
+        s = result.stats
+        print(f"[{result.language}] {s.audio_seconds:.2f} s audio, encoder {s.encoder_ms:.0f} ms, prefill "
+              f"{s.prefill_tokens} tok {s.prefill_ms:.0f} ms, decode {s.decode_tokens} tok {s.decode_ms:.0f} ms, "
+              f"RTF {s.real_time_factor:.3f}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
