@@ -44,10 +44,25 @@ FEATURE_EXTRACTOR_SETTINGS = {
 def _bare_package(name: str, path: str) -> None:
     if name in sys.modules:
         return
+    import importlib.machinery
+
     mod = types.ModuleType(name)
     mod.__path__ = [path]  # type: ignore[attr-defined]
     mod.__package__ = name
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    mod.__spec__.submodule_search_locations = [path]
     sys.modules[name] = mod
+
+
+def _package_root() -> str:
+    """Directory of the installed official ``qwen_asr`` package (not imported)."""
+    mod = sys.modules.get("qwen_asr")
+    if mod is not None and getattr(mod, "__path__", None):
+        return list(mod.__path__)[0]
+    spec = importlib.util.find_spec("qwen_asr")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the official package is missing: pip install --no-deps qwen-asr==0.0.6")
+    return list(spec.submodule_search_locations)[0]
 
 
 _loaded: Optional[types.SimpleNamespace] = None
@@ -63,10 +78,7 @@ def official_modules() -> types.SimpleNamespace:
     global _loaded
     if _loaded is not None:
         return _loaded
-    spec = importlib.util.find_spec("qwen_asr")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the official package is missing: pip install --no-deps qwen-asr==0.0.6")
-    root = list(spec.submodule_search_locations)[0]
+    root = _package_root()
     if "qwen_asr" not in sys.modules:
         _bare_package("qwen_asr", root)
         _bare_package("qwen_asr.core", os.path.join(root, "core"))
@@ -197,10 +209,7 @@ def official_text_utils() -> types.SimpleNamespace:
     import ast
     import typing
 
-    spec = importlib.util.find_spec("qwen_asr")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the official package is missing: pip install --no-deps qwen-asr==0.0.6")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "inference", "utils.py")
+    path = os.path.join(_package_root(), "inference", "utils.py")
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), filename=path)
     wanted_funcs = {"normalize_language_name", "validate_language", "detect_and_fix_repetitions", "parse_asr_output"}
