@@ -290,9 +290,12 @@ def default_restore_writes(domain: FreqDomain) -> list[Write]:
 def load_state(path: Path) -> Optional[dict]:
     if not path.exists():
         return None
-    state = json.loads(path.read_text())
-    if state.get("format") != STATE_FORMAT:
-        raise ClockError(f"{path} has state format {state.get('format')}, expected {STATE_FORMAT}")
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as e:
+        raise ClockError(f"{path} is not a valid state file ({e}); delete it and run --mode unlock again") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise ClockError(f"{path} is not a state file of format {STATE_FORMAT}; delete it and run --mode unlock again")
     return state
 
 

@@ -604,3 +604,12 @@ def test_setup_rejects_python_3_13(board_ok):
     proc = run_setup(root, "--check-only", "--python", str(new), "--rkllm-lib", str(rkllm))
     assert proc.returncode == 1
     assert f"(found: {new} 3.13.1)" in proc.stdout
+
+
+def test_corrupt_state_file_is_a_clear_error(tmp_path):
+    root = make_board(tmp_path / "root", "rk3588")
+    _put(root / "run/qwen3asr-clocks.json", "{not json")
+    proc = run_lock(root, "--mode", "unlock")
+    assert proc.returncode == 1
+    assert f"error: {root}/run/qwen3asr-clocks.json is not a valid state file" in proc.stderr
+    assert "Traceback" not in proc.stderr
