@@ -357,9 +357,8 @@ def make_demo_clips(out_dir: str, seed: int = 0) -> dict:
 
         shorts = []
         for language, tag in (("English", "en"), ("Chinese", "zh")):
-            utts = [u for u in _demo_utterances(seed, language, 40)]
             picked = 0
-            for utt in utts:
+            for utt in _demo_utterances(seed, language, 40):
                 voice, speed, pitch = voice_for(language)
                 speech = synthesize(utt.text, voice, speed, pitch, tmp)
                 if len(speech) / SYNTH_RATE > DEMO_MAX_SHORT_SECONDS:
@@ -374,7 +373,7 @@ def make_demo_clips(out_dir: str, seed: int = 0) -> dict:
             x = x + _noise(pool_dir, "pink", len(x), rng.random()) * np.sqrt(np.mean(speech**2)) / _db(25.0)
             _write_demo(x, os.path.join(out_dir, name), tmp)
             entries.append(_entry(name, utt.text, utt.language, voice, speed,
-                                  [(0.3, 0.3 + len(speech) / SYNTH_RATE, utt.text, utt.language)]))
+                                  [_segment(0.3, 0.3 + len(speech) / SYNTH_RATE, utt.text, utt.language)]))
 
         n = int(3.0 * SYNTH_RATE)
         _write_demo(_noise(pool_dir, "brown", n, rng.random()) * _db(-30.0),
@@ -396,7 +395,8 @@ def make_demo_clips(out_dir: str, seed: int = 0) -> dict:
             speech = synthesize(utt.text, voice, speed, pitch, tmp)
             speech = speech / np.abs(speech).max() * _db(rng.uniform(-4.0, 0.0)) * 0.5
             pieces.append(speech)
-            segments.append((round(t, 3), round(t + len(speech) / SYNTH_RATE, 3), utt.text, language, voice, speed))
+            segments.append(_segment(t, t + len(speech) / SYNTH_RATE, utt.text, language,
+                                     voice=voice, speed=speed))
             t += len(speech) / SYNTH_RATE
             pause = int(round(rng.uniform(*DEMO_PAUSES) * SYNTH_RATE))
             pieces.append(np.zeros(pause))
@@ -406,11 +406,8 @@ def make_demo_clips(out_dir: str, seed: int = 0) -> dict:
         speech_rms = np.sqrt(np.mean(np.concatenate(pieces[1::2]) ** 2))
         x = x + _noise(pool_dir, "pink", len(x), rng.random()) * speech_rms / _db(DEMO_LONG_SNR_DB)
         _write_demo(x, os.path.join(out_dir, "long_mixed.wav"), tmp)
-        text = " ".join(s[2] for s in segments)
-        entry = _entry("long_mixed.wav", text, "Mixed", "several", None, [s[:4] for s in segments])
-        for seg, s in zip(entry["segments"], segments):
-            seg["voice"], seg["speed"] = s[4], s[5]
-        entries.append(entry)
+        text = " ".join(seg["text"] for seg in segments)
+        entries.append(_entry("long_mixed.wav", text, "Mixed", "several", None, segments))
 
     for e in entries:
         e["duration"] = round(sf.info(os.path.join(out_dir, e["file"])).duration, 3)
@@ -428,10 +425,16 @@ def make_demo_clips(out_dir: str, seed: int = 0) -> dict:
     return transcripts
 
 
-def _entry(name, text, language, voice, speed, segments) -> dict:
+def _segment(start: float, end: float, text: str, language: str, **extra) -> dict:
+    """One utterance of a demo clip; times in seconds from the start of the file."""
+    return {"start": round(start, 3), "end": round(end, 3), "text": text, "language": language, **extra}
+
+
+def _entry(name: str, text: str, language: str, voice: str, speed: int | None,
+           segments: list[dict]) -> dict:
+    """One clip of transcripts.json."""
     return {"file": name, "text": text, "language": language, "voice": voice, "speed": speed,
-            "segments": [{"start": round(s, 3), "end": round(e, 3), "text": t, "language": lang}
-                         for s, e, t, lang in segments]}
+            "segments": segments}
 
 
 def _write_demo(x: np.ndarray, path: str, tmp_dir: str) -> None:
