@@ -3,7 +3,7 @@
 
 The model is the official ``Qwen3ASRForConditionalGeneration`` (PyPI ``qwen-asr``) built
 from a config with the values of a real checkpoint (see docs/tokenizer.md and
-/work/shared/reference/qwen3-asr.md section 1), seeded, with every parameter perturbed so
+the project reference notes on Qwen3-ASR, section 1), seeded, with every parameter perturbed so
 that LayerNorm/RMSNorm weights are not 1 and biases are not 0. Saved with
 ``save_pretrained`` plus the files a real checkpoint carries: generation_config.json,
 preprocessor_config.json (WhisperFeatureExtractor) and the tokenizer files.
