@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import enum
 import logging
-import mmap
 import os
 import re
 import threading
@@ -395,10 +394,11 @@ def abi_from_version(major: int, minor: int, patch: int, suffix: str = "") -> st
 def version_in_file(path: str) -> Optional[tuple[int, int, int, str]]:
     """The version named by a ``rkllm-runtime version: X.Y.Z`` literal in the file, if any."""
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            match = _VERSION_RE.search(m)
-    except (OSError, ValueError):  # not a regular file, or empty
+        with open(path, "rb") as f:
+            data = f.read()  # the runtime is some 10-20 MB
+    except OSError:
         return None
+    match = _VERSION_RE.search(data)
     if match is None:
         return None
     return int(match[1]), int(match[2]), int(match[3]), match[4].decode("ascii")
