@@ -342,7 +342,8 @@ def load_library(lib_path: Optional[str | os.PathLike] = None) -> tuple[ctypes.C
         source = "lib_path" if lib_path is not None else ENV_LIB
         path = Path(explicit)
         if not path.is_file():
-            raise RKLLMError(f"{source} points to {str(path)!r}, which is not a file. {_DOWNLOAD_HINT}")
+            raise RKLLMError(f"{source} points to {str(path)!r}, which is not a file. "
+                             + _DOWNLOAD_HINT)
         candidates = [str(path)]
     else:
         repo_lib = REPO_LIB_DIR / LIB_NAME
