@@ -193,7 +193,7 @@ def test_options_are_frozen():
         (np.zeros(1600, dtype=np.float32), 8000, r"needs 16000 Hz audio, got 8000 Hz"),
         (np.zeros(1600, dtype=np.int16), SAMPLE_RATE, r"got dtype int16; convert int16"),
         (np.zeros(1600, dtype=np.float64), SAMPLE_RATE, r"got dtype float64"),
-        (np.zeros((1600, 2), dtype=np.float32), SAMPLE_RATE, r"mono audio of shape \(samples,\), got shape \(1600, 2\)"),
+        (np.zeros((1600, 2), dtype=np.float32), SAMPLE_RATE, r"mono audio of shape \(samples,\), got shape \(1600, 2"),
         ([0.0] * 1600, SAMPLE_RATE, r"numpy float32 array, got list"),
     ],
 )

@@ -133,7 +133,10 @@ class SileroVAD:
         Windows must be consecutive audio; the state carries over between calls.
         """
         if not isinstance(window, np.ndarray) or window.shape != (WINDOW_SAMPLES,) or window.dtype != np.float32:
-            got = f"shape {window.shape} dtype {window.dtype}" if isinstance(window, np.ndarray) else type(window).__name__
+            if isinstance(window, np.ndarray):
+                got = f"shape {window.shape} dtype {window.dtype}"
+            else:
+                got = type(window).__name__
             raise ValueError(f"SileroVAD takes one ({WINDOW_SAMPLES},) float32 window at {SAMPLE_RATE} Hz, got {got}")
         # Context = the last CONTEXT_SAMPLES of the previous input, already at the end of the buffer.
         self._input[0, :CONTEXT_SAMPLES] = self._input[0, -CONTEXT_SAMPLES:]
@@ -363,7 +366,10 @@ class _EventBuilder:
         if tracker.start is not None and not padder.open and tracker.confirmed_start is not None:
             padder.start(tracker.start, events)
         # The earliest sample where a not-yet-announced segment could start.
-        next_start = tracker.start if (tracker.start is not None and not padder.open) else WINDOW_SAMPLES * tracker.index
+        if tracker.start is not None and not padder.open:
+            next_start = tracker.start
+        else:
+            next_start = WINDOW_SAMPLES * tracker.index
         padder.settle(next_start, events)
 
     def set_length(self, n_samples: int) -> None:
