@@ -70,6 +70,52 @@ def save_model(model, path: str) -> list[str]:
     return [path]
 
 
+class SharedWeights:
+    """One weights file shared by several ONNX graphs (the fixed-size encoder variants hold the
+    same tensors): each distinct tensor is stored once and every graph points at it."""
+
+    ALIGN = 4096  # page-aligned offsets let ONNX Runtime memory-map the tensors
+    MIN_BYTES = 1024  # smaller tensors stay inside the graph
+
+    def __init__(self, path: str):
+        self.path = path
+        self.location = os.path.basename(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._f = open(path, "wb")
+        self._index: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def externalize(self, model) -> None:
+        from onnx import TensorProto, external_data_helper
+
+        for t in model.graph.initializer:
+            raw = t.raw_data
+            if len(raw) < self.MIN_BYTES:
+                continue
+            key = (t.name, hashlib.sha1(raw).hexdigest())
+            if key not in self._index:
+                pos = self._f.tell()
+                pad = (-pos) % self.ALIGN
+                self._f.write(b"\0" * pad)
+                self._index[key] = (pos + pad, len(raw))
+                self._f.write(raw)
+            offset, length = self._index[key]
+            external_data_helper.set_external_data(t, self.location, offset, length)
+            t.data_location = TensorProto.EXTERNAL
+            t.ClearField("raw_data")
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def save_encoder(model, path: str, shared: SharedWeights) -> list[str]:
+    import onnx
+
+    shared.externalize(model)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save_model(model, path)
+    return [path]
+
+
 def special_token_ids(ckpt_dir: str) -> dict[str, int]:
     """Special ids resolved by name from the checkpoint's tokenizer files."""
     ids: dict[str, int] = {}
@@ -118,10 +164,11 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
     for form in forms:
         if form not in ("merged", "split"):
             raise ValueError(f"unknown encoder form {form!r}; use merged and/or split")
+    shared = SharedWeights(os.path.join(out_dir, "encoder", "weights.bin"))
     if "split" in forms:
         log.info("encoder front end (split form)")
         path = os.path.join(out_dir, "encoder", "frontend.onnx")
-        files += save_model(graphs.encoder_frontend(W, a), path)
+        files += save_encoder(graphs.encoder_frontend(W, a), path, shared)
         variants.append({"form": "split", "part": "frontend", "seconds": 1, "n_chunks": 1, "tokens": 13,
                          "file": "encoder/frontend.onnx"})
     for d in sorted(set(int(x) for x in durations)):
@@ -131,9 +178,11 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
             name = f"merged_{d}s.onnx" if form == "merged" else f"backend_{d}s.onnx"
             log.info("encoder %s %d s", form, d)
             model = graphs.encoder_merged(W, a, d) if form == "merged" else graphs.encoder_backend(W, a, d)
-            files += save_model(model, os.path.join(out_dir, "encoder", name))
+            files += save_encoder(model, os.path.join(out_dir, "encoder", name), shared)
             variants.append({"form": form, "part": "merged" if form == "merged" else "backend", "seconds": d,
                              "n_chunks": d, "tokens": 13 * d, "file": f"encoder/{name}"})
+    shared.close()
+    files.append(shared.path)
     dec_variants = []
     for dt in decoder_dtypes:
         bits = {"fp32": None, "int8": 8, "int4": 4}.get(dt, "bad")
@@ -172,7 +221,7 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         "special_tokens": specials,
         "eos_token_ids": eos,
         "encoder": {"chunk_frames": graphs.CHUNK_FRAMES, "tokens_per_chunk": 13, "window_tokens": window_tokens,
-                    "opset": graphs.OPSET, "dtype": "float32",
+                    "opset": graphs.OPSET, "dtype": "float32", "weights_file": "encoder/weights.bin",
                     "inputs": {"merged": ["mel", "conv_mask1", "conv_mask2", "attn_bias"],
                                "frontend": ["mel", "conv_mask1", "conv_mask2"], "backend": ["hidden", "attn_bias"]},
                     "variants": variants},
