@@ -65,7 +65,7 @@ def main(argv=None) -> int:
                                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                                    top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
                                    on_text=on_text)
-    except (AudioError, BundleError, ValueError, RuntimeError, OSError) as exc:
+    except (AudioError, BundleError, ValueError, RuntimeError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":

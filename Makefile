@@ -1,0 +1,37 @@
+# Two entry points (see README): `make demo` and `make test`. Both set themselves up.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+DEMO_AUDIO ?= audio/en_1.wav
+
+.PHONY: demo test setup setup-dev system-deps clean-venv
+
+$(VENV)/.runtime: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-nodeps.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	touch $@
+
+setup: $(VENV)/.runtime
+
+setup-dev: $(VENV)/.dev system-deps
+
+# Debian packages the tests use (espeak-ng speech, sox, PortAudio); installed only if missing.
+system-deps:
+	bash scripts/install_system_deps.sh
+
+# Transcribe a bundled clip with the bundled default model.
+demo: setup
+	$(PY) python/transcribe.py --audio $(DEMO_AUDIO)
+
+# The whole test suite.
+test: setup-dev
+	$(PY) -m pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,131 @@
+"""Audio input: formats, channels, rates, normalisation, and every error message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from qwen3asr.audio import AudioError, prepare_audio
+
+SR = 16000
+
+
+def tone(seconds=1.0, sr=SR, freq=440.0, amp=0.5):
+    t = np.arange(int(seconds * sr)) / sr
+    return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+@pytest.mark.parametrize("subtype,fmt,ext", [("PCM_16", "WAV", "wav"), ("PCM_24", "WAV", "wav"),
+                                             ("PCM_32", "WAV", "wav"), ("FLOAT", "WAV", "wav"),
+                                             ("PCM_U8", "WAV", "wav"), ("PCM_16", "FLAC", "flac"),
+                                             ("VORBIS", "OGG", "ogg")])
+def test_file_formats_read_to_16k_float(tmp_path, subtype, fmt, ext):
+    x = tone()
+    path = tmp_path / f"a.{ext}"
+    sf.write(path, x, SR, subtype=subtype, format=fmt)
+    y = prepare_audio(str(path))
+    assert y.dtype == np.float32 and y.ndim == 1 and len(y) == len(x)
+    tol = 0.05 if subtype in ("VORBIS", "PCM_U8") else 1e-3
+    if subtype == "VORBIS":  # lossy: the waveform is close, not equal
+        assert np.corrcoef(x, y)[0, 1] > 0.99
+    else:
+        assert np.abs(y - x).max() < tol
+
+
+def test_other_rates_are_resampled_band_limited(tmp_path):
+    for sr in (8000, 22050, 44100, 48000):
+        path = tmp_path / f"r{sr}.wav"
+        sf.write(path, tone(1.0, sr, 1000.0), sr)
+        y = prepare_audio(str(path))
+        assert abs(len(y) - SR) <= 1
+        spec = np.abs(np.fft.rfft(y[2000:14000]))
+        peak_hz = np.argmax(spec) * SR / 12000
+        assert abs(peak_hz - 1000) < 5
+    # content above 8 kHz is removed, not aliased into the band
+    sr = 44100
+    path = tmp_path / "hf.wav"
+    sf.write(path, tone(1.0, sr, 15000.0), sr)
+    y = prepare_audio(str(path))
+    assert np.sqrt(np.mean(y[2000:-2000] ** 2)) < 1e-3
+
+
+def test_channels_averaged(tmp_path):
+    left, right = tone(freq=300), tone(freq=500, amp=0.2)
+    path = tmp_path / "st.wav"
+    sf.write(path, np.stack([left, right], axis=1), SR, subtype="FLOAT")
+    y = prepare_audio(str(path))
+    assert np.allclose(y, (left + right) / 2, atol=1e-6)
+    six = np.stack([left] * 6, axis=1)
+    assert np.allclose(prepare_audio(six), left, atol=1e-6)
+    assert np.allclose(prepare_audio(six.T.copy()), left, atol=1e-6)  # (channels, n) too
+
+
+def test_peak_normalisation_as_official():
+    x = tone(amp=0.5)
+    assert np.allclose(prepare_audio(x), x)  # peak <= 1: untouched
+    y = prepare_audio(x * 4)  # peak 2 -> divided by the peak
+    assert np.isclose(np.abs(y).max(), 1.0) and np.allclose(y, x / 0.5 * 1.0, atol=1e-6)
+
+
+def test_integer_arrays():
+    x = tone(amp=0.25)
+    i16 = np.round(x * 32767).astype(np.int16)
+    assert np.abs(prepare_audio(i16) - x).max() < 1e-4
+    u8 = np.round(x * 127 + 128).astype(np.uint8)
+    assert np.abs(prepare_audio(u8) - x).max() < 0.01
+
+
+def test_array_with_rate_is_resampled():
+    y = prepare_audio(tone(1.0, 48000), sample_rate=48000)
+    assert abs(len(y) - SR) <= 1
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lambda p: None, "not found"),
+    (lambda p: p.write_bytes(b""), r"empty \(0 bytes\)"),
+    (lambda p: p.write_text("this is a text file, not audio\n" * 20), "cannot decode"),
+    (lambda p: p.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt "), "cannot decode"),
+])
+def test_bad_files(tmp_path, make, msg):
+    path = tmp_path / "bad.wav"
+    make(path)
+    with pytest.raises(AudioError, match=msg):
+        prepare_audio(str(path))
+
+
+def test_directory_is_not_audio(tmp_path):
+    with pytest.raises(AudioError, match="directory"):
+        prepare_audio(str(tmp_path))
+
+
+def test_file_without_samples(tmp_path):
+    path = tmp_path / "zero.wav"
+    sf.write(path, np.zeros(0, np.float32), SR)
+    with pytest.raises(AudioError, match="no samples"):
+        prepare_audio(str(path))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite(bad):
+    x = tone()
+    x[100] = bad
+    with pytest.raises(AudioError, match="NaN or infinite"):
+        prepare_audio(x)
+
+
+def test_too_short():
+    with pytest.raises(AudioError, match="too short"):
+        prepare_audio(np.zeros(100, np.float32))
+    assert prepare_audio(np.zeros(160, np.float32)).shape == (160,)
+
+
+def test_bad_array_types():
+    with pytest.raises(AudioError, match="file path or a numpy array"):
+        prepare_audio([0.0] * 1000)
+    with pytest.raises(AudioError, match="not PCM"):
+        prepare_audio(np.zeros(1000, dtype=np.complex64))
+    with pytest.raises(AudioError, match="1-D .* or 2-D"):
+        prepare_audio(np.zeros((2, 2, 1000), np.float32))
+    with pytest.raises(AudioError, match="sample rate must be positive"):
+        prepare_audio(tone(), sample_rate=0)

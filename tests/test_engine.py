@@ -1,0 +1,206 @@
+"""Engine API on a random-weight bundle: results, stats, streaming text, generation state,
+sampling options and error paths (the outputs are meaningless; the mechanics are not)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import bundles
+from qwen3asr import AudioError, BundleError, DecodingOptions, Qwen3ASREngine
+from qwen3asr.engine import TextStreamer
+from qwen3asr.languages import LanguageError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLIP = os.path.join(ROOT, "audio", "en_1.wav")
+
+
+@pytest.fixture(scope="module")
+def bundle_dir():
+    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
+    return bundles.bundle("tiny-a", "bfloat16")[1]
+
+
+@pytest.fixture(scope="module")
+def engine(bundle_dir):
+    return Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="fp32")
+
+
+def test_transcription_fields_and_stats(engine):
+    r = engine.transcribe(CLIP, max_new_tokens=6)
+    assert r.truncated and len(r.token_ids) == 6  # random weights never say end-of-sequence
+    assert r.raw_text == engine.tokenizer.decode(r.token_ids)
+    s = r.stats
+    assert s.audio_seconds == pytest.approx(1.782, abs=0.01)
+    assert s.prefill_tokens == 9 + 6 + 23  # prompt template + audio tokens of 1.78 s
+    assert s.decode_tokens == 5  # the sixth token needs no forward pass
+    assert s.encoder_calls == 1 and s.backend == "onnx"
+    assert s.real_time_factor > 0 and s.total_ms >= s.encoder_ms
+    d = r.to_dict()
+    assert set(d) >= {"text", "language", "language_code", "truncated", "stats"}
+    json.dumps(d)
+
+
+def test_forced_language_and_context(engine):
+    r = engine.transcribe(CLIP, language="zh", context="hot words", max_new_tokens=4)
+    assert r.language == "Chinese" and r.language_code == "zh"
+    with pytest.raises(LanguageError, match="accepted"):
+        engine.transcribe(CLIP, language="Klingon")
+
+
+def test_on_text_gets_exactly_the_text_with_forced_language(engine):
+    pieces = []
+    r = engine.transcribe(CLIP, language="English", max_new_tokens=12, on_text=pieces.append)
+    assert "".join(pieces).strip() == r.text
+    assert all("\ufffd" not in p for p in pieces)
+
+
+def test_text_streamer_hides_prefix_and_never_splits_characters(engine):
+    tok = engine.tokenizer
+    ids = tok.encode("language Chinese<asr_text>打开厨房的灯 and 𝄞 done")
+    pieces = []
+    s = TextStreamer(tok, pieces.append, forced=False)
+    for t in ids + [tok.im_end]:
+        s.push(t)
+    s.finish()
+    assert "".join(pieces) == "打开厨房的灯 and 𝄞 done"
+    assert all("\ufffd" not in p and "language" not in p for p in pieces)
+    # nothing is emitted before <asr_text> arrives
+    early = []
+    s2 = TextStreamer(tok, early.append, forced=False)
+    for t in tok.encode("language English"):
+        s2.push(t)
+    assert early == []
+
+
+def test_generation_pause_resume_and_clone(engine):
+    opts = DecodingOptions(max_new_tokens=10)
+    g_full, _ = engine.start(CLIP, options=opts)
+    full = g_full.run()
+    g, _ = engine.start(CLIP, options=opts)
+    first = g.run(max_steps=3)
+    assert len(first) == 3 and not g.finished
+    fork = g.clone()
+    rest = g.run()
+    assert first + rest == full and g.finish_reason == "length"
+    assert fork.run() == rest  # the clone continues identically and independently
+    assert fork.tokens == g.tokens
+
+
+def test_clone_branches_with_sampling(engine):
+    g, _ = engine.start(CLIP, options=DecodingOptions(max_new_tokens=8, temperature=1.0, seed=1))
+    g.run(max_steps=2)
+    a, b = g.clone(), g.clone()
+    assert a.run() == b.run()  # same rng state copied
+    s1 = engine.transcribe(CLIP, max_new_tokens=8, temperature=1.0, top_k=50, top_p=0.9, seed=7)
+    s2 = engine.transcribe(CLIP, max_new_tokens=8, temperature=1.0, top_k=50, top_p=0.9, seed=7)
+    assert s1.token_ids == s2.token_ids
+
+
+def test_repetition_penalty_changes_greedy_output(engine):
+    plain = engine.transcribe(CLIP, max_new_tokens=8)
+    penal = engine.transcribe(CLIP, max_new_tokens=8, repetition_penalty=5.0)
+    assert len(set(penal.token_ids)) > len(set(plain.token_ids))
+
+
+@pytest.mark.parametrize("kw,msg", [({"max_new_tokens": 0}, "max_new_tokens"), ({"temperature": -1}, "temperature"),
+                                    ({"top_k": -2}, "top_k"), ({"top_p": 0.0}, "top_p"),
+                                    ({"repetition_penalty": 0}, "repetition_penalty")])
+def test_bad_decoding_options(engine, kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        engine.transcribe(CLIP, **kw)
+
+
+def test_too_long_names_the_limit(bundle_dir):
+    eng = Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8")
+    eng.max_context = 200
+    x = np.zeros(16000 * 20, np.float32)
+    with pytest.raises(AudioError, match=r"too long.*context of 200 tokens \(about \d+ s of audio\)"):
+        eng.transcribe(x, max_new_tokens=50)
+
+
+def test_split_and_merged_forms_agree(bundle_dir):
+    a = Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="merged", decoder_dtype="fp32")
+    b = Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="split", decoder_dtype="fp32")
+    assert a.transcribe(CLIP, max_new_tokens=8).token_ids == b.transcribe(CLIP, max_new_tokens=8).token_ids
+
+
+# ----------------------------------------------------------------------------- bundle faults
+def _copy(bundle_dir, tmp_path):
+    dst = tmp_path / "bundle"
+    shutil.copytree(bundle_dir, dst)
+    return dst
+
+
+def test_missing_model_dir(tmp_path):
+    with pytest.raises(BundleError, match="model directory not found.*export_onnx.py"):
+        Qwen3ASREngine(str(tmp_path / "nope"), backend="onnx")
+
+
+def test_not_a_bundle(tmp_path):
+    with pytest.raises(BundleError, match="no model.json"):
+        Qwen3ASREngine(str(tmp_path), backend="onnx")
+
+
+def test_lfs_pointer_files(bundle_dir, tmp_path):
+    dst = _copy(bundle_dir, tmp_path)
+    (dst / "decoder" / "decoder_int8.onnx").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
+    with pytest.raises(BundleError, match="Git LFS pointer.*git lfs pull"):
+        Qwen3ASREngine(str(dst), backend="onnx", decoder_dtype="int8")
+
+
+def test_missing_decoder_file_and_dtype(bundle_dir, tmp_path):
+    dst = _copy(bundle_dir, tmp_path)
+    os.remove(dst / "decoder" / "decoder_fp32.onnx")
+    with pytest.raises(BundleError, match="decoder \\(fp32\\) missing"):
+        Qwen3ASREngine(str(dst), backend="onnx", decoder_dtype="fp32")
+    man = json.loads((dst / "model.json").read_text())
+    man["decoder"]["variants"] = [v for v in man["decoder"]["variants"] if v["dtype"] != "int4"]
+    (dst / "model.json").write_text(json.dumps(man))
+    with pytest.raises(BundleError, match="no int4 decoder"):
+        Qwen3ASREngine(str(dst), backend="onnx", decoder_dtype="int4")
+
+
+def test_wrong_format_and_bad_json(bundle_dir, tmp_path):
+    dst = _copy(bundle_dir, tmp_path)
+    man = json.loads((dst / "model.json").read_text())
+    man["format"] = "something-else/9"
+    (dst / "model.json").write_text(json.dumps(man))
+    with pytest.raises(BundleError, match="Re-export"):
+        Qwen3ASREngine(str(dst), backend="onnx")
+    (dst / "model.json").write_text("{not json")
+    with pytest.raises(BundleError, match="not valid JSON"):
+        Qwen3ASREngine(str(dst), backend="onnx")
+
+
+def test_missing_encoder_graph(bundle_dir, tmp_path):
+    dst = _copy(bundle_dir, tmp_path)
+    os.remove(dst / "encoder" / "merged_2s.onnx")
+    eng = Qwen3ASREngine(str(dst), backend="onnx", decoder_dtype="int8")
+    with pytest.raises(FileNotFoundError, match="merged_2s.onnx.*export_onnx.py"):
+        eng.transcribe(CLIP, max_new_tokens=2)
+
+
+def test_unknown_options(bundle_dir):
+    with pytest.raises(ValueError, match="unknown backend"):
+        Qwen3ASREngine(bundle_dir, backend="gpu")
+    with pytest.raises(ValueError, match="encoder form"):
+        Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="fused")
+    with pytest.raises(BundleError, match=r"encoder sizes \[7\] s not in the bundle"):
+        Qwen3ASREngine(bundle_dir, backend="onnx", encoder_sizes=[7])
+
+
+def test_checksums_detect_corruption(bundle_dir, tmp_path):
+    from qwen3asr.bundle import Bundle
+
+    dst = _copy(bundle_dir, tmp_path)
+    assert Bundle.load(str(dst)).verify_checksums() == []
+    with open(dst / "embed_tokens.npy", "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\x01\x02\x03\x04")
+    assert Bundle.load(str(dst)).verify_checksums() == ["embed_tokens.npy"]
