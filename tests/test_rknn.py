@@ -1,0 +1,439 @@
+"""RKNN encoder path: conversion + simulator verification (rknn-toolkit2 in .venv-rknn) and the
+board runner's checks and call contract (with a test double for rknnlite, which only runs on boards)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import bundles
+import onnx2rknn
+from qwen3asr.audio import prepare_audio
+from qwen3asr.bundle import Bundle, BundleError
+from qwen3asr.encoder import AudioEncoder, tokens_for_frames
+from qwen3asr.mel import log_mel
+from qwen3asr.onnx_backend import OnnxEncoderRunner, make_session
+from qwen3asr import rknn_backend as rb
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RKNN_PY = os.path.join(ROOT, ".venv-rknn", "bin", "python")
+AUDIO = os.path.join(ROOT, "audio", "long_mixed.wav")
+TARGETS = ("rk3588", "rk3576")
+SIZES = (2, 3)
+LENGTHS = (1.37, 3.0)
+START = 0.5  # s: the first utterance of long_mixed.wav starts here
+
+
+def _toolkit_reason() -> str | None:
+    if not os.path.isfile(RKNN_PY):
+        return "no .venv-rknn: run `bash scripts/setup_rknn_env.sh` for the rknn-toolkit2 tests"
+    r = subprocess.run([RKNN_PY, "-c", "import rknn.api"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"rknn-toolkit2 does not import in .venv-rknn: {r.stderr.strip()[-300:]}"
+    return None
+
+
+def _copy_encoder_bundle(dst: str) -> str:
+    """model.json + encoder/ of the tiny-a bundle (all the RKNN path reads)."""
+    _, src = bundles.bundle("tiny-a")
+    os.makedirs(dst)
+    shutil.copy(os.path.join(src, "model.json"), dst)
+    shutil.copytree(os.path.join(src, "encoder"), os.path.join(dst, "encoder"))
+    return dst
+
+
+def _add_foreign_rk_key(bundle_dir: str) -> None:
+    path = os.path.join(bundle_dir, "model.json")
+    with open(path) as f:
+        m = json.load(f)
+    m["rk"] = {"rkllm": {"rk3576": [{"file": "rkllm/decoder.rkllm"}]}}
+    with open(path, "w") as f:
+        json.dump(m, f)
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """A bundle whose merged + split 2/3 s graphs were converted for both SoCs with --verify."""
+    reason = _toolkit_reason()
+    if reason:
+        pytest.skip(reason)
+    d = _copy_encoder_bundle(str(tmp_path_factory.mktemp("rk") / "bundle"))
+    _add_foreign_rk_key(d)
+    reports = {}
+    for target in TARGETS:
+        rep = os.path.join(d, f"verify_{target}.json")
+        cmd = [RKNN_PY, os.path.join(ROOT, "scripts", "onnx2rknn.py"), "--bundle", d, "--target", target,
+               "--forms", "merged,split", "--sizes", ",".join(map(str, SIZES)), "--verify", AUDIO,
+               "--verify-lengths", ",".join(map(str, LENGTHS)), "--verify-start", str(START), "--report", rep]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"onnx2rknn failed for {target}:\n{r.stderr[-3000:]}"
+        assert f"verified 10 comparisons for {target}" in r.stdout
+        with open(rep) as f:
+            reports[target] = json.load(f)
+    return d, reports
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_simulator_matches_onnx_runtime(converted, target):
+    _, reports = converted
+    res = reports[target]
+    graphs = {r["graph"] for r in res}
+    assert graphs == {"merged_2s", "merged_3s", "frontend", "backend_2s", "backend_3s"}
+    assert len(res) == len(graphs) * len(LENGTHS)
+    for r in res:
+        assert r["target"] == target
+        assert r["tokens_rknn"] == r["tokens_onnx"] == tokens_for_frames(round(r["seconds"] * 100))
+        assert r["cosine"] >= 0.999, r
+    assert {r["tokens_onnx"] for r in res} == {18, 39}
+
+
+def test_metadata_in_custom_string_and_manifest(converted):
+    d, _ = converted
+    b = Bundle.load(d)
+    assert b.manifest["rk"]["rkllm"] == {"rk3576": [{"file": "rkllm/decoder.rkllm"}]}  # merged, not clobbered
+    assert b.manifest["decoder"]["variants"]  # export-time keys kept
+    digest = rb.encoder_digest(b.manifest)
+    for target in TARGETS:
+        entries = b.manifest["rk"]["rknn"][target]
+        assert sorted((e["part"], e["n_chunks"]) for e in entries) == [
+            ("backend", 2), ("backend", 3), ("frontend", 1), ("merged", 2), ("merged", 3)]
+        for e in entries:
+            path = os.path.join(d, e["file"])
+            assert e["file"].startswith(f"rknn/{target}/")
+            assert e["sha256"] == onnx2rknn.sha256(path)
+            with open(path, "rb") as f:
+                assert f.read(4) == b"RKNN"
+            meta = rb.read_rknn_metadata(path)
+            assert (meta["form"], meta["part"], meta["n_chunks"], meta["target"]) == (
+                e["form"], e["part"], e["n_chunks"], target)
+            assert meta["encoder_sha256"] == digest
+            assert meta["inputs"] == b.manifest["encoder"]["inputs"][e["part"]]
+            assert meta["tokens"] == 13 * e["n_chunks"]
+            assert meta["exporter_version"] == b.manifest["exporter_version"]
+            assert meta["toolkit"] == "2.5.0"
+
+
+# --- the board runner, with a test double for rknnlite -------------------------------------------
+
+def _write_fake_rknn(path: str, meta: dict) -> None:
+    """A file laid out like a .rknn for the runner's checks: magic, filler, custom string."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"RKNN" + b"\0" * 60 + rb.custom_string(meta).encode() + b"\0" * 16)
+
+
+@pytest.fixture()
+def synthetic(tmp_path):
+    """A bundle with stand-in .rknn files (real metadata, no NPU code) for rk3588 and rk3576."""
+    d = _copy_encoder_bundle(str(tmp_path / "bundle"))
+    b = Bundle.load(d)
+    for target in TARGETS:
+        entries = []
+        for v in onnx2rknn.select_graphs(b, ("merged", "split"), list(SIZES)):
+            shapes, out_shape = onnx2rknn.graph_io(os.path.join(d, v["file"]))
+            inputs = b.manifest["encoder"]["inputs"][v["part"]]
+            meta = {"meta_version": rb.META_VERSION, "form": v["form"], "part": v["part"],
+                    "n_chunks": v["n_chunks"], "target": target, "inputs": inputs,
+                    "input_shapes": {k: shapes[k] for k in inputs}, "output_shape": out_shape,
+                    "encoder_sha256": rb.encoder_digest(b.manifest)}
+            rel = f"rknn/{target}/{onnx2rknn.graph_name(v)}.rknn"
+            _write_fake_rknn(os.path.join(d, rel), meta)
+            entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel,
+                            "sha256": onnx2rknn.sha256(os.path.join(d, rel))})
+        onnx2rknn.record(d, target, entries)
+    return d
+
+
+class FakeRKNNLite:
+    """Test double of rknnlite.api.RKNNLite: enforces load_rknn -> init_runtime(core_mask) ->
+    inference(inputs=[...]) -> release and checks inputs against the ONNX graph the file was made
+    from (count, order, shape, float32), then computes the output with ONNX Runtime."""
+
+    instances: list = []
+    fail: dict = {}  # call name -> return value to give instead of success
+    output_override = None  # if set, inference returns this
+
+    def __init__(self):
+        self.calls = []
+        self.onnx = None
+        FakeRKNNLite.instances.append(self)
+
+    def load_rknn(self, path):
+        assert self.calls == [], self.calls
+        self.calls.append(("load_rknn", path))
+        if "load_rknn" in self.fail:
+            return self.fail["load_rknn"]
+        bundle_dir = os.path.dirname(os.path.dirname(os.path.dirname(path)))
+        man = json.load(open(os.path.join(bundle_dir, "model.json")))
+        meta = rb.read_rknn_metadata(path)
+        src = next(v for v in man["encoder"]["variants"] if v["form"] == meta["form"]
+                   and v["part"] == meta["part"] and v["n_chunks"] == meta["n_chunks"])
+        self.names = man["encoder"]["inputs"][meta["part"]]  # the order onnx2rknn gave load_onnx
+        self.onnx = make_session(os.path.join(bundle_dir, src["file"]))
+        return 0
+
+    def init_runtime(self, core_mask=0):
+        assert [c[0] for c in self.calls] == ["load_rknn"], self.calls
+        self.calls.append(("init_runtime", core_mask))
+        return self.fail.get("init_runtime", 0)
+
+    def inference(self, inputs, data_format=None):
+        assert [c[0] for c in self.calls[:2]] == ["load_rknn", "init_runtime"], self.calls
+        assert isinstance(inputs, list) and len(inputs) == len(self.onnx.get_inputs()) == len(self.names)
+        assert data_format == "nchw"
+        feeds = {}
+        by_name = {i.name: i for i in self.onnx.get_inputs()}
+        for name, a in zip(self.names, inputs):
+            assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
+            assert list(a.shape) == list(by_name[name].shape), (name, a.shape, by_name[name].shape)
+            feeds[name] = a
+        self.calls.append(("inference", len(inputs)))
+        if self.output_override is not None:
+            return [self.output_override]
+        return self.onnx.run(None, feeds)
+
+    def release(self):
+        self.calls.append(("release",))
+
+
+@pytest.fixture()
+def fake_lite():
+    FakeRKNNLite.instances, FakeRKNNLite.fail, FakeRKNNLite.output_override = [], {}, None
+    yield FakeRKNNLite
+    FakeRKNNLite.instances, FakeRKNNLite.fail, FakeRKNNLite.output_override = [], {}, None
+
+
+def _mel(seconds: float) -> np.ndarray:
+    pcm = prepare_audio(AUDIO)
+    return log_mel(pcm[int(START * 16000):int((START + seconds) * 16000)], 128)
+
+
+def _check_runner_against_onnx(bundle_dir: str, fake_lite, target: str, form: str) -> None:
+    b = Bundle.load(bundle_dir)
+    enc = rb.create_rknn_encoder(b, form, soc=target, lite_class=fake_lite)
+    ref = AudioEncoder(OnnxEncoderRunner(b.frontend_path()), b.encoder_variants(form, list(SIZES)),
+                       b.manifest["encoder"]["window_tokens"], 128, form)
+    for seconds in (1.37, 3.0, 5.0):  # 5 s is longer than the largest variant: chained
+        mel = _mel(seconds)
+        got, want = enc.encode(mel), ref.encode(mel)
+        assert got.shape == want.shape == (tokens_for_frames(mel.shape[1]), 96)
+        np.testing.assert_array_equal(got, want)
+    n_models = len(SIZES) + (1 if form == "split" else 0)
+    assert len(fake_lite.instances) == n_models
+    enc.runner.release()
+    mask = {"rk3588": 7, "rk3576": 3}[target]
+    for h in fake_lite.instances:
+        assert h.calls[0][0] == "load_rknn" and h.calls[0][1].endswith(".rknn")
+        assert h.calls[1] == ("init_runtime", mask)
+        assert h.calls[-1] == ("release",)
+    assert sum(c[0] == "inference" for h in fake_lite.instances for c in h.calls) > 0
+
+
+@pytest.mark.parametrize("form", ["merged", "split"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_runner_contract_synthetic(synthetic, fake_lite, target, form):
+    _check_runner_against_onnx(synthetic, fake_lite, target, form)
+
+
+@pytest.mark.parametrize("form", ["merged", "split"])
+def test_runner_contract_converted_files(converted, fake_lite, form):
+    _check_runner_against_onnx(converted[0], fake_lite, "rk3576", form)
+
+
+def test_sizes_and_core_mask_override(synthetic, fake_lite):
+    enc = rb.create_rknn_encoder(synthetic, "merged", sizes=[3], soc="rk3588", core_mask="0_1", lite_class=fake_lite)
+    assert [v.n_chunks for v in enc.variants] == [3]
+    assert fake_lite.instances[0].calls[1] == ("init_runtime", 3)
+    with pytest.raises(BundleError, match=r"RKNN encoder sizes \[4\] s not converted for rk3588 \(merged offers \[2, 3\] s\)"):
+        rb.create_rknn_encoder(synthetic, "merged", sizes=[4], soc="rk3588", lite_class=fake_lite)
+
+
+def _first_file(bundle_dir: str, target="rk3588", part="merged") -> str:
+    man = json.load(open(os.path.join(bundle_dir, "model.json")))
+    e = next(e for e in man["rk"]["rknn"][target] if e["part"] == part)
+    return os.path.join(bundle_dir, e["file"])
+
+
+def test_missing_file(synthetic, fake_lite):
+    os.remove(_first_file(synthetic))
+    with pytest.raises(BundleError, match=r"RKNN model missing: .*merged_2s\.rknn"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+    assert fake_lite.instances == []  # checked before any model was loaded
+
+
+def test_lfs_pointer(synthetic, fake_lite):
+    with open(_first_file(synthetic), "w") as f:
+        f.write("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
+    with pytest.raises(BundleError, match=r"RKNN model is a Git LFS pointer.*`git lfs pull`"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+
+
+def test_wrong_magic(synthetic, fake_lite):
+    with open(_first_file(synthetic), "wb") as f:
+        f.write(b"\x08\x07onnx-model" + b"\0" * 100)
+    with pytest.raises(rb.RknnModelError, match=r"is not an RKNN model \(starts with b'\\x08\\x07on', expected b'RKNN'\)"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+
+
+def test_no_metadata(synthetic, fake_lite):
+    with open(_first_file(synthetic), "wb") as f:
+        f.write(b"RKNN" + b"\0" * 200)
+    with pytest.raises(rb.RknnModelError, match="no qwen3asr metadata in its custom string"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+
+
+def test_stale_conversion(synthetic, fake_lite):
+    """The encoder was re-exported after the conversion: its files' checksums changed."""
+    path = os.path.join(synthetic, "model.json")
+    m = json.load(open(path))
+    m["files"]["encoder/weights.bin"] = "0" * 64
+    json.dump(m, open(path, "w"))
+    with pytest.raises(rb.RknnModelError, match=r"encoder_sha256: file has '[0-9a-f]{64}', expected '[0-9a-f]{64}'.*"
+                                                r"re-run python scripts/onnx2rknn.py --bundle .* --target rk3588"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+
+
+def test_file_of_other_soc(synthetic, fake_lite):
+    path = os.path.join(synthetic, "model.json")
+    m = json.load(open(path))
+    m["rk"]["rknn"]["rk3588"] = m["rk"]["rknn"]["rk3576"]
+    json.dump(m, open(path, "w"))
+    with pytest.raises(rb.RknnModelError, match=r"target: file has 'rk3576', expected 'rk3588'"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+
+
+def test_no_models_for_soc(tmp_path):
+    d = _copy_encoder_bundle(str(tmp_path / "b"))
+    with pytest.raises(BundleError, match=r"no RKNN encoder models for rk3576 \(it has: none\).*"
+                                          r"python scripts/onnx2rknn.py --bundle .* --target rk3576"):
+        rb.create_rknn_encoder(d, "merged", soc="rk3576")
+
+
+def test_missing_rknnlite_message(synthetic):
+    try:
+        import rknnlite  # noqa: F401
+        pytest.skip("rknnlite is installed here (a board): the missing-library message cannot be tested")
+    except ImportError:
+        pass
+    with pytest.raises(RuntimeError, match=r"pip install rknn-toolkit-lite2 \(aarch64 boards only"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588")
+
+
+def test_init_runtime_failure_releases(synthetic, fake_lite):
+    fake_lite.fail = {"init_runtime": -1}
+    with pytest.raises(RuntimeError, match=r"RKNNLite.init_runtime\(core_mask=7\) failed with -1 for .*merged_2s"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+    assert all(h.calls[-1] == ("release",) for h in fake_lite.instances)
+
+
+def test_load_failure(synthetic, fake_lite):
+    fake_lite.fail = {"load_rknn": -1}
+    with pytest.raises(RuntimeError, match=r"RKNNLite.load_rknn\(.*merged_2s.rknn\) failed with -1"):
+        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+
+
+def test_inf_output_and_failed_inference(synthetic, fake_lite):
+    enc = rb.create_rknn_encoder(synthetic, "merged", sizes=[2], soc="rk3588", lite_class=fake_lite)
+    out = np.zeros((1, 26, 96), np.float32)
+    out[0, 3, 5] = np.inf
+    fake_lite.output_override = out
+    with pytest.raises(FloatingPointError, match=r"merged_2s.rknn produced inf/nan on the NPU"):
+        enc.encode(_mel(1.37))
+    fake_lite.output_override = np.zeros((1, 25, 96), np.float32)
+    with pytest.raises(RuntimeError, match=r"merged_2s.rknn: output shape \[1, 25, 96\], expected \[1, 26, 96\]"):
+        enc.encode(_mel(1.37))
+
+
+def test_detect_soc(tmp_path):
+    p = tmp_path / "compatible"
+    for content, soc in ((b"radxa,rock-5b\0rockchip,rk3588\0", "rk3588"), (b"xunlong,orangepi-5\0rockchip,rk3588s\0",
+                                                                          "rk3588"),
+                         (b"rockchip,rk3576-evb1-v10\0rockchip,rk3576\0", "rk3576")):
+        p.write_bytes(content)
+        assert rb.detect_soc(str(p)) == soc
+    p.write_bytes(b"raspberrypi,5-model-b\0brcm,bcm2712\0")
+    with pytest.raises(RuntimeError, match=r"unsupported SoC \(device tree says: raspberrypi,5-model-b, brcm,bcm2712\)"):
+        rb.detect_soc(str(p))
+    with pytest.raises(RuntimeError, match="not a Rockchip board"):
+        rb.detect_soc(str(tmp_path / "absent"))
+
+
+def test_core_masks():
+    assert rb.resolve_core_mask("rk3588") == 7
+    assert rb.resolve_core_mask("rk3576") == 3
+    assert rb.resolve_core_mask("rk3588", "NPU_CORE_0") == 1
+    assert rb.resolve_core_mask("rk3576", 2) == 2
+    with pytest.raises(ValueError, match="core mask 7 names an NPU core rk3576 does not have"):
+        rb.resolve_core_mask("rk3576", "0_1_2")
+    with pytest.raises(ValueError, match="unknown NPU core mask 'fast'"):
+        rb.resolve_core_mask("rk3588", "fast")
+
+
+# --- converter errors that need no toolkit -------------------------------------------------------
+
+def test_converter_unknown_size(tmp_path, capsys):
+    d = _copy_encoder_bundle(str(tmp_path / "b"))
+    assert onnx2rknn.main(["--bundle", d, "--target", "rk3588", "--sizes", "7"]) == 2
+    assert "sizes [7] s not in the bundle's merged graphs (it has [2, 3, 4, 5, 8] s)" in capsys.readouterr().err
+
+
+class _FailingRKNN:
+    """Stand-in for rknn.api.RKNN whose ``failing`` call returns -1 (every call is logged)."""
+
+    failing = "build"
+    log: list = []
+
+    def __init__(self, verbose=False):
+        pass
+
+    def _ret(self, name):
+        self.log.append(name)
+        return -1 if name == self.failing else 0
+
+    def config(self, **kw):
+        return self._ret("config")
+
+    def load_onnx(self, **kw):
+        return self._ret("load_onnx")
+
+    def build(self, **kw):
+        return self._ret("build")
+
+    def export_rknn(self, path):
+        return self._ret("export_rknn")
+
+    def init_runtime(self, **kw):
+        return self._ret("init_runtime")
+
+    def release(self):
+        self.log.append("release")
+
+
+@pytest.mark.parametrize("failing", ["config", "load_onnx", "build", "export_rknn"])
+def test_converter_checks_every_return_code(tmp_path, monkeypatch, capsys, failing):
+    d = _copy_encoder_bundle(str(tmp_path / "b"))
+    monkeypatch.setattr(_FailingRKNN, "failing", failing)
+    monkeypatch.setattr(_FailingRKNN, "log", [])
+    monkeypatch.setattr(onnx2rknn, "toolkit", lambda: _FailingRKNN)
+    assert onnx2rknn.main(["--bundle", d, "--target", "rk3576", "--forms", "merged", "--sizes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"rknn-toolkit2 {failing} failed (returned -1) for encoder/merged_2s.onnx (rk3576)" in err
+    assert _FailingRKNN.log[-1] == "release"
+    assert "rk" not in json.load(open(os.path.join(d, "model.json")))
+
+
+def test_converter_without_toolkit(tmp_path, capsys):
+    try:
+        import rknn.api  # noqa: F401
+        pytest.skip("rknn-toolkit2 imports in this venv")
+    except ImportError:
+        pass
+    d = _copy_encoder_bundle(str(tmp_path / "b"))
+    assert onnx2rknn.main(["--bundle", d, "--target", "rk3588", "--sizes", "2"]) == 2
+    assert "run this script with .venv-rknn/bin/python" in capsys.readouterr().err
+
