@@ -1,0 +1,434 @@
+"""The engine with backend="rk" end to end on x86, with test doubles for the NPU parts only.
+
+- librkllmrt.so: the C double tests/c/fake_rkllm.c (see test_rkllm_protocol.py), linked with
+  a small shim whose ``rkllm_run`` keeps a copy of the embeddings it is handed, so the test
+  can compare them bit for bit with the ONNX engine's spliced prompt embeddings.
+- rknnlite: a fake ``rknnlite.api.RKNNLite`` that checks the call contract (load_rknn,
+  init_runtime with the SoC's core mask, inference(inputs=[...]) with the stored shapes,
+  release) and computes with our ONNX Runtime encoder runner on the bundle's graphs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime", reason="the encoder double runs the ONNX graphs")
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+
+import bundles  # noqa: E402
+from qwen3asr import Qwen3ASREngine  # noqa: E402
+from qwen3asr import rk_backend, rkllm  # noqa: E402
+from qwen3asr.audio import prepare_audio  # noqa: E402
+from qwen3asr.bundle import BundleError  # noqa: E402
+from qwen3asr.encoder import EncoderVariant, tokens_for_frames  # noqa: E402
+from qwen3asr.onnx_backend import OnnxEncoderRunner, make_session  # noqa: E402
+from test_rkllm_protocol import C_DIR, F, Fake, N, W  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIP = str(ROOT / "audio" / "en_1.wav")
+SOC = "rk3588"
+CORE_MASK = {"rk3588": 7, "rk3576": 3}
+
+SHIM = r"""
+#include <stdlib.h>
+#include <string.h>
+#ifdef ABI_1_3
+#include "rkllm_layouts_1_3.h"
+#else
+#include "rkllm_layouts_1_2.h"
+#endif
+#define EXPORT __attribute__((visibility("default")))
+int fake_inner_rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *u);
+static float *cap;
+static size_t cap_n, hidden;
+EXPORT void shim_set_hidden(size_t h) { hidden = h; }
+EXPORT size_t shim_n_tokens(void) { return cap_n; }
+EXPORT const float *shim_embeds(void) { return cap; }
+EXPORT int rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *u) {
+    if (in && in->input_type == 2 && in->embed_input.embed && hidden) {
+        cap_n = in->embed_input.n_tokens;
+        cap = realloc(cap, cap_n * hidden * sizeof(float));
+        memcpy(cap, in->embed_input.embed, cap_n * hidden * sizeof(float));
+    }
+    return fake_inner_rkllm_run(h, in, ip, u);
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def build_lib(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fake_rkllm_shim")
+    (out / "shim.c").write_text(SHIM)
+    built = {}
+
+    def build(abi: str) -> str:
+        if abi not in built:
+            flags = ["-DABI_1_3"] if abi == "1.3" else []
+            cc = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-fPIC", *flags, "-I", str(C_DIR)]
+            fake_o, shim_o, so = out / f"fake_{abi}.o", out / f"shim_{abi}.o", out / f"librkllmrt_{abi}.so"
+            subprocess.run([*cc, "-Drkllm_run=fake_inner_rkllm_run", "-c", str(C_DIR / "fake_rkllm.c"),
+                            "-o", str(fake_o)], check=True, capture_output=True)
+            subprocess.run([*cc, "-c", str(out / "shim.c"), "-o", str(shim_o)], check=True, capture_output=True)
+            subprocess.run(["gcc", "-shared", "-o", str(so), str(fake_o), str(shim_o)], check=True,
+                           capture_output=True)
+            built[abi] = str(so)
+        return built[abi]
+
+    return build
+
+
+class Shim(Fake):
+    def __init__(self, path: str, hidden: int):
+        super().__init__(path)
+        self.hidden = hidden
+        self.lib.shim_set_hidden.argtypes = [ctypes.c_size_t]
+        self.lib.shim_n_tokens.restype = ctypes.c_size_t
+        self.lib.shim_embeds.restype = ctypes.POINTER(ctypes.c_float)
+        self.lib.shim_set_hidden(hidden)
+
+    def embeds(self) -> np.ndarray:
+        n = self.lib.shim_n_tokens()
+        return np.ctypeslib.as_array(self.lib.shim_embeds(), shape=(n, self.hidden)).copy()
+
+
+# ------------------------------------------------------------------ RKNNLite double
+
+class FakeRKNNLite:
+    """rknnlite.api.RKNNLite with the board's call contract; computes with ONNX Runtime."""
+
+    NPU_CORE_AUTO, NPU_CORE_0, NPU_CORE_1, NPU_CORE_2, NPU_CORE_0_1, NPU_CORE_0_1_2 = 0, 1, 2, 4, 3, 7
+    files: dict = {}        # .rknn path -> (part, onnx path, input names, input shapes)
+    frontend_onnx = None
+    expected_mask = None
+    instances: list = []
+    violations: list = []
+
+    def __init__(self, verbose=False):
+        self.state = "new"
+        self.file = None
+        self.core_mask = None
+        self.shapes_seen = []
+        FakeRKNNLite.instances.append(self)
+
+    def _bad(self, msg):
+        FakeRKNNLite.violations.append(msg)
+
+    def load_rknn(self, path):
+        if self.state != "new":
+            self._bad(f"load_rknn in state {self.state}")
+        with open(path, "rb") as f:
+            if f.read(4) != b"RKNN":
+                return -1
+        if path not in self.files:
+            self._bad(f"unknown model {path}")
+            return -1
+        self.file, self.state = path, "loaded"
+        return 0
+
+    def init_runtime(self, core_mask=NPU_CORE_AUTO, **kw):
+        if self.state != "loaded":
+            self._bad(f"init_runtime in state {self.state}")
+        if kw:
+            self._bad(f"init_runtime with {sorted(kw)}")
+        if core_mask != self.expected_mask:
+            self._bad(f"core_mask {core_mask}, expected {self.expected_mask}")
+        self.core_mask, self.state = core_mask, "ready"
+        return 0
+
+    def inference(self, inputs=None, data_type=None, data_format=None, inputs_pass_through=None):
+        if self.state != "ready":
+            self._bad(f"inference in state {self.state}")
+            return None
+        part, onnx_path, names, shapes = self.files[self.file]
+        if not isinstance(inputs, list) or len(inputs) != len(names):
+            self._bad(f"inputs must be a list of {len(names)} arrays")
+            return None
+        for a, shape, name in zip(inputs, shapes, names):
+            if not isinstance(a, np.ndarray) or a.dtype != np.float32 or list(a.shape) != shape:
+                self._bad(f"input {name}: {getattr(a, 'dtype', type(a))} {getattr(a, 'shape', '')}, want {shape}")
+                return None
+        if any(a.ndim == 4 for a in inputs) and data_format != "nchw":
+            self._bad(f"4-D inputs with data_format={data_format!r} (the toolkit default is NHWC)")
+        self.shapes_seen.append([list(a.shape) for a in inputs])
+        runner = OnnxEncoderRunner(self.frontend_onnx)
+        feeds = dict(zip(names, inputs))
+        if part == "frontend":
+            out = runner.run_frontend(feeds["mel"], feeds["conv_mask1"], feeds["conv_mask2"])
+        else:
+            v = EncoderVariant("merged" if part == "merged" else "split", 0, onnx_path)
+            out = runner.run_merged(v, **feeds) if part == "merged" else runner.run_backend(v, **feeds)
+        return [out]
+
+    def release(self):
+        if self.state == "released":
+            self._bad("release twice")
+        self.state = "released"
+
+
+@pytest.fixture
+def fake_rknnlite(monkeypatch):
+    api = types.ModuleType("rknnlite.api")
+    api.RKNNLite = FakeRKNNLite
+    pkg = types.ModuleType("rknnlite")
+    pkg.api = api
+    monkeypatch.setitem(sys.modules, "rknnlite", pkg)
+    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
+    FakeRKNNLite.files, FakeRKNNLite.instances, FakeRKNNLite.violations = {}, [], []
+    FakeRKNNLite.expected_mask = CORE_MASK[SOC]
+    yield FakeRKNNLite
+    assert FakeRKNNLite.violations == []
+
+
+def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context: int = 1024) -> None:
+    """What onnx2rknn.py and export_rkllm.py add: fake .rknn files (magic + metadata) and a decoder file."""
+    from qwen3asr import rknn_backend
+
+    man_path = os.path.join(bundle_dir, "model.json")
+    man = json.load(open(man_path))
+    digest = rknn_backend.encoder_digest(man)
+    os.makedirs(os.path.join(bundle_dir, "rk"), exist_ok=True)
+    entries = []
+    frontend = None
+    for v in man["encoder"]["variants"]:
+        onnx_path = os.path.join(bundle_dir, v["file"])
+        sess = make_session(onnx_path)
+        names = [i.name for i in sess.get_inputs()]
+        shapes = [list(i.shape) for i in sess.get_inputs()]
+        meta = {"meta_version": rknn_backend.META_VERSION, "form": v["form"], "part": v["part"],
+                "n_chunks": v["n_chunks"], "target": soc, "encoder_sha256": digest, "inputs": names,
+                "input_shapes": dict(zip(names, shapes)), "output_shape": list(sess.get_outputs()[0].shape)}
+        rel = f"rk/{os.path.basename(v['file'])[:-5]}_{soc}.rknn"
+        with open(os.path.join(bundle_dir, rel), "wb") as f:
+            f.write(b"RKNN" + bytes(60) + rknn_backend.custom_string(meta).encode() + bytes(16))
+        entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel})
+        FakeRKNNLite.files[os.path.join(bundle_dir, rel)] = (v["part"], onnx_path, names, shapes)
+        if v["part"] == "frontend":
+            frontend = onnx_path
+    FakeRKNNLite.frontend_onnx = frontend
+    rk = man.setdefault("rk", {})
+    rk.setdefault("rknn", {})[soc] = entries
+    if decoder:
+        rel = f"rk/decoder_{soc}_w8a8.rkllm"
+        with open(os.path.join(bundle_dir, rel), "wb") as f:
+            f.write(b"not a real rkllm model: the runtime double does not read it")
+        rk.setdefault("rkllm", {})[soc] = {"file": rel, "quant": "w8a8", "sha256": "0" * 64,
+                                           "max_context": max_context}
+    json.dump(man, open(man_path, "w"), indent=2)
+
+
+@pytest.fixture(scope="module")
+def base_bundle():
+    return bundles.bundle("tiny-a", "bfloat16")[1]
+
+
+@pytest.fixture
+def rk_bundle(base_bundle, tmp_path, fake_rknnlite):
+    d = str(tmp_path / "bundle")
+    shutil.copytree(base_bundle, d)
+    add_rk_section(d, SOC)
+    return d
+
+
+@pytest.fixture(params=["1.2", "1.3"])
+def shim(request, build_lib, monkeypatch):
+    path = build_lib(request.param)
+    monkeypatch.setenv(rkllm.ENV_LIB, path)
+    monkeypatch.delenv(rkllm.ENV_ABI, raising=False)
+    monkeypatch.setenv(rk_backend.ENV_SOC, SOC)
+    s = Shim(path, hidden=96)
+    s.abi = request.param
+    return s
+
+
+def runtime_script(tokenizer, ids, finish=F(12.5, 40, 250.25, 9, 512.75)):
+    """What the runtime sends for ``ids``: NORMAL with complete text, WAITING while a character is split."""
+    items, pending = [], b""
+    for t in ids:
+        buf = pending + tokenizer.token_bytes(t, True)
+        try:
+            text = buf.decode("utf-8")
+        except UnicodeDecodeError:
+            items.append(W(t, buf))
+            pending = buf
+            continue
+        items.append(N(t, text))
+        pending = b""
+    return items + [finish]
+
+
+def expect_init(shim, decoder_file, max_context=1024, max_new=256, top_k=1, top_p=1.0, temperature=1.0,
+                repeat_penalty=1.0):
+    shim.lib.fake_expect_model_path(decoder_file.encode())
+    shim.expect(max_context_len=max_context, max_new_tokens=max_new, top_k=top_k, top_p=top_p,
+                temperature=temperature, repeat_penalty=repeat_penalty, base_domain_id=1, embed_flash=1,
+                skip_special_token=1, is_async=0, n_batch=1, use_cross_attn=0, keep_history=0,
+                keep_system_prompt=0)
+
+
+def transcript_ids(tok, text="Hello 世界𠀀 end"):
+    return tok.encode("language English") + [tok.asr_text] + tok.encode(text)
+
+
+# ------------------------------------------------------------------------ end to end
+
+def test_engine_rk_end_to_end(rk_bundle, shim, fake_rknnlite):
+    ref = Qwen3ASREngine(rk_bundle, backend="onnx", decoder_dtype="fp32")
+    tok = ref.tokenizer
+    ids = transcript_ids(tok)
+    script = runtime_script(tok, ids + [tok.im_end])
+    assert any(item.startswith("W ") for item in script)  # a character split over two tokens
+    shim.script(*script)
+    decoder_file = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
+    expect_init(shim, decoder_file)
+
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    assert engine.backend == "rk" and engine._rk.runtime.abi == shim.abi
+    pieces = []
+    res = engine.transcribe(CLIP, on_text=pieces.append)
+
+    assert res.language == "English" and res.language_code == "en"
+    assert res.text == "Hello 世界𠀀 end"
+    assert "".join(pieces) == res.text and len(pieces) > 1
+    assert res.token_ids == tuple(ids)  # end-of-sequence dropped
+    assert not res.truncated
+    # the decoder got the ONNX engine's spliced prompt embeddings, bit for bit
+    pcm = prepare_audio(CLIP)
+    mel = ref.features(pcm)
+    want = ref.embed_prompt(ref.prompt(tokens_for_frames(mel.shape[1])), ref.encode(mel))
+    got = shim.embeds()
+    assert got.shape == want.shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    # runtime figures in the stats
+    s = res.stats
+    assert (s.backend, s.prefill_ms, s.prefill_tokens, s.decode_ms, s.decode_tokens) == ("rk", 12.5, 40, 250.25, 9)
+    assert s.runtime_perf["memory_usage_mb"] == 512.75 and s.runtime_perf["finish_reason"] == "eos"
+    assert s.runtime_perf["abi"] == shim.abi and s.runtime_perf["soc"] == SOC
+    assert s.encoder_calls >= 1 and s.audio_seconds == pytest.approx(pcm.shape[0] / 16000)
+    # protocol: template cleared, role "", EMBED, cache cleared before the run; encoder contract
+    assert shim.violations == []
+    calls = shim.calls
+    assert calls.index("rkllm_set_chat_template") < calls.index("rkllm_clear_kv_cache keep_system_prompt=0") \
+        < calls.index("rkllm_run")
+    assert [m.core_mask for m in fake_rknnlite.instances] == [7] * len(fake_rknnlite.instances)
+    used = [m for m in fake_rknnlite.instances if m.shapes_seen]
+    assert used and used[0].shapes_seen[0][0] == [1, 128, 200]  # 1.8 s clip -> 2 s merged variant
+    engine._rk.close()
+    assert all(m.state == "released" for m in fake_rknnlite.instances)
+    assert shim.calls[-1] == "rkllm_destroy"
+
+
+def test_forced_language_and_second_run_clears_cache(rk_bundle, shim, fake_rknnlite):
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    decoder_file = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
+    expect_init(shim, decoder_file)
+    shim.script(*runtime_script(tok, tok.encode("你好")))
+    pieces = []
+    res = engine.transcribe(CLIP, language="zh", on_text=pieces.append)
+    assert (res.language, res.text, "".join(pieces)) == ("Chinese", "你好", "你好")
+    res2 = engine.transcribe(CLIP, language="Chinese")
+    assert res2.text == "你好"
+    runs = [c for c in shim.calls if c in ("rkllm_run", "rkllm_clear_kv_cache keep_system_prompt=0")]
+    assert runs == ["rkllm_clear_kv_cache keep_system_prompt=0", "rkllm_run"] * 2
+    assert shim.violations == []
+
+
+def test_sampling_options_reinitialise_the_runtime(rk_bundle, shim, fake_rknnlite):
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    shim.script(*runtime_script(tok, transcript_ids(tok, "hi")))
+    decoder_file = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
+    expect_init(shim, decoder_file, max_new=100, top_k=5, top_p=0.9, temperature=0.7, repeat_penalty=1.15)
+    res = engine.transcribe(CLIP, max_new_tokens=100, temperature=0.7, top_k=5, top_p=0.9, repetition_penalty=1.15)
+    assert res.text == "hi"
+    assert shim.violations == []
+    assert shim.calls.count("rkllm_init") == 2 and shim.calls.count("rkllm_destroy") == 1
+
+
+def test_runaway_repetition_is_aborted(rk_bundle, shim, fake_rknnlite):
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    loop = tok.encode(" la")
+    assert len(loop) == 1
+    shim.script(*runtime_script(tok, transcript_ids(tok, "x") + loop * 60))
+    res = engine.transcribe(CLIP)
+    assert "rkllm_abort" in shim.calls
+    assert res.stats.runtime_perf["finish_reason"] == "repetition"
+    assert len(res.token_ids) < 40 and res.language == "English"
+    assert shim.violations == []
+
+
+def test_mapping_of_decoding_options():
+    from qwen3asr.decoding import DecodingOptions
+
+    o = rk_backend.rkllm_options(DecodingOptions(), 4096, 151936, 1024)
+    assert (o.top_k, o.repeat_penalty, o.max_new_tokens, o.base_domain_id, o.embed_flash) == (1, 1.0, 256, 1, True)
+    o = rk_backend.rkllm_options(DecodingOptions(temperature=0.5, top_k=0, top_p=0.8), 4096, 151936, 1024)
+    assert (o.top_k, o.temperature, o.top_p) == (151936, 0.5, 0.8)
+    with pytest.raises(ValueError, match="does not fit the RKLLM decoder's context of 512"):
+        rk_backend.rkllm_options(DecodingOptions(max_new_tokens=600), 512, 151936, 1024)
+
+
+# ---------------------------------------------------------------------------- errors
+
+def test_off_board_error(base_bundle, monkeypatch):
+    if os.uname().machine in ("aarch64", "arm64"):
+        pytest.skip("this checks the message on a PC")
+    monkeypatch.delenv(rk_backend.ENV_SOC, raising=False)
+    with pytest.raises(rk_backend.RKBackendError, match="runs on Rockchip RK3576/RK3588 boards only.*backend 'onnx'"):
+        Qwen3ASREngine(base_bundle, backend="rk")
+
+
+def test_no_rk_section(base_bundle, monkeypatch, fake_rknnlite):
+    monkeypatch.setenv(rk_backend.ENV_SOC, SOC)
+    with pytest.raises(rk_backend.RKBackendError,
+                       match=r'no "rk" section.*scripts/onnx2rknn.py.*scripts/export_rkllm.py'):
+        Qwen3ASREngine(base_bundle, backend="rk")
+
+
+def test_wrong_soc(rk_bundle, monkeypatch):
+    monkeypatch.setenv(rk_backend.ENV_SOC, "rk3566")
+    with pytest.raises(ValueError, match="unsupported SoC 'rk3566'.*rk3576, rk3588"):
+        Qwen3ASREngine(rk_bundle, backend="rk")
+    monkeypatch.setenv(rk_backend.ENV_SOC, "rk3576")  # converted for rk3588 only
+    with pytest.raises(rk_backend.RKBackendError, match=r"no RKLLM decoder for rk3576 \(it has: rk3588\).*--target "
+                                                        "rk3576"):
+        Qwen3ASREngine(rk_bundle, backend="rk")
+
+
+def test_missing_and_lfs_decoder(rk_bundle, monkeypatch):
+    monkeypatch.setenv(rk_backend.ENV_SOC, SOC)
+    path = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
+    with open(path, "w") as f:
+        f.write("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
+    with pytest.raises(BundleError, match="Git LFS pointer.*git lfs pull"):
+        Qwen3ASREngine(rk_bundle, backend="rk")
+    os.remove(path)
+    with pytest.raises(BundleError, match="RKLLM decoder for rk3588 is missing.*export_rkllm.py --target rk3588"):
+        Qwen3ASREngine(rk_bundle, backend="rk")
+
+
+def test_missing_sdks(rk_bundle, monkeypatch, build_lib, tmp_path):
+    monkeypatch.setenv(rk_backend.ENV_SOC, SOC)
+    monkeypatch.setitem(sys.modules, "rknnlite", None)
+    monkeypatch.setitem(sys.modules, "rknnlite.api", None)
+    with pytest.raises(RuntimeError, match="needs rknnlite.*pip install rknn-toolkit-lite2"):
+        Qwen3ASREngine(rk_bundle, backend="rk")
+    monkeypatch.setitem(sys.modules, "rknnlite", types.SimpleNamespace())
+    api = types.ModuleType("rknnlite.api")
+    api.RKNNLite = FakeRKNNLite
+    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
+    monkeypatch.setenv(rkllm.ENV_LIB, str(tmp_path / "librkllmrt.so"))
+    with pytest.raises(rkllm.RKLLMError, match="not a file.*airockchip/rknn-llm"):
+        Qwen3ASREngine(rk_bundle, backend="rk")
+    assert all(m.state == "released" for m in FakeRKNNLite.instances)  # encoder freed on failure
