@@ -33,10 +33,26 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repetition-penalty", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads for ONNX Runtime")
-    ap.add_argument("--format", default="text", choices=["text", "json"], help="output format")
+    ap.add_argument("--format", default="text", choices=["text", "json", "srt", "vtt"], help="output format")
+    ap.add_argument("--chunk-size", type=float, default=None,
+                    help="decode in chunks of this many seconds (default: one pass if the audio fits, else 30)")
+    ap.add_argument("--memory-num", type=int, default=2, help="chunks the decoder sees at once (default %(default)s)")
+    ap.add_argument("--rollback-tokens", type=int, default=5,
+                    help="tokens re-decoded at each chunk boundary (default %(default)s)")
+    ap.add_argument("--start", type=float, default=0.0, help="start at this second")
+    ap.add_argument("--duration", type=float, default=None, help="transcribe only this many seconds")
+    ap.add_argument("--vad", action="store_true", help="decode only speech (Silero VAD)")
+    ap.add_argument("--no-itn", action="store_true", help="keep numbers as words (no inverse text normalisation)")
     ap.add_argument("--stream", action="store_true", help="print text as it is generated (text format)")
     ap.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return ap
+
+
+def _progress_bar(done: float, total: float) -> None:
+    width = 30
+    fill = int(width * done / total) if total else width
+    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done:6.1f}/{total:.1f} s")
+    sys.stderr.flush()
 
 
 def main(argv=None) -> int:
@@ -61,15 +77,35 @@ def main(argv=None) -> int:
             def on_text(piece: str) -> None:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
+        chunk_size = args.chunk_size
+        if chunk_size is None and not args.vad:
+            from qwen3asr.audio import prepare_audio
+            from qwen3asr.longform import select_audio
+
+            pcm = prepare_audio(args.audio)
+            if args.start or args.duration is not None:
+                pcm = select_audio(pcm, args.start, args.duration)
+            if not engine.fits_one_pass(pcm, args.context, args.language, args.max_new_tokens):
+                chunk_size = 30.0  # too long for one pass: chunked decoding
+        progress = _progress_bar if sys.stderr.isatty() and not args.stream else None
         result = engine.transcribe(args.audio, language=args.language, context=args.context,
                                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                                    top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
-                                   on_text=on_text)
+                                   on_text=on_text, chunk_size=chunk_size, memory_num=args.memory_num,
+                                   rollback_tokens=args.rollback_tokens, start_second=args.start,
+                                   duration=args.duration, vad=args.vad or None,
+                                   itn=not (args.no_itn or args.stream), progress=progress)
+        if progress is not None:
+            sys.stderr.write("\r\033[K")
     except (AudioError, BundleError, ValueError, RuntimeError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
         print(json.dumps(result.to_dict(), ensure_ascii=False))
+    elif args.format in ("srt", "vtt"):
+        from qwen3asr.subtitles import to_srt, to_vtt
+
+        sys.stdout.write((to_srt if args.format == "srt" else to_vtt)(result.segments))
     elif args.stream:
         print()
     else:

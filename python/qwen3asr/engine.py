@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -16,7 +17,7 @@ from .decoding import DecodingOptions, Generation
 from .encoder import AudioEncoder, tokens_for_frames
 from .languages import language_code, resolve_language
 from .prompt import Prompt, build_prompt, parse_asr_output
-from .results import Transcription, TranscriptionStats
+from .results import DecodeStats, Segment, Transcription, TranscriptionStats
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -169,11 +170,60 @@ class Qwen3ASREngine:
                 "encoder_calls": self.encoder.calls - calls0, "prompt": prompt, "t0": t0}
         return gen, info
 
+    def decode_embeddings(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+                          on_token: Optional[Callable[[int], None]] = None) -> tuple[list[int], DecodeStats]:
+        """Generate from an embedded prompt: the one decoder call streaming and long files need.
+
+        Args:
+          prompt_embeds: (L, hidden) float32, the whole prompt embedded (audio rows spliced in,
+            assistant-turn text such as a transcript prefix appended); prefilled in one go.
+          options: sampling settings and max_new_tokens.
+          on_token: called with each generated id (end-of-sequence ids are not generated).
+        Returns:
+          (generated ids without end-of-sequence, DecodeStats). Backends: ONNX runs a Generation;
+          the rk backend must provide ``decode_embeddings(prompt_embeds, options, on_token)`` with
+          the same contract (one RKLLM EMBED run with a cleared cache).
+        """
+        if self._rk is not None:
+            if not hasattr(self._rk, "decode_embeddings"):
+                raise RuntimeError("this rk backend has no decode_embeddings(); streaming and chunked long files "
+                                   "need it (see docs/streaming.md)")
+            return self._rk.decode_embeddings(prompt_embeds, options, on_token)
+        gen = Generation(self.decoder, prompt_embeds, self.tokenizer.eos_ids, self.embeddings.row, options)
+        gen.run(on_token=on_token)
+        t = gen.times
+        return list(gen.tokens), DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms,
+                                             gen.finish_reason or "length")
+
+    def create_stream(self, language: Optional[str] = None, context: str = "", chunk_size: float = 4.0,
+                      memory_num: int = 2, unfixed_chunks: int = 0, rollback_tokens: int = 2,
+                      max_new_tokens: int = 128, on_text: Optional[Callable[[str], None]] = None, vad=None,
+                      itn: bool = False):
+        """A StreamSession for live audio (see qwen3asr.stream and docs/streaming.md).
+
+        vad: None/False (decode everything), True (Silero VAD with default VADOptions) or VADOptions.
+        on_text: called with each newly committed piece of text (never retracted).
+        """
+        from .stream import StreamOptions, StreamSession
+
+        opts = StreamOptions(language=language, context=context, chunk_size=chunk_size, memory_num=memory_num,
+                             unfixed_chunks=unfixed_chunks, rollback_tokens=rollback_tokens,
+                             max_new_tokens=max_new_tokens, vad=vad, itn=itn)
+        return StreamSession(self, opts, on_text=on_text)
+
     def transcribe(self, audio: AudioInput, *, sample_rate: Optional[int] = None, language: Optional[str] = None,
                    context: str = "", max_new_tokens: int = 256, temperature: float = 0.0, top_k: int = 0,
                    top_p: float = 1.0, repetition_penalty: float = 1.0, seed: Optional[int] = None,
-                   on_text: Optional[Callable[[str], None]] = None) -> Transcription:
-        """Transcribe one clip.
+                   on_text: Optional[Callable[[str], None]] = None, chunk_size: Optional[float] = None,
+                   memory_num: int = 2, rollback_tokens: int = 5, start_second: float = 0.0,
+                   duration: Optional[float] = None, max_chunks: Optional[int] = None, vad=None, itn: bool = False,
+                   progress: Optional[Callable[[float, float], None]] = None) -> Transcription:
+        """Transcribe one clip or a long recording.
+
+        With chunk_size None, no VAD and no max_chunks, the audio is transcribed in one pass (the
+        official algorithm; AudioError if it does not fit the decoder context, see fits_one_pass);
+        with any of them set it goes through qwen3asr.longform (chunks of chunk_size s, default 30
+        with VAD/max_chunks alone; see docs/streaming.md).
 
         Args:
           audio: file path or numpy array (mono or multi-channel, any rate given by sample_rate).
@@ -181,8 +231,48 @@ class Qwen3ASREngine:
           context: system text to bias recognition (names, terms); may be empty.
           max_new_tokens: generation budget; ``truncated`` tells when it ran out.
           temperature/top_k/top_p/repetition_penalty/seed: sampling (default greedy, as official).
-          on_text: called with each new piece of transcript text as it is generated.
+          on_text: called with each new piece of transcript text as it is generated (chunked: as committed).
+          chunk_size/memory_num/rollback_tokens: chunked decoding (seconds per chunk, chunks in the
+            decoder's window, tokens re-decoded at each chunk boundary).
+          start_second/duration: transcribe only this part (seconds); segment times stay file times.
+          max_chunks: stop after this many chunks (``truncated`` is then True).
+          vad: True or VADOptions to decode only speech (Silero VAD).
+          itn: inverse text normalisation of the result text (numbers as digits).
+          progress: called as progress(seconds_done, seconds_total) after each chunk.
         """
+        pcm = prepare_audio(audio, sample_rate)
+        if start_second or duration is not None:
+            from .longform import select_audio
+
+            pcm = select_audio(pcm, start_second, duration)
+        if chunk_size is not None or vad or max_chunks is not None:
+            from .longform import transcribe_long
+
+            return transcribe_long(self, pcm, offset=float(start_second), language=language, context=context,
+                                   chunk_size=30.0 if chunk_size is None else chunk_size, memory_num=memory_num,
+                                   rollback_tokens=rollback_tokens, max_new_tokens=max_new_tokens,
+                                   max_chunks=max_chunks, vad=vad, itn=itn, on_text=on_text, progress=progress)
+        result = self._transcribe_one(pcm, language=language, context=context, max_new_tokens=max_new_tokens,
+                                      temperature=temperature, top_k=top_k, top_p=top_p,
+                                      repetition_penalty=repetition_penalty, seed=seed, on_text=on_text)
+        text = result.text
+        if itn and text:
+            from .itn import inverse_normalize
+
+            text = inverse_normalize(text, result.language)
+        end = float(start_second) + pcm.shape[0] / SAMPLE_RATE
+        segments = (Segment(float(start_second), end, text, result.language),) if text else ()
+        return dataclasses.replace(result, text=text, segments=segments)
+
+    def fits_one_pass(self, pcm: np.ndarray, context: str = "", language: Optional[str] = None,
+                      max_new_tokens: int = 256) -> bool:
+        """Whether (n,) 16 kHz audio fits one decoder pass (prompt + audio + max_new_tokens <= context)."""
+        n_audio = tokens_for_frames(melmod.n_frames(pcm.shape[0]))
+        return len(self.prompt(max(n_audio, 1), context, language)) + max_new_tokens <= self.max_context
+
+    def _transcribe_one(self, audio: AudioInput, *, language: Optional[str], context: str, max_new_tokens: int,
+                        temperature: float, top_k: int, top_p: float, repetition_penalty: float,
+                        seed: Optional[int], on_text, sample_rate: Optional[int] = None) -> Transcription:
         options = DecodingOptions(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                   top_p=top_p, repetition_penalty=repetition_penalty, seed=seed)
         forced = resolve_language(language)

@@ -36,6 +36,30 @@ class TranscriptionStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class Segment:
+    """A piece of a transcript with its place in the audio."""
+
+    start: float  # seconds from the start of the input audio
+    end: float  # seconds, exclusive
+    text: str  # transcript of this piece (stripped)
+    language: Optional[str] = None  # language name the model wrote for it, None if unknown
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeStats:
+    """What one decoder run on prompt embeddings cost (see Qwen3ASREngine.decode_embeddings)."""
+
+    prefill_tokens: int  # prompt positions fed in one prefill
+    prefill_ms: float  # wall time of the prefill (ms)
+    decode_tokens: int  # tokens fed back after the prefill (forward passes of one token)
+    decode_ms: float  # wall time of those passes (ms)
+    finish_reason: str  # "eos" (end-of-sequence) or "length" (max_new_tokens reached)
+
+
+@dataclasses.dataclass(frozen=True)
 class Transcription:
     text: str  # the transcript (language prefix removed)
     language: Optional[str]  # detected or forced language name ("English"), None if no speech / unknown
@@ -44,8 +68,9 @@ class Transcription:
     raw_text: str  # decoded output before parsing ("language English<asr_text>...")
     truncated: bool  # the token budget ran out before end-of-sequence
     stats: TranscriptionStats
+    segments: tuple[Segment, ...] = ()  # timed pieces in order (one for a single-pass clip with text)
 
     def to_dict(self) -> dict:
         return {"text": self.text, "language": self.language, "language_code": self.language_code,
                 "truncated": self.truncated, "token_ids": list(self.token_ids), "raw_text": self.raw_text,
-                "stats": self.stats.to_dict()}
+                "stats": self.stats.to_dict(), "segments": [seg.to_dict() for seg in self.segments]}

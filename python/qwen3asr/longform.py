@@ -1,0 +1,122 @@
+"""Long recordings: the streaming mechanism (qwen3asr.stream) run over a whole file.
+
+The file is fed to a StreamSession in chunk-size pieces, so each second of audio is encoded
+once and the decoder sees ``memory_num`` chunks at a time with the committed text of the
+window as prefix. Differences from a live stream, because the whole file is known:
+
+- the log-mel clamp uses the maximum of the whole selected audio (the offline value), not a
+  running maximum, so every mel frame equals the offline front end's (VAD: per file, not
+  per segment);
+- ``vad`` segments the file first (Silero VAD): silence is never encoded or decoded, each
+  speech segment starts a fresh window and its text is committed at its end.
+
+Segments: one per chunk with text (VAD: chunks are cut inside speech segments, so short
+utterances are one segment each), with times in seconds of the file.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import mel as melmod
+from .languages import language_code
+from .results import Segment, Transcription, TranscriptionStats
+from .stream import LOOKAHEAD, StreamOptions, StreamSession
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_RATE = melmod.SAMPLE_RATE
+CEILING_BLOCK = 60 * SAMPLE_RATE  # samples per block when scanning the clip maximum (60 s)
+
+
+def select_audio(pcm: np.ndarray, start_second: float = 0.0, duration: Optional[float] = None) -> np.ndarray:
+    """The part [start_second, start_second + duration) of (n,) 16 kHz audio; errors name the length."""
+    total = pcm.shape[0] / SAMPLE_RATE
+    if not (isinstance(start_second, (int, float)) and math.isfinite(start_second) and start_second >= 0):
+        raise ValueError(f"start_second must be a number of seconds >= 0, got {start_second!r}")
+    if duration is not None and not (isinstance(duration, (int, float)) and duration > 0):
+        raise ValueError(f"duration must be a number of seconds > 0 or None, got {duration!r}")
+    if start_second >= total:
+        raise ValueError(f"start_second={start_second} is past the end of the audio ({total:.2f} s)")
+    a = int(round(start_second * SAMPLE_RATE))
+    b = pcm.shape[0] if duration is None else min(pcm.shape[0], a + int(round(duration * SAMPLE_RATE)))
+    if b - a < melmod.HOP_LENGTH:
+        raise ValueError(f"the selected audio is shorter than 10 ms ({(b - a) / SAMPLE_RATE * 1000:.1f} ms)")
+    return pcm[a:b]
+
+
+def clip_ceiling(pcm: np.ndarray, n_mels: int) -> float:
+    """Maximum log10 mel power of the whole clip, as the offline front end's clamp uses it.
+
+    Scanned in 60 s blocks with real neighbours at block edges, so memory stays small.
+    """
+    n = pcm.shape[0]
+    top = -math.inf
+    for b in range(0, n, CEILING_BLOCK):
+        e = min(n, b + CEILING_BLOCK)
+        a = max(0, b - 2 * melmod.HOP_LENGTH)
+        right = n if e == n else e + LOOKAHEAD
+        power = melmod.log_mel_power(pcm[a:right], n_mels)
+        off = (b - a) // melmod.HOP_LENGTH
+        frames = power[:, off:off + (e - b) // melmod.HOP_LENGTH] if e < n else power[:, off:]
+        if frames.size:
+            top = max(top, float(frames.max()))
+    return top
+
+
+def transcribe_long(engine, pcm: np.ndarray, *, offset: float = 0.0, language: Optional[str] = None,
+                    context: str = "", chunk_size: float = 30.0, memory_num: int = 2, rollback_tokens: int = 5,
+                    max_new_tokens: int = 256, max_chunks: Optional[int] = None, vad=None, itn: bool = False,
+                    on_text: Optional[Callable[[str], None]] = None,
+                    progress: Optional[Callable[[float, float], None]] = None) -> Transcription:
+    """Transcribe (n,) float32 16 kHz audio of any length in chunks; returns a Transcription
+    with ``segments`` (times in seconds + ``offset``). ``max_chunks`` stops early (truncated)."""
+    t0 = time.perf_counter()
+    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
+                                   or max_chunks < 1):
+        raise ValueError(f"max_chunks must be an integer >= 1 or None, got {max_chunks!r}")
+    opts = StreamOptions(language=language, context=context, chunk_size=chunk_size, memory_num=memory_num,
+                         rollback_tokens=rollback_tokens, max_new_tokens=max_new_tokens, vad=vad, itn=itn,
+                         mel_ceiling=clip_ceiling(pcm, engine.n_mels))
+    stopped = False
+    if max_chunks is not None and opts.vad is None and pcm.shape[0] > max_chunks * opts.chunk_samples:
+        pcm = pcm[:max_chunks * opts.chunk_samples]
+        stopped = True
+    session = StreamSession(engine, opts, on_text=on_text)
+    total = pcm.shape[0] / SAMPLE_RATE
+    step = opts.chunk_samples
+    for a in range(0, pcm.shape[0], step):
+        r = session.feed_audio(pcm[a:a + step])
+        if progress is not None:
+            progress(min(total, (a + step) / SAMPLE_RATE), total)
+        if max_chunks is not None and len(r.chunks) >= max_chunks and a + step < pcm.shape[0]:
+            stopped = True
+            break
+    r = session.finish()
+    segments = tuple(Segment(s.start + offset, s.end + offset, s.text, s.language) for s in r.segments)
+    lang = _main_language(segments) or r.language
+    s = r.stats
+    stats = TranscriptionStats(
+        audio_seconds=total, encoder_ms=s.encoder_ms, encoder_calls=s.encoder_calls,
+        prefill_tokens=s.prefill_tokens, prefill_ms=s.prefill_ms, decode_tokens=s.decode_tokens,
+        decode_ms=s.decode_ms, total_ms=(time.perf_counter() - t0) * 1000, backend=engine.backend)
+    logger.info("%.1f s in %d chunks: %.1f prefill tokens/s, %.2f of the audio encoded", total, s.chunks,
+                s.prefill_tokens_per_second, s.encoded_fraction)
+    return Transcription(text=r.text, language=lang, language_code=language_code(lang) if lang else None,
+                         token_ids=r.token_ids, raw_text=engine.tokenizer.decode(r.token_ids),
+                         truncated=r.truncated or stopped, stats=stats, segments=segments)
+
+
+def _main_language(segments) -> Optional[str]:
+    """The language with the most segment time (None when no segment has one)."""
+    time_by = collections.Counter()
+    for s in segments:
+        if s.language:
+            time_by[s.language] += s.end - s.start
+    return time_by.most_common(1)[0][0] if time_by else None

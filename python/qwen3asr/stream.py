@@ -1,0 +1,543 @@
+"""Streaming recognition: chunks encoded once, a sliding decoder window, token rollback, VAD.
+
+Audio arrives in pieces of any length. It is cut into chunks of ``chunk_size`` seconds
+(counted from the start of the stream, or of each speech segment with VAD). Each chunk:
+
+1. log-mel frames exactly as the offline front end computes them for the same audio
+   (each frame sees its real neighbours: a chunk waits for 2.5 ms of look-ahead), except the
+   clip-global clamp: a stream cannot know its future maximum, so the ceiling is the running
+   maximum of everything seen so far (or a fixed ``mel_ceiling``, which long files pass);
+2. encoded ONCE; its embeddings are cached in the window;
+3. one decoder run on: the prompt with the embeddings of the last ``memory_num`` chunks, and,
+   in the assistant turn, the language header and the tokens already attributed to the
+   older chunks of the window minus the last ``rollback_tokens`` (so a word cut by the
+   boundary is decoded again with both halves of its audio);
+4. the generated tokens are attributed to the newest chunk.
+
+When a chunk leaves the window its tokens are *committed* (never change again); the tokens
+of the chunks still in the window are the *unstable tail*. The end of a speech segment (VAD)
+or ``finish()`` commits everything and empties the window. The official streaming
+algorithm re-encodes all audio at every chunk; here every audio sample is encoded once.
+
+The language header: with a forced language it is part of the prompt. Otherwise the model
+writes ``language X<asr_text>`` whenever the window's text prefix is empty (start of a
+stream or speech segment, or after a silent chunk) and that header is kept in front of the
+prefix while the window holds text.
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import dataclasses
+import logging
+import math
+import time
+from typing import Callable, List, Optional
+
+import numpy as np
+
+from . import mel as melmod
+from .decoding import DecodingOptions
+from .encoder import tokens_for_frames
+from .languages import resolve_language
+from .prompt import fix_repetitions
+from .results import Segment
+from .vad import WINDOW_SAMPLES, SpeechEnd, SpeechStart, VADOptions, VADStream
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_RATE = melmod.SAMPLE_RATE  # 16000 Hz
+HOP = melmod.HOP_LENGTH  # 160 samples per mel frame (10 ms)
+LEFT_CONTEXT = 2 * HOP  # 320 samples of real audio before a chunk: its first frame needs n_fft/2 = 200
+LOOKAHEAD = melmod.N_FFT // 2 - HOP  # 40 samples after a chunk needed by its last frame (2.5 ms)
+PREROLL_SECONDS = 10.0  # audio kept while waiting for a VAD speech start (reported late)
+PROMPT_OVERHEAD = 32  # template and header tokens besides audio and prefix (for the context check)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamOptions:
+    """Settings of one StreamSession (validated here)."""
+
+    language: Optional[str] = None  # forced language (name or code); None detects it
+    context: str = ""  # system text (names, terms)
+    chunk_size: float = 4.0  # seconds of audio per chunk; a whole number of 10 ms frames, >= 0.2
+    memory_num: int = 2  # chunks whose embeddings the decoder sees (the newest included)
+    unfixed_chunks: int = 0  # first chunks of a segment decoded without text prefix (< memory_num)
+    rollback_tokens: int = 2  # tokens at the end of the window's text that are decoded again
+    max_new_tokens: int = 128  # generation budget per chunk
+    vad: Optional[VADOptions] = None  # Silero VAD settings (True = defaults); None decodes all audio
+    itn: bool = False  # inverse text normalisation of finished text (off: committed text never changes)
+    mel_ceiling: Optional[float] = None  # log10 mel ceiling of the clamp; None = running maximum
+
+    def __post_init__(self):
+        problems = []
+        cs = self.chunk_size
+        if isinstance(cs, bool) or not isinstance(cs, (int, float)) or not math.isfinite(cs) or cs < 0.2:
+            problems.append(f"chunk_size must be a number of seconds >= 0.2 (got {cs!r})")
+        elif abs(cs * 100 - round(cs * 100)) > 1e-6:
+            problems.append(f"chunk_size must be a whole number of 10 ms frames, e.g. 2.0 or 0.64 (got {cs!r})")
+        for name, low in (("memory_num", 1), ("unfixed_chunks", 0), ("rollback_tokens", 0), ("max_new_tokens", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                problems.append(f"{name} must be an integer >= {low} (got {v!r})")
+        if not problems and self.unfixed_chunks >= self.memory_num:
+            problems.append(f"unfixed_chunks must be < memory_num ({self.memory_num}), got {self.unfixed_chunks}")
+        if self.vad is True:
+            object.__setattr__(self, "vad", VADOptions())
+        elif self.vad is False:
+            object.__setattr__(self, "vad", None)
+        elif self.vad is not None and not isinstance(self.vad, VADOptions):
+            problems.append(f"vad must be None, True or a VADOptions (got {type(self.vad).__name__})")
+        if not isinstance(self.context, str):
+            problems.append(f"context must be str (got {type(self.context).__name__})")
+        if problems:
+            raise ValueError("invalid stream options: " + "; ".join(problems))
+        object.__setattr__(self, "language", resolve_language(self.language))
+
+    @property
+    def chunk_samples(self) -> int:
+        return int(round(self.chunk_size * 100)) * HOP
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkStats:
+    """Cost of one chunk (one encoder pass, one decoder run)."""
+
+    start: float  # seconds from the start of the stream
+    end: float  # seconds
+    encoder_calls: int  # encoder graph executions
+    encoder_seconds: float  # capacity of the graphs run (s, padding included)
+    encoder_ms: float  # mel + encoder wall time
+    window_chunks: int  # chunks the decoder saw
+    prefix_tokens: int  # header + text prefix tokens in the assistant turn
+    prefill_tokens: int  # decoder prefill positions
+    prefill_ms: float
+    decode_tokens: int  # forward passes of one generated token
+    decode_ms: float
+    generated: int  # tokens generated
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStats:
+    """Totals of a session; per-audio-second figures as properties."""
+
+    audio_seconds: float  # audio received
+    encoded_seconds: float  # audio inside encoded chunks (each sample at most once)
+    encoder_seconds: float  # capacity of the encoder graphs run (padding included)
+    encoder_calls: int
+    encoder_ms: float
+    prefill_tokens: int
+    prefill_ms: float
+    decode_tokens: int
+    decode_ms: float
+    vad_ms: float  # time in the VAD model
+    chunks: int
+
+    @property
+    def encoded_fraction(self) -> float:
+        return self.encoded_seconds / self.audio_seconds if self.audio_seconds else float("nan")
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        return self.prefill_tokens / self.audio_seconds if self.audio_seconds else float("nan")
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Generated-token forward passes per audio second."""
+        return self.decode_tokens / self.audio_seconds if self.audio_seconds else float("nan")
+
+    @property
+    def compute_ms_per_second(self) -> float:
+        """Encoder + decoder + VAD wall time per audio second (ms)."""
+        total = self.encoder_ms + self.prefill_ms + self.decode_ms + self.vad_ms
+        return total / self.audio_seconds if self.audio_seconds else float("nan")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        for k in ("encoded_fraction", "prefill_tokens_per_second", "decode_tokens_per_second",
+                  "compute_ms_per_second"):
+            d[k] = getattr(self, k)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamResult:
+    """The transcript so far."""
+
+    committed: str  # text that will not change any more
+    tail: str  # text of the chunks still in the decoder window (may still change)
+    language: Optional[str]  # language of the latest text (forced or detected), None if unknown
+    segments: tuple  # Segment per committed chunk with text (times in stream seconds)
+    stats: StreamStats
+    chunks: tuple  # ChunkStats per chunk decoded so far
+    finished: bool  # finish() was called; the tail is then empty
+    truncated: bool = False  # some chunk ran out of max_new_tokens
+    token_ids: tuple = ()  # committed text token ids, all segments (language headers excluded)
+
+    @property
+    def text(self) -> str:
+        return join_text(self.committed, self.tail) if self.tail else self.committed
+
+
+def join_text(a: str, b: str) -> str:
+    """Join two transcript pieces: a space between two non-CJK word characters, else nothing."""
+    a, b = a.rstrip(), b.lstrip()
+    if not a or not b:
+        return a + b
+    if _spaced(a[-1]) and _spaced(b[0]):
+        return a + " " + b
+    return a + b
+
+
+def _spaced(ch: str) -> bool:
+    o = ord(ch)
+    cjk = 0x2E80 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFFEF
+    return not cjk
+
+
+@dataclasses.dataclass
+class _Chunk:
+    start: int  # absolute samples
+    end: int
+    embeds: np.ndarray  # (tokens, hidden) float32
+    tokens: List[int]  # generated text tokens attributed to this chunk
+    language: Optional[str]
+
+
+class StreamSession:
+    """Per-stream state over a loaded engine; see the module docstring.
+
+    Make it with ``engine.create_stream(...)``. ``feed_audio(pcm)`` takes (n,) float32 16 kHz
+    mono of any length and returns the StreamResult so far; ``finish()`` flushes and returns
+    the final one; ``reset()`` starts over (the VAD model stays loaded).
+    """
+
+    def __init__(self, engine, options: StreamOptions, on_text: Optional[Callable[[str], None]] = None,
+                 vad_model=None):
+        self.engine = engine
+        self.options = options
+        self._on_text = on_text
+        o = options
+        need = (o.memory_num * tokens_for_frames(o.chunk_samples // HOP) + o.memory_num * o.max_new_tokens
+                + PROMPT_OVERHEAD + len(engine.tokenizer.encode(o.context)))
+        if need > engine.max_context:
+            raise ValueError(
+                f"chunk_size={o.chunk_size} s x memory_num={o.memory_num} with max_new_tokens={o.max_new_tokens} "
+                f"needs up to {need} decoder positions, over the context of {engine.max_context}; "
+                f"use shorter chunks, a smaller memory_num or max_new_tokens")
+        self._vad = None
+        if o.vad is not None:
+            from .vad import SileroVAD
+
+            self._vad = VADStream(o.vad, vad_model if vad_model is not None else SileroVAD())
+            # Samples by which a speech end can trail the audio the VAD has seen (see _cut).
+            self._end_delay = int(SAMPLE_RATE * (o.vad.min_silence_ms + 2 * o.vad.speech_pad_ms) / 1000
+                                  + 3 * WINDOW_SAMPLES)
+            if math.isfinite(o.vad.max_speech_s):
+                logger.warning("VADOptions.max_speech_s splits segments at pauses found after the fact; in a stream "
+                               "a split can come after its chunk was cut (chunk_size already bounds the work)")
+        self._asr_text = engine.tokenizer.asr_text
+        self.reset()
+
+    # ------------------------------------------------------------------ public
+    def reset(self) -> None:
+        """Forget all audio and text; positions restart at 0."""
+        self._pos = 0  # samples received
+        self._buf = np.zeros(0, np.float32)  # kept audio, starting at absolute sample _buf_start
+        self._buf_start = 0
+        self._seg_start: Optional[int] = None if self._vad is not None else 0
+        self._next: Optional[int] = self._seg_start  # start of the next chunk to cut
+        self._window: collections.deque = collections.deque()
+        self._header: List[int] = []  # detected language header kept in front of the prefix
+        self._header_lang: Optional[str] = None
+        self._steps = 0  # decoder runs in the open segment
+        self._run_ids: List[int] = []  # committed ids of the open segment
+        self._run_text = ""  # committed text of the open segment (raw)
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._done_text = ""  # text of closed segments
+        self._all_ids: List[int] = []
+        self._segments: List[Segment] = []
+        self._chunks: List[ChunkStats] = []
+        self._encoded = 0  # samples encoded
+        self._vad_ms = 0.0
+        self._ceiling = -math.inf if self.options.mel_ceiling is None else float(self.options.mel_ceiling)
+        self._language: Optional[str] = self.options.language
+        self._truncated = False
+        self._finished = False
+        self._warned_clip = False
+        if self._vad is not None:
+            self._vad.reset()
+
+    def feed_audio(self, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> StreamResult:
+        """Add (n,) float32 mono 16 kHz samples in [-1, 1] (any n); returns the result so far."""
+        if self._finished:
+            raise RuntimeError("feed_audio() after finish(); call reset() to start a new stream")
+        pcm = self._check(pcm, sample_rate)
+        if pcm.size == 0:
+            return self.result()
+        self._buf = np.concatenate([self._buf, pcm])
+        self._pos += pcm.shape[0]
+        if self._vad is not None:
+            t0 = time.perf_counter()
+            events = self._vad.process(pcm)
+            self._vad_ms += (time.perf_counter() - t0) * 1000
+            self._handle(events)
+        self._cut(final_end=None)
+        self._trim()
+        return self.result()
+
+    def finish(self) -> StreamResult:
+        """Flush: decode the last partial chunk, commit everything; returns the final result."""
+        if self._finished:
+            return self.result()
+        if self._vad is not None:
+            t0 = time.perf_counter()
+            events = self._vad.flush()
+            self._vad_ms += (time.perf_counter() - t0) * 1000
+            self._handle(events)
+        if self._seg_start is not None:
+            self._close_segment(self._pos)
+        self._finished = True
+        return self.result()
+
+    def result(self) -> StreamResult:
+        tail_ids = [t for c in self._window for t in c.tokens]
+        if tail_ids:
+            full = self.engine.tokenizer.decode(self._run_ids + tail_ids)
+            head = self.engine.tokenizer.decode(self._run_ids)
+            tail = full[len(head):] if full.startswith(head) else self.engine.tokenizer.decode(tail_ids)
+        else:
+            tail = ""
+        committed = join_text(self._done_text, self._run_text)
+        return StreamResult(committed=committed, tail=tail.strip(), language=self._language,
+                            segments=tuple(self._segments), stats=self.stats(), chunks=tuple(self._chunks),
+                            finished=self._finished, truncated=self._truncated, token_ids=tuple(self._all_ids))
+
+    def stats(self) -> StreamStats:
+        c = self._chunks
+        return StreamStats(
+            audio_seconds=self._pos / SAMPLE_RATE, encoded_seconds=self._encoded / SAMPLE_RATE,
+            encoder_seconds=sum(x.encoder_seconds for x in c), encoder_calls=sum(x.encoder_calls for x in c),
+            encoder_ms=sum(x.encoder_ms for x in c), prefill_tokens=sum(x.prefill_tokens for x in c),
+            prefill_ms=sum(x.prefill_ms for x in c), decode_tokens=sum(x.decode_tokens for x in c),
+            decode_ms=sum(x.decode_ms for x in c), vad_ms=self._vad_ms, chunks=len(c))
+
+    @property
+    def samples_received(self) -> int:
+        return self._pos
+
+    # ------------------------------------------------------------------ input
+    def _check(self, pcm, sample_rate) -> np.ndarray:
+        if sample_rate != SAMPLE_RATE:
+            raise ValueError(f"StreamSession needs {SAMPLE_RATE} Hz audio, got {sample_rate} Hz; resample first "
+                             f"(qwen3asr.audio.resample or soxr.resample(pcm, {sample_rate}, {SAMPLE_RATE}))")
+        if not isinstance(pcm, np.ndarray):
+            raise ValueError(f"feed_audio needs a numpy float32 array, got {type(pcm).__name__}")
+        if pcm.dtype != np.float32:
+            raise ValueError(f"feed_audio needs float32 samples in [-1, 1], got dtype {pcm.dtype}; convert int16 "
+                             f"with pcm.astype(np.float32) / 32768")
+        if pcm.ndim == 2 and pcm.shape[1] == 1:
+            pcm = pcm[:, 0]
+        if pcm.ndim != 1:
+            raise ValueError(f"feed_audio needs mono audio of shape (samples,), got shape {pcm.shape}; "
+                             f"mix channels first, e.g. pcm.mean(axis=1)")
+        if not np.all(np.isfinite(pcm)):
+            raise ValueError("feed_audio got NaN or infinite samples")
+        if pcm.size and float(np.max(np.abs(pcm))) > 1.0:
+            if not self._warned_clip:
+                logger.warning("stream audio exceeds [-1, 1]; clipping (scale the input to avoid distortion)")
+                self._warned_clip = True
+            pcm = np.clip(pcm, -1.0, 1.0)
+        return pcm
+
+    def _audio(self, a: int, b: int) -> np.ndarray:
+        if a < self._buf_start:
+            raise RuntimeError(f"internal: audio at sample {a} already dropped (kept from {self._buf_start})")
+        return self._buf[a - self._buf_start:b - self._buf_start]
+
+    def _trim(self) -> None:
+        if self._seg_start is not None:
+            keep = max(self._seg_start, self._next - LEFT_CONTEXT)
+        else:
+            keep = self._pos - int(PREROLL_SECONDS * SAMPLE_RATE)
+        keep = max(keep, self._buf_start)
+        if keep > self._buf_start:
+            self._buf = self._buf[keep - self._buf_start:].copy()
+            self._buf_start = keep
+
+    # ------------------------------------------------------------------ VAD events
+    def _handle(self, events) -> None:
+        for ev in events:
+            if isinstance(ev, SpeechStart):
+                start = max(ev.sample, self._buf_start)
+                if start != ev.sample:
+                    logger.debug("speech start %d is older than the kept audio; starting at %d", ev.sample, start)
+                self._seg_start = self._next = start
+                self._header, self._header_lang, self._steps = [], None, 0
+            elif isinstance(ev, SpeechEnd) and self._seg_start is not None:
+                self._cut(final_end=ev.sample)
+                self._close_segment(ev.sample)
+
+    # ------------------------------------------------------------------ chunks
+    def _cut(self, final_end: Optional[int]) -> None:
+        """Encode and decode every full chunk of the open segment that the audio allows.
+
+        A chunk is cut once its look-ahead has arrived; with VAD, only once no speech end can
+        still be reported before the chunk's end (so chunking never depends on piece sizes).
+        """
+        if self._seg_start is None:
+            return
+        size = self.options.chunk_samples
+        if final_end is not None:
+            limit = final_end
+        elif self._vad is None:
+            limit = self._pos
+        else:
+            limit = self._vad.samples_seen // WINDOW_SAMPLES * WINDOW_SAMPLES - self._end_delay
+        while self._next + size + LOOKAHEAD <= limit:
+            self._chunk(self._next, self._next + size, right=self._next + size + LOOKAHEAD)
+            self._next += size
+
+    def _close_segment(self, end: int) -> None:
+        n = (end - self._next) // HOP * HOP
+        if n > 0:
+            self._chunk(self._next, self._next + n, right=end, final=True)
+        self._next = end
+        for c in list(self._window):
+            self._commit(c)
+        self._window.clear()
+        tail = self._utf8.decode(b"", final=True)
+        self._utf8.reset()
+        text = fix_repetitions(self._run_text + tail).strip()
+        if self.options.itn and text:
+            from .itn import inverse_normalize
+
+            text = inverse_normalize(text, self._language)
+        self._done_text = join_text(self._done_text, text)
+        self._run_ids, self._run_text = [], ""
+        self._header, self._header_lang, self._steps = [], None, 0
+        self._seg_start = None if self._vad is not None else end
+
+    def _mel(self, c0: int, c1: int, right: int) -> np.ndarray:
+        """Log-mel (n_mels, (c1-c0)/160) of [c0, c1) as the offline front end computes it for the
+        segment (reflect padding only at the segment's own edges), clamped at the session ceiling."""
+        a = c0 if c0 - LEFT_CONTEXT < self._seg_start else c0 - LEFT_CONTEXT
+        power = melmod.log_mel_power(self._audio(a, right), self.engine.n_mels)
+        off = (c0 - a) // HOP
+        power = power[:, off:off + (c1 - c0) // HOP]
+        if self.options.mel_ceiling is None:
+            self._ceiling = max(self._ceiling, float(power.max()))
+        return melmod.normalize_log_mel(power, self._ceiling)
+
+    def _chunk(self, c0: int, c1: int, right: int, final: bool = False) -> None:
+        eng = self.engine
+        t0 = time.perf_counter()
+        calls0, secs0 = eng.encoder.calls, eng.encoder.seconds_encoded
+        embeds = eng.encode(self._mel(c0, c1, right))
+        enc_ms = (time.perf_counter() - t0) * 1000
+        self._encoded += c1 - c0
+        chunk = _Chunk(c0, c1, embeds, [], None)
+        self._window.append(chunk)
+        while len(self._window) > self.options.memory_num:
+            self._commit(self._window.popleft())
+        prefix = self._prefix()
+        forced = self.options.language
+        header = [] if forced or not prefix else list(self._header)
+        audio = np.concatenate([c.embeds for c in self._window], axis=0)
+        prompt = eng.prompt(audio.shape[0], self.options.context, forced)
+        x = eng.embed_prompt(prompt, audio)
+        extra = header + prefix
+        if extra:
+            x = np.concatenate([x, eng.embeddings(np.asarray(extra, dtype=np.int64))], axis=0)
+        tokens, ds = eng.decode_embeddings(x, DecodingOptions(max_new_tokens=self.options.max_new_tokens))
+        if ds.finish_reason == "length":
+            self._truncated = True
+        if not forced and not header:
+            tokens = self._split_header(tokens)
+        chunk.tokens = list(tokens)
+        chunk.language = forced or self._header_lang
+        if chunk.language:
+            self._language = chunk.language
+        self._steps += 1
+        self._chunks.append(ChunkStats(
+            start=c0 / SAMPLE_RATE, end=c1 / SAMPLE_RATE, encoder_calls=eng.encoder.calls - calls0,
+            encoder_seconds=eng.encoder.seconds_encoded - secs0, encoder_ms=enc_ms, window_chunks=len(self._window),
+            prefix_tokens=len(extra), prefill_tokens=ds.prefill_tokens, prefill_ms=ds.prefill_ms,
+            decode_tokens=ds.decode_tokens, decode_ms=ds.decode_ms, generated=len(tokens)))
+        logger.debug("chunk %.2f-%.2f s: window %d, prefix %d, generated %d", c0 / SAMPLE_RATE, c1 / SAMPLE_RATE,
+                     len(self._window), len(extra), len(tokens))
+
+    def _prefix(self) -> List[int]:
+        """Text tokens of the window's older chunks minus the rollback; the rolled-back tokens are
+        removed from their chunks (they will be decoded again, attributed to the newest chunk)."""
+        older = list(self._window)[:-1]
+        if self._steps < self.options.unfixed_chunks:
+            for c in older:
+                c.tokens = []
+            return []
+        ids = [t for c in older for t in c.tokens]
+        cut = min(self.options.rollback_tokens, len(ids))
+        tok = self.engine.tokenizer
+        while cut < len(ids) and not _complete_utf8(b"".join(tok.token_bytes(t) for t in ids[:len(ids) - cut])):
+            cut += 1  # never end the prefix inside a character (as the official code)
+        remove = cut
+        for c in reversed(older):
+            k = min(remove, len(c.tokens))
+            if k:
+                del c.tokens[len(c.tokens) - k:]
+            remove -= k
+        return ids[:len(ids) - cut]
+
+    def _split_header(self, tokens: List[int]) -> List[int]:
+        """Keep ``language X<asr_text>`` as the window's header; return the text tokens."""
+        if self._asr_text not in tokens:
+            self._header, self._header_lang = [], None
+            return tokens
+        i = tokens.index(self._asr_text)
+        meta = self.engine.tokenizer.decode(tokens[:i]).strip()
+        lang = None
+        if meta.lower().startswith("language "):
+            name = meta[len("language "):].strip()
+            if name.lower() != "none":
+                try:
+                    lang = resolve_language(name)
+                except ValueError:
+                    lang = None
+        self._header = tokens[:i + 1] if lang else []
+        self._header_lang = lang
+        return tokens[i + 1:]
+
+    def _commit(self, chunk: _Chunk) -> None:
+        tok = self.engine.tokenizer
+        before = join_text(self._done_text, self._run_text)
+        piece = self._utf8.decode(b"".join(tok.token_bytes(t) for t in chunk.tokens), final=False)
+        self._run_ids.extend(chunk.tokens)
+        self._all_ids.extend(chunk.tokens)
+        if not self._run_text:
+            piece = piece.lstrip()
+        self._run_text += piece
+        text = fix_repetitions(piece).strip()
+        if text:
+            self._segments.append(Segment(chunk.start / SAMPLE_RATE, chunk.end / SAMPLE_RATE, text, chunk.language))
+        after = join_text(self._done_text, self._run_text)
+        if self._on_text is not None and len(after) > len(before) and after.startswith(before):
+            self._on_text(after[len(before):])
+
+
+def _complete_utf8(data: bytes) -> bool:
+    """True when ``data`` does not end inside a multi-byte UTF-8 character."""
+    i = len(data) - 1
+    n = 0
+    while i >= 0 and n < 4 and (data[i] & 0xC0) == 0x80:
+        i -= 1
+        n += 1
+    if i < 0:
+        return n == 0
+    lead = data[i]
+    need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
+    return n + 1 >= need
