@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 DEMO_AUDIO ?= audio/en_1.wav
 
-.PHONY: demo test setup setup-dev system-deps clean-venv
+.PHONY: demo test setup setup-dev setup-rknn system-deps clean-venv
 
 $(VENV)/.runtime: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,11 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-nodeps.txt
 
 setup: $(VENV)/.runtime
 
-setup-dev: $(VENV)/.dev system-deps
+setup-dev: $(VENV)/.dev system-deps setup-rknn
+
+# rknn-toolkit2 (ONNX -> RKNN conversion and its simulator) needs numpy<2: its own venv.
+setup-rknn:
+	bash scripts/setup_rknn_env.sh
 
 # Debian packages the tests use (espeak-ng speech, sox, PortAudio); installed only if missing.
 system-deps:
