@@ -72,7 +72,7 @@ def compare(checkpoint: str, bundle: str, audio, max_new_tokens: int = 32, langu
     elif official_attention != "as-is":
         raise ValueError("official_attention must be 'windowed' or 'as-is'")
     # our prompt, features and embeddings
-    from qwen3asr.decoding import DecodingOptions, Generation
+    from qwen3asr.decoding import DecodingOptions
 
     gen_opts = DecodingOptions(max_new_tokens=max_new_tokens + 1)
     gen, info = engine.start(pcm, language=language, context=context, options=gen_opts)

@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
 import checkpoint as ckpt  # noqa: E402
 import onnx_graphs as graphs  # noqa: E402
@@ -46,11 +47,9 @@ log = logging.getLogger("export_onnx")
 
 
 def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from qwen3asr.bundle import sha256_file
+
+    return sha256_file(path)
 
 
 def save_model(model, path: str) -> list[str]:

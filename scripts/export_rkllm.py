@@ -36,7 +36,6 @@ not installed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -354,11 +353,9 @@ def build_rkllm(hf_dir: str, out_file: str, target: str, quant: str, dataset: Op
 
 
 def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from qwen3asr.bundle import sha256_file
+
+    return sha256_file(path)
 
 
 def record_in_manifest(bundle_dir: str, rkllm_file: str, target: str, quant: str, max_context: int) -> dict:

@@ -26,7 +26,10 @@ import json
 import logging
 import os
 from importlib import resources
+import sys
 from typing import Dict, List, Optional, Sequence, Tuple
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
 logger = logging.getLogger(__name__)
 
@@ -131,18 +134,9 @@ EXTRA_SPECIAL_TOKENS = {
 
 def bytes_to_unicode() -> Dict[int, str]:
     """GPT-2's reversible byte -> printable character table (256 entries)."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("\xa1"), ord("\xac") + 1))
-        + list(range(ord("\xae"), ord("\xff") + 1))
-    )
-    table = {b: chr(b) for b in printable}
-    n = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + n)
-            n += 1
-    return table
+    from qwen3asr.tokenizer import _bytes_to_unicode
+
+    return _bytes_to_unicode()
 
 
 def tiktoken_path() -> str:

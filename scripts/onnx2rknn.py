@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -38,7 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from qwen3asr.audio import prepare_audio  # noqa: E402
 from qwen3asr.bundle import Bundle, BundleError  # noqa: E402
-from qwen3asr.encoder import AudioEncoder, EncoderVariant, tokens_for_frames  # noqa: E402
+from qwen3asr.encoder import AudioEncoder  # noqa: E402
 from qwen3asr.mel import log_mel, SAMPLE_RATE  # noqa: E402
 from qwen3asr.onnx_backend import OnnxEncoderRunner  # noqa: E402
 from qwen3asr.rknn_backend import (  # noqa: E402
@@ -65,11 +64,9 @@ class VerifyResult:
 
 
 def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from qwen3asr.bundle import sha256_file
+
+    return sha256_file(path)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

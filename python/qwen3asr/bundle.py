@@ -32,6 +32,15 @@ def default_model_dir() -> str:
     return os.path.normpath(os.path.join(here, "..", "..", "models", "default"))
 
 
+def sha256_file(path: str) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def is_lfs_pointer(path: str) -> bool:
     """True if ``path`` is a Git LFS pointer file instead of the real content."""
     try:
@@ -136,16 +145,10 @@ class Bundle:
         """Files whose SHA-256 differs from the manifest (empty list = all good)."""
         bad = []
         for rel, digest in self.manifest.get("files", {}).items():
-            p = os.path.join(self.path, rel)
-            h = hashlib.sha256()
             try:
-                with open(p, "rb") as f:
-                    for block in iter(lambda: f.read(1 << 20), b""):
-                        h.update(block)
+                if sha256_file(os.path.join(self.path, rel)) != digest:
+                    bad.append(rel)
             except OSError:
-                bad.append(rel)
-                continue
-            if h.hexdigest() != digest:
                 bad.append(rel)
         return bad
 
