@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Train a small Qwen2-style byte-level BPE for the bundled tiny Qwen3-ASR model.
+
+The real Qwen vocabulary has 151936 rows: at the widths a CPU-trained model can afford,
+its embedding table alone would outweigh the 25 MB budget of the committed bundle, and
+almost all of its rows would never be trained. So the tiny model gets its own BPE,
+trained on the training texts, in exactly the real checkpoint's formats:
+
+- same pre-tokenizer (NFC + the Qwen2 split regex + byte-level alphabet, so any text,
+  including languages never trained, still encodes);
+- ``vocab.json`` + ``merges.txt`` (HF "slow" files, no tokenizer.json);
+- ``tokenizer_config.json`` with the SAME added-token strings and special flags as the
+  real checkpoint (``<|endoftext|>``, ``<|im_start|>``, ..., ``<|audio_pad|>``,
+  ``<asr_text>``), in the same order, placed right after the base vocabulary
+  (real id 151643 + k becomes ``base_size + k``);
+- the official ``chat_template.json``.
+
+Every character of the Mandarin label set is forced to be a single token, and the
+strings of the prompt/answer format ("system", "user", "assistant", "language English",
+...) are part of the training text so they get whole tokens.
+
+Usage: python scripts/make_small_tokenizer.py --texts TEXTS.txt --out DIR [--vocab-size 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from make_random_checkpoint import SUPPORT_LANGUAGES  # noqa: E402
+from make_tokenizer_files import ADDED_TOKENS, CHAT_TEMPLATE, FIRST_ADDED_ID, tokenizer_config  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_VOCAB_SIZE = 2000  # base BPE entries (256 byte symbols + merges), before added tokens
+# Prompt and answer strings, repeated so their pieces are merged early.
+FORMAT_TEXTS = (["system", "user", "assistant", "\n"]
+                + [f"language {name}" for name in SUPPORT_LANGUAGES] + ["language None"])
+FORMAT_REPEAT = 200
+
+
+def _pretokenizer_regex() -> str:
+    # Same string as the runtime's (python/qwen3asr/tokenizer.py).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+    from qwen3asr.tokenizer import PRETOKENIZE_REGEX
+
+    return PRETOKENIZE_REGEX
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[str] = ()):
+    """Train the byte-level BPE; returns (vocab {token: id}, merges [(a, b)]).
+
+    required_chars: characters that must each end up as one token; raises RuntimeError
+    naming them if the vocabulary is too small for that.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_pretokenizer_regex()), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    required = sorted(set(required_chars))
+    # Each required character is also given alone, often enough to be merged into one token.
+    corpus: List[str] = list(texts) + FORMAT_TEXTS * FORMAT_REPEAT + [c for c in required for _ in range(50)]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    tok.train_from_iterator(corpus, trainer=trainer)
+    data = json.loads(tok.to_str())
+    vocab: Dict[str, int] = data["model"]["vocab"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in data["model"]["merges"]]
+    not_single = [c for c in required if len(tok.encode(c).ids) != 1]
+    if not_single:
+        raise RuntimeError(f"{len(not_single)} required characters are not single tokens with vocab_size "
+                           f"{vocab_size} (e.g. {''.join(not_single[:10])}); raise --vocab-size")
+    return vocab, merges
+
+
+def added_tokens(base_size: int) -> Dict[int, tuple]:
+    """The real checkpoint's added tokens (same strings, flags and order) from id ``base_size`` on."""
+    return {base_size + (i - FIRST_ADDED_ID): v for i, v in sorted(ADDED_TOKENS.items())}
+
+
+def small_tokenizer_config(base_size: int) -> dict:
+    """tokenizer_config.json of the real layout with the added tokens renumbered."""
+    cfg = tokenizer_config()
+    shift = base_size - FIRST_ADDED_ID
+    cfg["added_tokens_decoder"] = {str(int(k) + shift): v for k, v in cfg["added_tokens_decoder"].items()}
+    return cfg
+
+
+def _write_json(path: str, obj: dict, compact: bool = False) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        if compact:
+            json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
+        else:
+            json.dump(obj, f, ensure_ascii=False, indent=2)
+            f.write("\n")
+
+
+def write_small_tokenizer(out_dir: str, texts: Sequence[str], vocab_size: int = DEFAULT_VOCAB_SIZE,
+                          required_chars: Iterable[str] = ()) -> Dict[str, int]:
+    """Write vocab.json, merges.txt, tokenizer_config.json, chat_template.json into ``out_dir``.
+
+    Returns the ids of the added tokens by name (e.g. {"<|audio_pad|>": 2033, ...}).
+    """
+    vocab, merges = train_bpe(texts, vocab_size, required_chars)
+    base = len(vocab)
+    if sorted(vocab.values()) != list(range(base)):
+        raise RuntimeError("trained vocabulary ids are not contiguous")
+    os.makedirs(out_dir, exist_ok=True)
+    _write_json(os.path.join(out_dir, "vocab.json"), vocab, compact=True)
+    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for a, b in merges:
+            f.write(f"{a} {b}\n")
+    _write_json(os.path.join(out_dir, "tokenizer_config.json"), small_tokenizer_config(base))
+    _write_json(os.path.join(out_dir, "chat_template.json"), {"chat_template": CHAT_TEMPLATE})
+    ids = {content: i for i, (content, _) in added_tokens(base).items()}
+    logger.info("small BPE: %d base tokens, %d merges, %d added tokens (ids %d..%d) in %s",
+                base, len(merges), len(ids), base, base + len(ids) - 1, out_dir)
+    return ids
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--texts", required=True, help="UTF-8 file, one training text per line")
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    import textgen
+
+    with open(args.texts, encoding="utf-8") as f:
+        texts = [line.rstrip("\n") for line in f if line.strip()]
+    write_small_tokenizer(args.out, texts, args.vocab_size, textgen.CHINESE_CHARSET)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,587 @@
+#!/usr/bin/env python3
+"""Train the bundled tiny Qwen3-ASR (official architecture) on synthetic speech, end to end.
+
+    python scripts/train_tiny.py --work build/tiny --out models/default
+
+One command, fixed seeds. Stages (each skipped when its output already exists for the
+same settings, so an interrupted run can be restarted):
+
+1. data:      scripts/make_dataset.py -> WORK/data/{train,dev,test}/manifest.jsonl
+2. tokenizer: scripts/make_small_tokenizer.py on the training texts -> WORK/tokenizer/
+3. features:  official log-mel (qwen3asr.mel.log_mel) of every train/dev clip, once ->
+              WORK/features_{split}.npz (float16, clips concatenated along time)
+4. training:  ``Qwen3ASRForConditionalGeneration`` from the official code at the small
+              dimensions of ``MODEL``; AdamW, batches of similar length, loss only on the
+              answer tokens (``language X<asr_text>text<|im_end|>``); torch.set_num_threads(2)
+5. checkpoint: ``save_pretrained`` + the official side files -> WORK/checkpoint/
+6. export:    scripts/export_onnx.py -> OUT (the committed bundle)
+
+See docs/training.md for the numbers of the committed run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+log = logging.getLogger("train_tiny")
+
+N_MELS = 128
+CHUNK_FRAMES = 100           # mel frames per encoder chunk (2 * n_window)
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Small dimensions of the official architecture (see docs/training.md)."""
+    audio_d_model: int = 160
+    audio_layers: int = 3
+    audio_heads: int = 4            # head_dim 40
+    audio_ffn: int = 512
+    downsample_hidden: int = 32     # conv stem channels
+    hidden: int = 160               # text hidden size = audio output_dim
+    layers: int = 3
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 40
+    intermediate: int = 480
+    mrope_section: tuple = (8, 6, 6)  # sums to head_dim // 2
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings of one run."""
+    seed: int = 0
+    n_train: int = 14000            # training clips generated
+    n_dev: int = 300
+    n_test: int = 500
+    vocab_size: int = 2000          # base BPE entries before the added tokens
+    steps: int = 100000             # upper bound; the time budget below normally ends training
+    minutes: float = 50.0           # training time budget; 0 = none (schedule by steps only)
+    batch_frames: int = 6000        # mel frames per batch (about 60 s of audio)
+    max_batch: int = 32             # clips per batch
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.05      # cosine decay to lr * this
+    warmup: int = 200
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    forced_language: float = 0.1    # share of speech prompts with the language forced
+    context_share: float = 0.1      # share of prompts with a (distracting) context text
+    spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
+    spec_time_masks: int = 2        # and of up to 5% of the frames
+    # One intra-op thread: on the shared 2-core machine two threads ran a step 3-4x slower
+    # than one (measured at load average 7), see docs/training.md.
+    threads: int = 1
+
+
+MODEL = ModelDims()
+
+
+# --------------------------------------------------------------------------- data
+
+
+def read_manifest(split_dir: str) -> List[dict]:
+    with open(os.path.join(split_dir, "manifest.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def make_data(work: str, cfg: TrainConfig) -> str:
+    data = os.path.join(work, "data")
+    meta = os.path.join(data, "dataset.json")
+    if os.path.isfile(meta):
+        with open(meta, encoding="utf-8") as f:
+            m = json.load(f)
+        if (m.get("seed"), m.get("counts")) == (cfg.seed, {"train": cfg.n_train, "dev": cfg.n_dev, "test": cfg.n_test}):
+            log.info("data: %s exists", data)
+            return data
+        log.info("data: %s has other settings (%s); regenerating", data, m.get("counts"))
+    cmd = [sys.executable, os.path.join(HERE, "make_dataset.py"), "--out", data, "--n-train", str(cfg.n_train),
+           "--n-dev", str(cfg.n_dev), "--n-test", str(cfg.n_test), "--seed", str(cfg.seed), "--jobs", "2"]
+    log.info("data: %s", " ".join(cmd))
+    subprocess.run(cmd, check=True)
+    return data
+
+
+def make_tokenizer(work: str, data: str, cfg: TrainConfig) -> str:
+    import textgen
+    from make_small_tokenizer import write_small_tokenizer
+
+    out = os.path.join(work, "tokenizer")
+    if os.path.isfile(os.path.join(out, "tokenizer_config.json")):
+        log.info("tokenizer: %s exists", out)
+        return out
+    texts = [r["text"] for r in read_manifest(os.path.join(data, "train")) if r["text"]]
+    write_small_tokenizer(out, texts, cfg.vocab_size, textgen.CHINESE_CHARSET)
+    return out
+
+
+def _mel_of(path: str) -> np.ndarray:
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr.mel import log_mel
+
+    return log_mel(prepare_audio(path), N_MELS).astype(np.float16)
+
+
+def make_features(work: str, data: str, split: str) -> dict:
+    """{"mel": (128, sum T) float16, "offsets": (n+1,) int64} for every clip of ``split``."""
+    path = os.path.join(work, f"features_{split}.npz")
+    if not os.path.isfile(path):
+        from multiprocessing import Pool
+
+        rows = read_manifest(os.path.join(data, split))
+        files = [os.path.join(data, split, r["audio"]) for r in rows]
+        t0 = time.time()
+        with Pool(2) as pool:
+            mels = pool.map(_mel_of, files, chunksize=64)
+        offsets = np.cumsum([0] + [m.shape[1] for m in mels]).astype(np.int64)
+        np.savez(path + ".tmp.npz", mel=np.concatenate(mels, axis=1), offsets=offsets)
+        os.replace(path + ".tmp.npz", path)
+        log.info("features: %s, %d clips, %d frames in %.0f s", split, len(mels), offsets[-1], time.time() - t0)
+    with np.load(path) as z:
+        return {"mel": z["mel"], "offsets": z["offsets"]}
+
+
+# --------------------------------------------------------------------------- model
+
+
+def config_dict(dims: ModelDims, vocab_rows: int, ids: Dict[str, int]) -> dict:
+    """config.json content of the tiny model: the real checkpoint's keys and fixed values."""
+    from make_random_checkpoint import SUPPORT_LANGUAGES
+
+    audio = {
+        "num_mel_bins": N_MELS, "d_model": dims.audio_d_model, "encoder_layers": dims.audio_layers,
+        "encoder_attention_heads": dims.audio_heads, "encoder_ffn_dim": dims.audio_ffn,
+        "downsample_hidden_size": dims.downsample_hidden, "output_dim": dims.hidden,
+        "n_window": 50, "n_window_infer": 800, "conv_chunksize": 500, "max_source_positions": 1500,
+        "activation_function": "gelu", "scale_embedding": False, "dropout": 0.0,
+        "attention_dropout": 0.0, "activation_dropout": 0.0, "initializer_range": 0.02,
+    }
+    text = {
+        "vocab_size": vocab_rows, "hidden_size": dims.hidden, "intermediate_size": dims.intermediate,
+        "num_hidden_layers": dims.layers, "num_attention_heads": dims.heads,
+        "num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "hidden_act": "silu",
+        "max_position_embeddings": 65536, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "rope_scaling": {"interleaved": True, "mrope_interleaved": True, "mrope_section": list(dims.mrope_section),
+                         "rope_type": "default", "type": "default"},
+        "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True, "use_cache": True,
+        "initializer_range": 0.02,
+    }
+    thinker = {
+        "audio_config": audio, "text_config": text,
+        "audio_token_id": ids["<|audio_pad|>"], "audio_start_token_id": ids["<|audio_start|>"],
+        "audio_end_token_id": ids["<|audio_end|>"], "user_token_id": ids["user"],
+        "initializer_range": 0.02, "tie_word_embeddings": True,
+    }
+    return {"architectures": ["Qwen3ASRForConditionalGeneration"], "model_type": "qwen3_asr",
+            "thinker_config": thinker, "support_languages": list(SUPPORT_LANGUAGES), "tie_word_embeddings": True}
+
+
+def build_model(cfg_dict: dict, seed: int):
+    import torch
+    from official_ref import official_modules
+
+    mods = official_modules()
+    torch.manual_seed(seed)
+    model = mods.Qwen3ASRForConditionalGeneration(mods.Qwen3ASRConfig(**cfg_dict))
+    model.to(torch.float32)
+    return model
+
+
+def n_audio_tokens(frames: int) -> int:
+    """Encoder output rows for ``frames`` mel frames (official formula)."""
+    r = frames % CHUNK_FRAMES
+    f = 0 if r == 0 else ((((r + 1) // 2) + 1) // 2 + 1) // 2
+    return 13 * (frames // CHUNK_FRAMES) + f
+
+
+def encode_audio(tower, mels: list):
+    """Official audio tower on several clips at once: (sum N_i, hidden).
+
+    Same steps as ``Qwen3ASRAudioEncoder.forward`` for each clip, with every 100-frame
+    chunk of every clip in one conv batch and the block-diagonal attention of the official
+    windows (one clip never sees another). ``forward`` itself passes no attention mask to
+    its layers outside flash-attention, so it cannot run several clips together.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    chunks, valid, win_lens = [], [], []
+    window = 13 * (tower.n_window_infer // CHUNK_FRAMES)
+    for m in mels:
+        t = m.shape[1]
+        for s in range(0, t, CHUNK_FRAMES):
+            c = m[:, s:s + CHUNK_FRAMES]
+            valid.append(n_audio_tokens(c.shape[1]))
+            if t >= CHUNK_FRAMES:  # the ragged tail of a longer clip is zero-padded; a short clip is not
+                c = F.pad(c, (0, CHUNK_FRAMES - c.shape[1]))
+            chunks.append(c)
+        n = n_audio_tokens(t)
+        win_lens += [window] * (n // window) + ([n % window] if n % window else [])
+    # The conv stem runs on groups of equal width (zero padding after a short chunk would
+    # change its last outputs); outputs are then padded to a common length.
+    by_width: Dict[int, List[int]] = {}
+    for i, c in enumerate(chunks):
+        by_width.setdefault(c.shape[1], []).append(i)
+    outs, order = [], []
+    for idx in by_width.values():
+        x = torch.stack([chunks[i] for i in idx]).unsqueeze(1)  # (n, 1, 128, width)
+        x = F.gelu(tower.conv2d1(x))
+        x = F.gelu(tower.conv2d2(x))
+        x = F.gelu(tower.conv2d3(x))
+        outs.append(x)
+        order += idx
+    t = max(o.shape[-1] for o in outs)
+    x = torch.cat([F.pad(o, (0, t - o.shape[-1])) for o in outs])  # (chunks, C, F, t), grouped order
+    x = x[torch.argsort(torch.tensor(order))]  # back to chunk order
+    b, c, f, _ = x.shape
+    x = tower.conv_out(x.permute(0, 3, 1, 2).reshape(b, t, c * f))
+    x = x + tower.positional_embedding.positional_embedding[:t].unsqueeze(0).to(x.dtype)
+    h = x[torch.arange(t).unsqueeze(0) < torch.tensor(valid).unsqueeze(1)]  # (tokens, d)
+    # Attention windows as a padded batch (n_windows, longest, d) with a key-padding mask.
+    lens = torch.tensor(win_lens)
+    longest = int(lens.max())
+    keep = torch.arange(longest).unsqueeze(0) < lens.unsqueeze(1)  # (W, longest)
+    hp = h.new_zeros((len(win_lens), longest, h.shape[-1]))
+    hp = hp.masked_scatter(keep.unsqueeze(-1), h)
+    key_mask = keep[:, None, None, :]  # (W, 1, 1, longest), True = attend
+    for layer in tower.layers:
+        hp = _audio_layer(layer, hp, key_mask)
+    h = hp[keep]
+    h = tower.proj2(tower.act(tower.proj1(tower.ln_post(h))))
+    return h
+
+
+def _audio_layer(layer, h, key_mask):
+    """One official audio encoder layer on padded windows (W, L, d); same arithmetic as
+    Qwen3ASRAudioEncoderLayer.forward (pre-LN, scaled dot-product attention, GELU MLP)."""
+    import torch.nn.functional as F
+
+    att = layer.self_attn
+    w, L, d = h.shape
+    x = layer.self_attn_layer_norm(h)
+
+    def heads(t):
+        return t.view(w, L, att.num_heads, att.head_dim).transpose(1, 2)
+
+    o = F.scaled_dot_product_attention(heads(att.q_proj(x)), heads(att.k_proj(x)), heads(att.v_proj(x)),
+                                       attn_mask=key_mask, scale=att.scaling)
+    h = h + att.out_proj(o.transpose(1, 2).reshape(w, L, d))
+    x = layer.final_layer_norm(h)
+    return h + layer.fc2(layer.activation_fn(layer.fc1(x)))
+
+
+# --------------------------------------------------------------------------- samples
+
+
+@dataclass(frozen=True)
+class Sample:
+    index: int          # clip index in the split
+    frames: int         # mel frames
+    text: str
+    language: str       # "English", "Chinese", "None"
+
+
+def make_batches(samples: List[Sample], cfg: TrainConfig, rng: random.Random) -> List[List[Sample]]:
+    """Clips sorted by length (with a little noise) and cut into batches of <= batch_frames frames."""
+    order = sorted(samples, key=lambda s: s.frames * (1.0 + 0.1 * rng.random()))
+    batches, cur, longest = [], [], 0
+    for s in order:
+        longest2 = max(longest, s.frames)
+        if cur and (longest2 * (len(cur) + 1) > cfg.batch_frames or len(cur) >= cfg.max_batch):
+            batches.append(cur)
+            cur, longest2 = [], s.frames
+        cur.append(s)
+        longest = longest2
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+class Collator:
+    """Prompt + answer ids and loss targets for a batch."""
+
+    def __init__(self, tokenizer, cfg: TrainConfig, context_pool: Sequence[str]):
+        from qwen3asr.prompt import build_prompt
+
+        self.tok = tokenizer
+        self.cfg = cfg
+        self.build_prompt = build_prompt
+        self.context_pool = list(context_pool)
+
+    def ids(self, s: Sample, rng: random.Random):
+        n = n_audio_tokens(s.frames)
+        context = rng.choice(self.context_pool) if rng.random() < self.cfg.context_share else ""
+        forced = s.language if (s.language != "None" and rng.random() < self.cfg.forced_language) else None
+        prompt = self.build_prompt(self.tok, n, context=context, language=forced)
+        answer_text = s.text if forced else f"language {s.language}<asr_text>{s.text}"
+        answer = self.tok.encode(answer_text) + [self.tok.im_end]
+        return list(prompt.ids), answer
+
+    def __call__(self, batch: List[Sample], rng: random.Random):
+        import torch
+
+        seqs = [self.ids(s, rng) for s in batch]
+        length = max(len(p) + len(a) for p, a in seqs)
+        pad = self.tok.endoftext
+        input_ids = torch.full((len(batch), length), pad, dtype=torch.long)
+        labels = torch.full((len(batch), length), -100, dtype=torch.long)
+        attn = torch.zeros((len(batch), length), dtype=torch.long)
+        for i, (p, a) in enumerate(seqs):
+            full = p + a
+            input_ids[i, :len(full)] = torch.tensor(full)
+            attn[i, :len(full)] = 1
+            labels[i, len(p) - 1:len(full) - 1] = torch.tensor(a)  # position j predicts token j+1
+        return input_ids, attn, labels
+
+
+def spec_augment(mel, cfg: TrainConfig, gen):
+    """Zero (the official padding value) up to 2 mel bands of <= 12 bins and 2 time spans of <= 5%."""
+    import torch
+
+    mel = mel.clone()
+    t = mel.shape[1]
+    for _ in range(cfg.spec_freq_masks):
+        w = int(torch.randint(0, 13, (1,), generator=gen))
+        f0 = int(torch.randint(0, N_MELS - w + 1, (1,), generator=gen))
+        mel[f0:f0 + w, :] = 0.0
+    for _ in range(cfg.spec_time_masks):
+        w = int(torch.randint(0, max(1, t // 20) + 1, (1,), generator=gen))
+        t0 = int(torch.randint(0, t - w + 1, (1,), generator=gen))
+        mel[:, t0:t0 + w] = 0.0
+    return mel
+
+
+def forward_loss(model, mels, input_ids, attn, labels, audio_token_id: int):
+    """Mean cross-entropy over the answer tokens of the batch, and the number of those tokens."""
+    import torch
+    import torch.nn.functional as F
+
+    thinker = model.thinker
+    emb = thinker.get_input_embeddings()(input_ids)
+    audio = encode_audio(thinker.audio_tower, mels).to(emb.dtype)
+    mask = (input_ids == audio_token_id).unsqueeze(-1).expand_as(emb)
+    emb = emb.masked_scatter(mask, audio)
+    b, L = input_ids.shape
+    pos = torch.arange(L).view(1, 1, L).expand(3, b, L)
+    hidden = thinker.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=False)[0]
+    sel = labels != -100
+    logits = thinker.lm_head(hidden[sel])
+    return F.cross_entropy(logits, labels[sel]), int(sel.sum())
+
+
+# --------------------------------------------------------------------------- decoding (checks)
+
+
+def greedy(model, tok, mel: np.ndarray, max_new: int = 40) -> str:
+    """Greedy transcript of one clip with the official generate(); raw text incl. the language prefix."""
+    import torch
+    from qwen3asr.prompt import build_prompt
+
+    prompt = build_prompt(tok, n_audio_tokens(mel.shape[1]))
+    ids = torch.tensor(np.asarray(prompt.ids)).unsqueeze(0)
+    feats = torch.from_numpy(mel.astype(np.float32)).unsqueeze(0)
+    out = model.generate(input_ids=ids, input_features=feats,
+                         feature_attention_mask=torch.ones((1, mel.shape[1]), dtype=torch.long),
+                         attention_mask=torch.ones_like(ids), max_new_tokens=max_new, eos_token_id=list(tok.eos_ids),
+                         pad_token_id=tok.endoftext, do_sample=False)
+    seq = out.sequences[0, ids.shape[1]:].tolist()
+    return tok.decode(seq, skip_special_tokens=True)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: ModelDims, log_every: int = 50):
+    import torch
+    from qwen3asr.tokenizer import Tokenizer
+
+    torch.set_num_threads(cfg.threads)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    tok = Tokenizer.from_dir(tok_dir)
+    names = ["<|audio_pad|>", "<|audio_start|>", "<|audio_end|>", "user"]
+    ids = {n: tok.token_id(n) for n in names}
+    vocab_rows = int(math.ceil(tok.vocab_size / 64) * 64)
+    cfg_dict = config_dict(dims, vocab_rows, ids)
+    model = build_model(cfg_dict, cfg.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("model: %d parameters (%s); vocab rows %d (tokenizer %d)", n_params, dims, vocab_rows, tok.vocab_size)
+
+    rows = read_manifest(os.path.join(data, "train"))
+    feats = make_features(work, data, "train")
+    mel_all, off = feats["mel"], feats["offsets"]
+    samples = [Sample(i, int(off[i + 1] - off[i]), r["text"], r["language"]) for i, r in enumerate(rows)]
+    contexts = [r["text"] for r in rows if r["text"]][:2000]
+    collate = Collator(tok, cfg, contexts)
+
+    dev_rows = read_manifest(os.path.join(data, "dev"))
+    dev = make_features(work, data, "dev")
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name or "ln_" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
+
+    def progress(step: int) -> float:
+        """Fraction of the run done: by steps, or by the time budget when that comes first."""
+        p = step / cfg.steps
+        if cfg.minutes > 0:
+            p = max(p, (time.time() - t0) / (60.0 * cfg.minutes))
+        return min(1.0, p)
+
+    def lr_at(step: int) -> float:
+        # Linear warm-up over the first steps, then cosine decay over the remaining progress.
+        warm = min(1.0, (step + 1) / cfg.warmup)
+        p = progress(step)
+        return warm * cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+    rng = random.Random(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    step, epoch, t0 = 0, 0, time.time()
+    loss_sum, tok_sum = 0.0, 0
+    model.train()
+    done = False
+    while not done:
+        epoch += 1
+        for batch in make_batches(samples, cfg, rng):
+            done = progress(step) >= 1.0
+            if done:
+                break
+            input_ids, attn, labels = collate(batch, rng)
+            mels = [spec_augment(torch.from_numpy(mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)),
+                                 cfg, gen) for s in batch]
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            loss, n_tok = forward_loss(model, mels, input_ids, attn, labels, ids["<|audio_pad|>"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+            opt.step()
+            step += 1
+            loss_sum += loss.item() * n_tok
+            tok_sum += n_tok
+            if step % log_every == 0:
+                log.info("step %d epoch %d progress %.3f loss %.4f lr %.2e  %.0f s", step, epoch,
+                         progress(step), loss_sum / max(1, tok_sum), lr_at(step - 1), time.time() - t0)
+                loss_sum, tok_sum = 0.0, 0
+            if step % 500 == 0 or step == 250:
+                torch.save({"step": step, "model": model.state_dict(), "config": cfg_dict},
+                           os.path.join(work, "snapshot.pt"))
+                model.eval()
+                with torch.no_grad():
+                    errs = 0
+                    n_check = 10
+                    for i in range(n_check):
+                        j = (i * 7) % len(dev_rows)
+                        r = dev_rows[j]
+                        got = greedy(model, tok, dev["mel"][:, dev["offsets"][j]:dev["offsets"][j + 1]])
+                        want = f"language {r['language']}<asr_text>{r['text']}"
+                        errs += got != want
+                        if i < 3:
+                            log.info("  dev %r -> %r", want, got)
+                    log.info("step %d: %d/%d dev clips exact", step, n_check - errs, n_check)
+                model.train()
+    model.eval()
+    torch.save({"step": step, "model": model.state_dict(), "config": cfg_dict}, os.path.join(work, "snapshot.pt"))
+    log.info("training done: %d steps, %d epochs, %.0f s", step, epoch, time.time() - t0)
+    return model, step, time.time() - t0
+
+
+def save_checkpoint(model, tok_dir: str, out: str, info: dict) -> str:
+    """Official layout: config.json, model.safetensors, tokenizer files, preprocessor/generation configs."""
+    from official_ref import FEATURE_EXTRACTOR_SETTINGS
+    from qwen3asr.tokenizer import Tokenizer
+
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    model.save_pretrained(out, safe_serialization=True)
+    tok = Tokenizer.from_dir(tok_dir)
+
+    def write(name: str, obj: dict) -> None:
+        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
+            json.dump(obj, f, ensure_ascii=False, indent=2)
+            f.write("\n")
+
+    with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["dtype"] = "float32"
+    cfg["qwen3asr_tiny"] = info
+    write("config.json", cfg)
+    write("generation_config.json", {"do_sample": False, "eos_token_id": list(tok.eos_ids),
+                                     "pad_token_id": tok.endoftext, "max_new_tokens": 256})
+    fe = FEATURE_EXTRACTOR_SETTINGS
+    write("preprocessor_config.json", dict(fe, feature_extractor_type="WhisperFeatureExtractor",
+                                           n_samples=fe["chunk_length"] * fe["sampling_rate"],
+                                           nb_max_frames=fe["chunk_length"] * fe["sampling_rate"] // fe["hop_length"],
+                                           processor_class="Qwen3ASRProcessor"))
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "chat_template.json"):
+        shutil.copy(os.path.join(tok_dir, name), os.path.join(out, name))
+    log.info("checkpoint: %s", out)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "tiny"), help="work directory (not committed)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "models", "default"), help="bundle directory to write")
+    ap.add_argument("--steps", type=int, default=TrainConfig.steps, help="maximum optimizer steps")
+    ap.add_argument("--minutes", type=float, default=TrainConfig.minutes,
+                    help="training time budget in minutes (LR schedule follows it); 0 = by --steps only")
+    ap.add_argument("--n-train", type=int, default=TrainConfig.n_train)
+    ap.add_argument("--seed", type=int, default=TrainConfig.seed)
+    ap.add_argument("--no-export", action="store_true", help="stop after writing the checkpoint")
+    ap.add_argument("--from-snapshot", action="store_true",
+                    help="skip training: write the checkpoint (and bundle) from WORK/snapshot.pt, the last "
+                         "periodic snapshot of an interrupted run")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train)
+    t0 = time.time()
+    os.makedirs(args.work, exist_ok=True)
+    data = make_data(args.work, cfg)
+    tok_dir = make_tokenizer(args.work, data, cfg)
+    if args.from_snapshot:
+        import torch
+
+        snap = torch.load(os.path.join(args.work, "snapshot.pt"), weights_only=False)
+        model = build_model(snap["config"], cfg.seed)
+        model.load_state_dict(snap["model"])
+        model.eval()
+        train_s, steps_done = float("nan"), snap["step"]
+        log.info("checkpoint from the snapshot of step %d", steps_done)
+    else:
+        model, steps_done, train_s = train(args.work, data, tok_dir, cfg, MODEL)
+    info = {"train_config": asdict(cfg), "dims": asdict(MODEL), "steps_done": steps_done,
+            "train_seconds": None if math.isnan(train_s) else round(train_s)}
+    ckpt = save_checkpoint(model, tok_dir, os.path.join(args.work, "checkpoint"), info)
+    if not args.no_export:
+        from export_onnx import DEFAULT_DURATIONS, export
+
+        if os.path.isdir(args.out):
+            shutil.rmtree(args.out)
+        export(ckpt, args.out, durations=DEFAULT_DURATIONS, forms=("merged", "split"), decoder_dtypes=("fp32", "int8"))
+    log.info("all done in %.0f s (training %.0f s)", time.time() - t0, train_s)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
