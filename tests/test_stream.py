@@ -1,0 +1,305 @@
+"""StreamSession mechanics: chunking, encode-once, mel equality, window/prefix/rollback bookkeeping,
+language header, commit rules, VAD gating, accounting and every error path.
+
+The random-weight bundle runs the real encoder and decoder graphs; a scripted decoder
+(engine.decode_embeddings replaced) checks the text bookkeeping with known tokens."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import bundles
+from qwen3asr import Qwen3ASREngine
+from qwen3asr import mel as melmod
+from qwen3asr.results import DecodeStats
+from qwen3asr.stream import StreamOptions, _complete_utf8, join_text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def engine():
+    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
+    return Qwen3ASREngine(bundles.bundle("tiny-a", "bfloat16")[1], backend="onnx", decoder_dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def pcm():
+    x, sr = sf.read(LONG, dtype="float32")
+    assert sr == SR
+    return x
+
+
+def _feed_random(session, x, seed):
+    rng = np.random.default_rng(seed)
+    i = 0
+    while i < len(x):
+        n = int(rng.choice([1, 160, 333, 1600, 7919, 40000]))
+        session.feed_audio(x[i:i + n])
+        i += n
+    return session.finish()
+
+
+# ----------------------------------------------------------------------------- real graphs
+def test_random_pieces_equal_fixed_pieces(engine, pcm):
+    x = pcm[:SR * 9]
+    a = engine.create_stream(chunk_size=2.0, max_new_tokens=4)
+    for i in range(0, len(x), SR):
+        a.feed_audio(x[i:i + SR])
+    ra = a.finish()
+    rb = _feed_random(engine.create_stream(chunk_size=2.0, max_new_tokens=4), x, seed=1)
+    assert ra.token_ids == rb.token_ids and len(ra.token_ids) > 0
+    assert ra.text == rb.text and ra.segments == rb.segments
+    assert [(c.start, c.end, c.prefill_tokens) for c in ra.chunks] == [(c.start, c.end, c.prefill_tokens)
+                                                                       for c in rb.chunks]
+
+
+def test_each_sample_encoded_once_and_accounting(engine, pcm):
+    x = pcm[:int(SR * 7.3)]
+    s = engine.create_stream(chunk_size=2.0, max_new_tokens=3, language="English", rollback_tokens=1)
+    r = _feed_random(s, x, seed=2)
+    spans = [(c.start, c.end) for c in r.chunks]
+    assert spans == [(0.0, 2.0), (2.0, 4.0), (4.0, 6.0), (6.0, 7.3)]
+    st = r.stats
+    assert st.encoder_calls == 4 and st.chunks == 4
+    assert st.encoded_seconds == pytest.approx(7.3) and st.audio_seconds == pytest.approx(7.3)
+    assert st.encoder_seconds == pytest.approx(8.0)  # 3 x 2 s graphs + the 2 s graph for the 1.3 s tail
+    # prefill = template (15) + forced header (4) + window audio + text prefix
+    template = len(engine.prompt(1, "", "English")) - 1
+    audio = [26, 52, 52, 26 + 17]  # 13 tokens/s; the 1.3 s tail gives 13 + 4
+    assert [c.prefill_tokens for c in r.chunks] == [template + a + c.prefix_tokens for a, c in zip(audio, r.chunks)]
+    assert [c.prefix_tokens for c in r.chunks][1:] == [2, 2, 2]  # 3 generated - 1 rolled back
+    assert st.prefill_tokens == sum(c.prefill_tokens for c in r.chunks)
+    assert st.prefill_tokens_per_second == pytest.approx(st.prefill_tokens / 7.3)
+    assert st.decode_tokens == sum(c.decode_tokens for c in r.chunks)
+
+
+def test_chunk_mel_equals_offline_frames(engine, pcm, monkeypatch):
+    x = pcm[:int(SR * 5.55)]
+    seen = []
+    real = engine.encode
+    monkeypatch.setattr(engine, "encode", lambda m: (seen.append(m), real(m))[1])
+    full_power = melmod.log_mel_power(x, engine.n_mels)
+    top = float(full_power.max())
+    s = engine.create_stream(chunk_size=1.5, max_new_tokens=2)
+    object.__setattr__(s.options, "mel_ceiling", top)  # what long files pass
+    s._ceiling = top
+    _feed_random(s, x, seed=3)
+    got = np.concatenate(seen, axis=1)
+    want = melmod.log_mel(x, engine.n_mels)
+    assert got.shape == want.shape == (engine.n_mels, 555)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_running_ceiling_without_future(engine, pcm, monkeypatch):
+    x = pcm[:SR * 4]
+    seen = []
+    real = engine.encode
+    monkeypatch.setattr(engine, "encode", lambda m: (seen.append(m), real(m))[1])
+    s = engine.create_stream(chunk_size=2.0, max_new_tokens=2)
+    s.feed_audio(x)
+    s.finish()
+    p = melmod.log_mel_power(x, engine.n_mels)
+    first = melmod.normalize_log_mel(p[:, :200], float(p[:, :200].max()))
+    np.testing.assert_allclose(seen[0], first, atol=1e-5)
+    np.testing.assert_allclose(seen[1], melmod.normalize_log_mel(p[:, 200:], float(p.max())), atol=1e-5)
+
+
+def test_decode_embeddings_matches_transcribe(engine):
+    clip = os.path.join(ROOT, "audio", "en_1.wav")
+    r = engine.transcribe(clip, max_new_tokens=5)
+    pcm = engine.features(sf.read(clip, dtype="float32")[0])
+    emb = engine.encode(pcm)
+    x = engine.embed_prompt(engine.prompt(emb.shape[0]), emb)
+    got = []
+    tokens, st = engine.decode_embeddings(x, engine_options(5), on_token=got.append)
+    assert tuple(tokens) == r.token_ids and got == tokens
+    assert st.prefill_tokens == r.stats.prefill_tokens and st.finish_reason == "length"
+
+
+def engine_options(n):
+    from qwen3asr import DecodingOptions
+
+    return DecodingOptions(max_new_tokens=n)
+
+
+# ----------------------------------------------------------------------------- scripted decoder
+class Script:
+    """Replaces engine.decode_embeddings: returns scripted token lists and records the
+    assistant-turn tail of each prompt (the rows after the template)."""
+
+    def __init__(self, engine, outputs):
+        self.engine, self.outputs, self.prompts = engine, list(outputs), []
+
+    def __call__(self, x, options, on_token=None):
+        self.prompts.append(x)
+        out = self.outputs.pop(0) if self.outputs else []
+        return list(out), DecodeStats(len(x), 0.0, len(out), 0.0, "eos")
+
+    def tail_ids(self, k, n):
+        """Token ids whose embeddings are the last n rows of prompt k."""
+        rows = self.prompts[k][len(self.prompts[k]) - n:]
+        table = self.engine.embeddings
+        ids = []
+        for r in rows:
+            cands = [t for t in self.vocab if np.array_equal(table.row(t), r)]
+            assert len(cands) == 1
+            ids.append(cands[0])
+        return ids
+
+
+def _ids(engine, text):
+    return engine.tokenizer.encode(text)
+
+
+def test_prefix_rollback_commit_and_header(engine, pcm, monkeypatch):
+    tok = engine.tokenizer
+    hdr = _ids(engine, "language English<asr_text>")
+    a, b, c, d = (_ids(engine, t) for t in (" open the", " back door please", " and the", " window now"))
+    script = Script(engine, [hdr + a, b, c, d])
+    script.vocab = set(hdr + a + b + c + d)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    committed = []
+    s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=1, on_text=committed.append)
+    r1 = s.feed_audio(pcm[:SR + 40])  # exactly one chunk with its look-ahead
+    assert len(r1.chunks) == 1 and r1.committed == "" and r1.tail == "open the"
+    assert r1.language == "English" and r1.chunks[0].prefix_tokens == 0
+    r2 = s.feed_audio(pcm[SR + 40:2 * SR + 40])
+    # window [c1, c2]: header + chunk 1's tokens minus the last one
+    assert r2.chunks[1].prefix_tokens == len(hdr) + len(a) - 1
+    assert script.tail_ids(1, len(hdr) + len(a) - 1) == hdr + a[:-1]
+    assert r2.committed == "" and r2.tail == tok.decode(a[:-1] + b).strip()
+    r3 = s.feed_audio(pcm[2 * SR + 40:3 * SR + 40])
+    # chunk 1 left the window: its remaining tokens are committed; prefix = chunk 2's minus 1
+    assert r3.committed == tok.decode(a[:-1]).strip() and committed == [tok.decode(a[:-1]).lstrip()]
+    assert script.tail_ids(2, len(hdr) + len(b) - 1) == hdr + b[:-1]
+    r4 = s.finish()  # the 40 samples of look-ahead make no frame: nothing is left to decode
+    assert len(r4.chunks) == 3 and r4.finished and r4.tail == ""
+    assert r4.text == tok.decode(a[:-1] + b[:-1] + c).strip()
+    assert "".join(committed) == r4.text
+    assert [seg.text for seg in r4.segments] == [tok.decode(a[:-1]).strip(), tok.decode(b[:-1]).strip(),
+                                                 tok.decode(c).strip()]
+    assert [(seg.start, seg.end) for seg in r4.segments] == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
+
+
+def test_language_none_and_no_header_restart(engine, pcm, monkeypatch):
+    none = _ids(engine, "language None<asr_text>")
+    zh = _ids(engine, "language Chinese<asr_text>")
+    text = _ids(engine, "六点半")
+    script = Script(engine, [none, zh + text, []])
+    script.vocab = set(none + zh + text)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    s = engine.create_stream(chunk_size=1.0, rollback_tokens=0)
+    s.feed_audio(pcm[:3 * SR])
+    r = s.finish()
+    assert [c.prefix_tokens for c in r.chunks] == [0, 0, len(zh) + len(text)]
+    assert r.text == "六点半" and r.language == "Chinese"
+
+
+def test_rollback_never_splits_a_character(engine, pcm, monkeypatch):
+    tok = engine.tokenizer
+    ids = _ids(engine, "𝄞")  # 4 UTF-8 bytes: byte-level tokens
+    assert len(ids) > 1
+    script = Script(engine, [ids, []])
+    script.vocab = set(ids)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    s = engine.create_stream(chunk_size=1.0, rollback_tokens=0, language="English")
+    s.feed_audio(pcm[:2 * SR])
+    r = s.finish()
+    assert r.chunks[1].prefix_tokens == len(ids) and r.text == "𝄞"
+    assert _complete_utf8("𝄞".encode()) and not _complete_utf8("𝄞".encode()[:3])
+    assert _complete_utf8(b"") and _complete_utf8(b"ab") and not _complete_utf8("六".encode()[:1])
+    del tok
+
+
+def test_unfixed_chunks_decode_without_prefix(engine, pcm, monkeypatch):
+    a, b = _ids(engine, " open"), _ids(engine, " open the door")
+    script = Script(engine, [a, b, []])
+    script.vocab = set(a + b)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    s = engine.create_stream(chunk_size=1.0, memory_num=3, unfixed_chunks=2, rollback_tokens=0, language="en")
+    s.feed_audio(pcm[:3 * SR])
+    r = s.finish()
+    assert [c.prefix_tokens for c in r.chunks] == [0, 0, len(b)]
+    assert r.text == "open the door"
+
+
+def test_reset_and_finish_rules(engine, pcm):
+    s = engine.create_stream(chunk_size=1.0, max_new_tokens=2)
+    first = _feed_random(s, pcm[:SR * 3], seed=4)
+    with pytest.raises(RuntimeError, match=r"after finish\(\); call reset\(\)"):
+        s.feed_audio(pcm[:160])
+    assert s.finish() == first  # finishing twice returns the same result
+    s.reset()
+    again = _feed_random(s, pcm[:SR * 3], seed=5)
+    assert again.token_ids == first.token_ids and again.stats.audio_seconds == pytest.approx(3.0)
+
+
+def test_bad_input_messages(engine):
+    s = engine.create_stream()
+    with pytest.raises(ValueError, match="float32.*got dtype int16"):
+        s.feed_audio(np.zeros(1600, np.int16))
+    with pytest.raises(ValueError, match="16000 Hz audio, got 44100 Hz; resample"):
+        s.feed_audio(np.zeros(1600, np.float32), sample_rate=44100)
+    with pytest.raises(ValueError, match=r"mono audio of shape \(samples,\), got shape \(1600, 2\)"):
+        s.feed_audio(np.zeros((1600, 2), np.float32))
+    with pytest.raises(ValueError, match="numpy float32 array, got list"):
+        s.feed_audio([0.0] * 10)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        s.feed_audio(np.full(10, np.nan, np.float32))
+    assert s.feed_audio(np.zeros(0, np.float32)).stats.audio_seconds == 0.0
+    assert s.feed_audio(np.zeros((160, 1), np.float32)).stats.audio_seconds == 0.01
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(chunk_size=0.1), r"chunk_size must be a number of seconds >= 0.2"),
+    (dict(chunk_size=1.005), r"whole number of 10 ms frames"),
+    (dict(memory_num=0), r"memory_num must be an integer >= 1"),
+    (dict(rollback_tokens=-1), r"rollback_tokens must be an integer >= 0"),
+    (dict(unfixed_chunks=2, memory_num=2), r"unfixed_chunks must be < memory_num \(2\)"),
+    (dict(vad="yes"), r"vad must be None, True or a VADOptions"),
+    (dict(language="Klingon"), r"accepted"),
+])
+def test_option_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        StreamOptions(**kwargs)
+
+
+def test_window_too_large_for_context(engine):
+    with pytest.raises(ValueError, match=r"over the context of \d+"):
+        engine.create_stream(chunk_size=200.0, memory_num=2)
+
+
+def test_join_text():
+    assert join_text("open the", "door") == "open the door"
+    assert join_text("六点半", "open") == "六点半open"
+    assert join_text("a ", " x ") == "a x "  # only the joint is normalised
+
+
+# ----------------------------------------------------------------------------- VAD
+def test_vad_encodes_only_speech(engine, pcm):
+    from qwen3asr import vad as vadmod
+
+    try:
+        model = vadmod.SileroVAD()
+    except FileNotFoundError as exc:
+        pytest.skip(f"Silero VAD model not installed: {exc}")
+    x = pcm[:SR * 20]
+    segs = vadmod.speech_segments(x, model=model)
+    assert len(segs) >= 3
+    a = engine.create_stream(chunk_size=2.0, max_new_tokens=2, vad=True)
+    ra = _feed_random(a, x, seed=6)
+    rb = _feed_random(engine.create_stream(chunk_size=2.0, max_new_tokens=2, vad=True), x, seed=7)
+    assert ra.token_ids == rb.token_ids and [c.start for c in ra.chunks] == [c.start for c in rb.chunks]
+    # every chunk lies inside one speech segment; the chunks tile the segments exactly
+    for c in ra.chunks:
+        assert any(s.start_s - 1e-9 <= c.start and c.end <= s.end_s + 1e-9 for s in segs), c
+    speech = sum((int(s.end_s * SR) - int(s.start_s * SR)) // 160 * 160 for s in segs) / SR
+    assert ra.stats.encoded_seconds == pytest.approx(speech, abs=0.01 * len(segs))
+    assert ra.stats.encoded_fraction < 0.9 and ra.stats.vad_ms > 0
