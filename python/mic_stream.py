@@ -187,7 +187,7 @@ def run(args) -> int:
                          f"these settings; try a larger --chunk-size or --vad)\n")
     if args.stats:
         s = r.stats
-        sys.stderr.write(f"{s.audio_seconds:.1f} s audio, {s.encoded_seconds:.1f} s encoded in {s.encoder_calls} "
+        sys.stderr.write(f"{s.audio_seconds:.3f} s audio, {s.encoded_seconds:.3f} s encoded in {s.encoder_calls} "
                          f"calls, {s.prefill_tokens_per_second:.1f} prefill tok/s, "
                          f"{s.decode_tokens_per_second:.1f} decode tok/s, {s.compute_ms_per_second:.0f} ms compute "
                          f"per audio s\n")

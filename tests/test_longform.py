@@ -1,0 +1,115 @@
+"""Long files: engine.transcribe with chunk_size/start/duration/max_chunks/vad, segments, srt/vtt,
+and the CLI flags (random-weight bundle: mechanics, not accuracy)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import bundles
+from qwen3asr import Qwen3ASREngine
+from qwen3asr import mel as melmod
+from qwen3asr.longform import clip_ceiling, select_audio
+from qwen3asr.results import Segment
+from qwen3asr.subtitles import to_srt, to_vtt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
+CLI = os.path.join(ROOT, "python", "transcribe.py")
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def bundle_dir():
+    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
+    return bundles.bundle("tiny-a", "bfloat16")[1]
+
+
+@pytest.fixture(scope="module")
+def engine(bundle_dir):
+    return Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="fp32")
+
+
+def test_chunked_segments_and_window(engine):
+    seen = []
+    r = engine.transcribe(LONG, chunk_size=4.0, start_second=10.0, duration=10.5, max_new_tokens=3,
+                          language="English", progress=lambda d, t: seen.append((d, t)))
+    assert r.stats.audio_seconds == pytest.approx(10.5)
+    # 3 chunks of 4 s (the last 2.5 s): every chunk generates 3 tokens and commits 3 - 5 -> its rest
+    assert r.stats.encoder_calls == 3
+    assert [(s.start, s.end) for s in r.segments][-1][1] == pytest.approx(20.5)
+    assert all(10.0 <= s.start < s.end <= 20.5 for s in r.segments)
+    assert r.truncated  # random weights run out of tokens
+    assert seen[-1] == (pytest.approx(10.5), pytest.approx(10.5))
+    assert r.token_ids and r.raw_text == engine.tokenizer.decode(r.token_ids)
+    assert r.to_dict()["segments"][0]["start"] >= 10.0
+
+
+def test_max_chunks_stops_early(engine):
+    r = engine.transcribe(LONG, chunk_size=2.0, max_chunks=3, max_new_tokens=2)
+    assert r.stats.encoder_calls == 3 and r.stats.audio_seconds == pytest.approx(6.0) and r.truncated
+
+
+def test_single_pass_unchanged_with_one_segment(engine):
+    clip = os.path.join(ROOT, "audio", "en_2.wav")
+    r = engine.transcribe(clip, max_new_tokens=4)
+    g, _ = engine.start(clip, options=__import__("qwen3asr").DecodingOptions(max_new_tokens=4))
+    g.run()
+    assert r.token_ids == tuple(g.tokens)
+    assert r.segments == ((Segment(0.0, pytest.approx(2.376, abs=1e-3), r.text, r.language),) if r.text else ())
+
+
+def test_long_audio_without_chunk_size_explains(engine):
+    eng = Qwen3ASREngine(engine.bundle.path, backend="onnx", decoder_dtype="fp32")
+    eng.max_context = 300
+    x = np.zeros(SR * 30, np.float32)
+    assert not eng.fits_one_pass(x)
+    with pytest.raises(ValueError, match=r"chunk_size"):
+        eng.transcribe(x)
+    r = eng.transcribe(x, chunk_size=5.0, max_new_tokens=2, memory_num=2)
+    assert r.stats.encoder_calls == 6
+
+
+def test_select_audio_and_ceiling():
+    x = np.linspace(-1, 1, SR * 3).astype(np.float32)
+    assert select_audio(x, 1.0, 1.5).shape == (SR * 3 // 2,)
+    assert select_audio(x, 2.5).shape == (SR // 2,)
+    with pytest.raises(ValueError, match=r"past the end of the audio \(3.00 s\)"):
+        select_audio(x, 3.0)
+    with pytest.raises(ValueError, match="duration must be"):
+        select_audio(x, 0.0, -1)
+    y, _ = sf.read(LONG, dtype="float32")
+    y = y[:SR * 130 + 77]
+    assert clip_ceiling(y, 128) == pytest.approx(float(melmod.log_mel_power(y, 128).max()), abs=1e-9)
+
+
+def test_srt_and_vtt():
+    segs = [Segment(0.5, 2.945, "remind me to call mom at ten forty"), Segment(3.0, 3.5, ""),
+            Segment(3661.25, 3663.0, "六千三百八十二" * 7)]
+    assert to_srt(segs) == (
+        "1\n00:00:00,500 --> 00:00:02,945\nremind me to call mom at ten forty\n\n"
+        "2\n01:01:01,250 --> 01:01:03,000\n" + "六千三百八十二" * 6 + "\n六千三百八十二\n")
+    vtt = to_vtt(segs[:1])
+    assert vtt == "WEBVTT\n\n00:00:00.500 --> 00:00:02.945\nremind me to call mom at ten forty\n"
+    with pytest.raises(ValueError, match="ends before it starts"):
+        to_srt([Segment(2.0, 1.0, "x")])
+
+
+def test_cli_srt_and_vtt(bundle_dir):
+    base = [sys.executable, CLI, "--audio", LONG, "--model", bundle_dir, "--chunk-size", "3", "--duration", "7",
+            "--max-new-tokens", "2", "--language", "en", "--rollback-tokens", "0"]
+    p = subprocess.run(base + ["--format", "srt"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    times = re.findall(r"(\d\d:\d\d:\d\d,\d\d\d) --> (\d\d:\d\d:\d\d,\d\d\d)", p.stdout)
+    assert times and times[0][0] == "00:00:00,000" and times[-1][1] <= "00:00:07,000"
+    q = subprocess.run(base + ["--format", "vtt", "--start", "1"], capture_output=True, text=True, timeout=300)
+    assert q.returncode == 0 and q.stdout.startswith("WEBVTT\n"), q.stderr
+    assert "00:00:01.000 -->" in q.stdout
+    e = subprocess.run(base + ["--start", "500"], capture_output=True, text=True, timeout=300)
+    assert e.returncode == 2 and e.stderr.startswith("error: start_second=500.0 is past the end")
