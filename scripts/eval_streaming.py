@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Streaming versus offline on the long multi-utterance clip (audio/long_mixed.wav).
+
+    python scripts/eval_streaming.py --model models/default
+
+Reports (markdown): error rate offline and streaming (default settings, random-size pieces),
+rollback_tokens 2 vs 0 with chunk boundaries inside words, random pieces == fixed pieces,
+VAD encoded fraction vs the speech fraction of the reference timing, decoder prefill tokens
+per audio second against the offline minimum, and whether any audio was encoded twice.
+
+Error rate: mixed error rate, i.e. edit distance over units that are English words and
+single CJK characters (lower-cased, punctuation removed), over the reference unit count.
+ITN is off everywhere (the reference spells numbers as words).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+SR = 16000
+_UNIT = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[a-z0-9']+")
+
+
+def units(text: str) -> list:
+    return _UNIT.findall(text.lower())
+
+
+def mer(ref: str, hyp: str) -> float:
+    """Mixed error rate: word/character edit distance / reference units."""
+    r, h = units(ref), units(hyp)
+    d = list(range(len(h) + 1))
+    for i, a in enumerate(r, 1):
+        prev, d[0] = d[0], i
+        for j, b in enumerate(h, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (a != b))
+    return d[len(h)] / max(1, len(r))
+
+
+def stream(engine, pcm, pieces_seed=None, piece=SR // 10, **kw):
+    s = engine.create_stream(**kw)
+    rng = np.random.default_rng(pieces_seed)
+    i = 0
+    while i < len(pcm):
+        n = int(rng.integers(160, SR * 3)) if pieces_seed is not None else piece
+        s.feed_audio(pcm[i:i + n])
+        i += n
+    return s.finish()
+
+
+def boundaries_inside_words(segments, chunk_size, offset=0.0, total=None):
+    """(boundaries inside an utterance, all boundaries) for chunks of chunk_size from offset."""
+    inside = n = 0
+    t = offset + chunk_size
+    while total is None or t < total:
+        n += 1
+        inside += any(s["start"] + 0.05 < t < s["end"] - 0.05 for s in segments)
+        t += chunk_size
+    return inside, n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="bundle (default: $QWEN3ASR_MODEL or models/default)")
+    ap.add_argument("--audio", default=os.path.join(ROOT, "audio", "long_mixed.wav"))
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--chunk-size", type=float, default=4.0, help="streaming chunk (default %(default)s)")
+    ap.add_argument("--memory-num", type=int, default=2)
+    ap.add_argument("--json", default=None, help="also write the numbers here")
+    args = ap.parse_args(argv)
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.audio import prepare_audio
+
+    with open(os.path.join(ROOT, "audio", "transcripts.json"), encoding="utf-8") as f:
+        clip = next(c for c in json.load(f)["clips"] if c["file"] == os.path.basename(args.audio))
+    ref, segs = clip["text"], clip["segments"]
+    engine = Qwen3ASREngine(args.model, backend="auto", threads=args.threads)
+    pcm = prepare_audio(args.audio)
+    dur = len(pcm) / SR
+    out = {"model": os.path.basename(os.path.normpath(engine.bundle.path)), "audio_seconds": dur}
+
+    t0 = time.perf_counter()
+    off = engine.transcribe(pcm, max_new_tokens=512)
+    out["offline"] = {"mer": mer(ref, off.text), "prefill_tokens": off.stats.prefill_tokens,
+                      "seconds": time.perf_counter() - t0, "text": off.text}
+    base = dict(chunk_size=args.chunk_size, memory_num=args.memory_num, max_new_tokens=128)
+
+    t0 = time.perf_counter()
+    st = stream(engine, pcm, pieces_seed=0, rollback_tokens=2, **base)
+    fixed = stream(engine, pcm, rollback_tokens=2, **base)
+    spans = [(c.start, c.end) for c in st.chunks]
+    overlap = any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+    out["stream"] = {"mer": mer(ref, st.text), "stats": st.stats.to_dict(), "seconds": time.perf_counter() - t0,
+                     "random_equals_fixed": st.token_ids == fixed.token_ids and st.text == fixed.text,
+                     "audio_encoded_twice": overlap or st.stats.encoded_seconds > dur + 1e-6, "text": st.text}
+
+    # chunk boundaries inside words: a chunk size that cuts utterances, started mid-word
+    cut = dict(base, chunk_size=1.5)
+    inside, n = boundaries_inside_words(segs, 1.5, total=dur)
+    rb = {}
+    for r in (0, 2):
+        res = stream(engine, pcm, rollback_tokens=r, **cut)
+        rb[r] = mer(ref, res.text)
+    out["rollback"] = {"chunk_size": 1.5, "boundaries_inside_utterances": inside, "boundaries": n,
+                       "mer_rollback0": rb[0], "mer_rollback2": rb[2]}
+
+    speech = sum(s["end"] - s["start"] for s in segs) / dur
+    try:
+        v = stream(engine, pcm, rollback_tokens=2, vad=True, **base)
+        out["vad"] = {"mer": mer(ref, v.text), "encoded_fraction": v.stats.encoded_fraction,
+                      "speech_fraction_reference": speech, "prefill_tokens_per_second": v.stats.prefill_tokens_per_second,
+                      "decode_tokens_per_second": v.stats.decode_tokens_per_second}
+    except FileNotFoundError as exc:
+        out["vad"] = {"skipped": str(exc)}
+
+    minimum = (13 * dur + (off.stats.prefill_tokens - 13 * dur)) / dur  # offline prefill per audio second
+    out["prefill_ratio"] = st.stats.prefill_tokens_per_second / minimum
+    out["offline_prefill_per_second"] = minimum
+
+    pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+    s = out["stream"]["stats"]
+    print(f"model {out['model']}, {dur:.1f} s clip, stream chunk {args.chunk_size} s x memory {args.memory_num}\n")
+    print("| measure | value |\n|---|---|")
+    print(f"| offline MER | {pct(out['offline']['mer'])} |")
+    print(f"| streaming MER (rollback 2, random pieces) | {pct(out['stream']['mer'])} |")
+    print(f"| rollback 0 / 2 MER (chunk 1.5 s, {inside}/{n} boundaries inside utterances) | "
+          f"{pct(rb[0])} / {pct(rb[2])} |")
+    print(f"| random pieces == fixed pieces | {out['stream']['random_equals_fixed']} |")
+    if "encoded_fraction" in out["vad"]:
+        print(f"| VAD: encoded fraction / reference speech fraction | {pct(out['vad']['encoded_fraction'])} / "
+              f"{pct(speech)} |")
+        print(f"| VAD MER | {pct(out['vad']['mer'])} |")
+    print(f"| prefill tokens / audio s: streaming / offline (ratio) | {s['prefill_tokens_per_second']:.1f} / "
+          f"{minimum:.1f} ({out['prefill_ratio']:.2f}x) |")
+    print(f"| decode tokens / audio s (streaming) | {s['decode_tokens_per_second']:.1f} |")
+    print(f"| audio encoded twice | {out['stream']['audio_encoded_twice']} (encoder calls {s['encoder_calls']}, "
+          f"{s['encoded_seconds']:.1f} s of {dur:.1f} s) |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=False, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
