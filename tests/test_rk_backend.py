@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qwen3asr.decoding import DecodingOptions
+
 pytest.importorskip("onnxruntime", reason="the encoder double runs the ONNX graphs")
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -432,3 +434,28 @@ def test_missing_sdks(rk_bundle, monkeypatch, build_lib, tmp_path):
     with pytest.raises(rkllm.RKLLMError, match="not a file.*airockchip/rknn-llm"):
         Qwen3ASREngine(rk_bundle, backend="rk")
     assert all(m.state == "released" for m in FakeRKNNLite.instances)  # encoder freed on failure
+
+
+def test_stream_session_on_rk_backend(rk_bundle, shim, fake_rknnlite):
+    """StreamSession reaches the RKLLM runtime through decode_embeddings: one EMBED run per chunk
+    on the session's prompt, cache cleared first, end-of-sequence dropped."""
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    expect_init(shim, os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm"), max_new=128)
+    ids = tok.encode("你好")
+    shim.script(*runtime_script(tok, ids + [tok.im_end]))
+    pcm = prepare_audio(CLIP)
+    got = []
+    tokens, stats = engine.decode_embeddings(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=128),
+                                             on_token=got.append)
+    assert tokens == ids and got == ids and stats.finish_reason == "eos"
+    assert (stats.prefill_tokens, stats.decode_tokens) == (40, 9)  # the runtime's own figures
+    assert shim.embeds().shape == (20, engine.embeddings.hidden_size)
+    # a whole stream on the rk backend: the session's prompts go to the runtime
+    shim.script(*runtime_script(tok, ids + [tok.im_end]))
+    session = engine.create_stream(language="Chinese", chunk_size=2.0)
+    session.feed_audio(pcm)
+    final = session.finish()
+    assert "你好" in final.text
+    assert shim.violations == []
+    engine._rk.close()

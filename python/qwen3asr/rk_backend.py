@@ -39,6 +39,8 @@ import platform
 import time
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
+
 from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from .bundle import Bundle, BundleError, is_lfs_pointer
 from .decoding import DecodingOptions, GenerationTimes
@@ -155,6 +157,7 @@ class RKBackend:
     abi: Optional[str] = None
     repetition: Any = None
     runtime: Any = None  # RKLLMRuntime, created by load_decoder()
+    runtime_eos: tuple = ()  # end-of-sequence ids, dropped from decode_embeddings' tokens
 
     def load_decoder(self, options: DecodingOptions = DecodingOptions()) -> None:
         """(Re)initialise the RKLLM runtime for ``options`` if its settings differ from the loaded ones."""
@@ -225,6 +228,38 @@ class RKBackend:
                 "encoder_calls": self.encoder.calls - calls0, "t0": t0, "runtime_perf": runtime_perf}
         return engine.result(tokens, res.finish_reason == "length", language, info, times)
 
+    def decode_embeddings(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+                          on_token: Optional[Callable[[int], None]] = None):
+        """One RKLLM EMBED run on a whole embedded prompt with a cleared cache (the contract of
+        Qwen3ASREngine.decode_embeddings, used by streaming and chunked long files).
+
+        Returns (generated ids without end-of-sequence, DecodeStats) with the runtime's own timings.
+        """
+        from .results import DecodeStats
+
+        if len(prompt_embeds) + options.max_new_tokens > self.max_context:
+            raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "
+                             f"exceeds the RKLLM decoder's context of {self.max_context} tokens")
+        self.load_decoder(options)
+        eos = set(self.runtime_eos or ())
+        cb = None
+        if on_token is not None:
+            def cb(token_id: int, text: str) -> None:
+                if token_id not in eos:
+                    on_token(token_id)
+        t0 = time.perf_counter()
+        self.runtime.clear_kv_cache()
+        res = self.runtime.run_embed(np.ascontiguousarray(prompt_embeds, dtype=np.float32), keep_history=False,
+                                     on_token=cb)
+        wall_ms = (time.perf_counter() - t0) * 1000
+        tokens = [t for t in res.token_ids if t not in eos]
+        perf = res.perf
+        reason = "length" if res.finish_reason == "length" else "eos"
+        return tokens, DecodeStats(perf.prefill_tokens if perf else len(prompt_embeds),
+                                   perf.prefill_time_ms if perf else 0.0,
+                                   perf.generate_tokens if perf else len(res.token_ids),
+                                   perf.generate_time_ms if perf else wall_ms, reason)
+
     def close(self) -> None:
         """Free the NPU: destroy the RKLLM handle and release the RKNN models."""
         if self.runtime is not None:
@@ -285,7 +320,8 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
     encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=core_mask)
     backend = RKBackend(encoder=encoder, soc=soc, decoder_file=decoder_file, max_context=int(entry["max_context"]),
                         quant=str(entry["quant"]), vocab_size=int(t["vocab_size"]), hidden_size=int(t["hidden_size"]),
-                        lib_path=lib_path, abi=abi, repetition=repetition)
+                        lib_path=lib_path, abi=abi, repetition=repetition,
+                        runtime_eos=tuple(int(i) for i in bundle.manifest.get("eos_token_ids", ())))
     try:
         backend.load_decoder(options)
     except BaseException:
