@@ -10,10 +10,11 @@ Encoder graphs (per fixed duration of D seconds, C = D chunks of 100 frames, L =
   frontend: mel [1, n_mels, 100], conv_mask1 [1,1,1,50], conv_mask2 [1,1,1,25]
             -> hidden [1, 13, d_model]   (one chunk, positions added)
   backend:  hidden [1, L, d_model], attn_bias [1,1,L,L] -> embeds [1, L, output_dim]
-Decoder graph (KV cache, prefill and single step share it):
-  inputs_embeds [1,S,H], attn_bias [1,1,S,P+S], cos/sin [S,head_dim],
-  logit_index [K] int64, past_key_i/past_value_i [1,kv_heads,P,head_dim]
-  -> logits [1,K,V], present_key_i/present_value_i [1,kv_heads,P+S,head_dim]
+Decoder graph (KV cache, prefill and single step share it; GroupQueryAttention):
+  inputs_embeds [1,S,H], seqlens_k [1] int32 (= P+S-1), total_sequence_length [] int32 (= P+S),
+  logit_index [K] int64, past_key_i/past_value_i [1,kv_heads,C,head_dim] (capacity C >= P+S)
+  -> logits [1,K,V], present_key_i/present_value_i [1,kv_heads,C,head_dim]
+  (bind past and present to one buffer: the new rows are written in place)
 """
 
 from __future__ import annotations
@@ -226,6 +227,15 @@ class _Weights:
                          domain="com.microsoft", K=k, N=n, bits=self.bits, block_size=self.block,
                          accuracy_level=4)
 
+    def fused(self, x: str, ws: list[np.ndarray], name: str) -> list[str]:
+        """Several linears of the same input as one matmul (weights stacked along the output axis),
+        split afterwards: one pass over ``x`` and one kernel launch instead of len(ws). Each output
+        column is the same dot product as in the separate matmuls (and, quantised, the same
+        per-row blocks)."""
+        y = self.linear(x, np.concatenate(ws, axis=0), name)
+        sizes = [w.shape[0] for w in ws]
+        return self.g.op("Split", [y, self.g.const(sizes)], axis=-1, n_out=len(ws))
+
 
 def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric block-wise weight quantisation in ONNX Runtime's MatMulNBits layout.
@@ -252,60 +262,65 @@ def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray
     return np.ascontiguousarray(packed.astype(np.uint8)), scales.reshape(-1)
 
 
-def decoder(W, cfg, bits: int | None = None, block_size: int = 32) -> onnx.ModelProto:
-    """The Qwen3 text decoder with KV cache; see the module docstring for the I/O."""
+def rope_cache(n_positions: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin ``(n_positions, head_dim // 2)`` float32 for positions 0..n-1, computed in float32
+    as the official rotary embedding (inverse frequencies, then position * frequency)."""
+    inv = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
+    freqs = np.arange(n_positions, dtype=np.float32)[:, None] * inv.astype(np.float32)[None, :]
+    return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+
+
+DECODER_MAX_POSITIONS = 4096  # rows of the rotary tables stored in the decoder (the bundle's max_context)
+
+
+def decoder(W, cfg, bits: int | None = None, block_size: int = 32,
+            max_positions: int = DECODER_MAX_POSITIONS) -> onnx.ModelProto:
+    """The Qwen3 text decoder with KV cache; see the module docstring for the I/O.
+
+    Attention is ONNX Runtime's com.microsoft GroupQueryAttention (rotary inside, from tables of
+    ``max_positions`` rows stored in the graph). Bound through IOBinding to the same buffer as
+    input and output, past_key_i/present_key_i are one fixed-capacity cache that the op extends in
+    place at rows [seqlens_k + 1 - S, seqlens_k + 1): no copy of the cache per step.
+    """
     t = cfg.text
     g = GraphBuilder("qwen3asr_decoder")
     lin = _Weights(g, bits, block_size)
     H, nh, kvh, hd = t.hidden_size, t.num_attention_heads, t.num_key_value_heads, t.head_dim
-    rep = nh // kvh
     x = g.input("inputs_embeds", TensorProto.FLOAT, [1, "S", H])
-    bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, "S", "T"])
-    cos = g.input("cos", TensorProto.FLOAT, ["S", hd])
-    sin = g.input("sin", TensorProto.FLOAT, ["S", hd])
+    seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])  # cache length after this call, minus 1
+    total_len = g.input("total_sequence_length", TensorProto.INT32, [])  # cache length after this call
     logit_index = g.input("logit_index", TensorProto.INT64, ["K"])
-    # query heads h*rep..h*rep+rep-1 share kv head h: fold them into the row axis
-    bias_rep = g.op("Tile", [bias, g.const([1, 1, rep, 1])])  # [1,1,rep*S,T]
-    half = hd // 2
-
-    def rope(v: str) -> str:  # v [1, heads, S, hd]
-        x1 = g.op("Slice", [v, g.const([0]), g.const([half]), g.const([3])])
-        x2 = g.op("Slice", [v, g.const([half]), g.const([hd]), g.const([3])])
-        rot = g.op("Concat", [g.op("Neg", [x2]), x1], axis=3)
-        return g.op("Add", [g.op("Mul", [v, cos]), g.op("Mul", [rot, sin])])
+    cos, sin = rope_cache(max_positions, hd, t.rope_theta)
+    cos_cache, sin_cache = g.weight("rope_cos", cos), g.weight("rope_sin", sin)
 
     P = "thinker.model."
     for i in range(t.num_hidden_layers):
         p = f"{P}layers.{i}."
-        pk = g.input(f"past_key_{i}", TensorProto.FLOAT, [1, kvh, "P", hd])
-        pv = g.input(f"past_value_{i}", TensorProto.FLOAT, [1, kvh, "P", hd])
+        pk = g.input(f"past_key_{i}", TensorProto.FLOAT, [1, kvh, "C", hd])
+        pv = g.input(f"past_value_{i}", TensorProto.FLOAT, [1, kvh, "C", hd])
         h = g.rms_norm(x, W.get(p + "input_layernorm.weight"), f"l{i}.in_norm", t.rms_norm_eps)
-        q = g.reshape(lin.linear(h, W.get(p + "self_attn.q_proj.weight"), f"l{i}.q"), [1, -1, nh, hd])
-        k = g.reshape(lin.linear(h, W.get(p + "self_attn.k_proj.weight"), f"l{i}.k"), [1, -1, kvh, hd])
-        v = g.reshape(lin.linear(h, W.get(p + "self_attn.v_proj.weight"), f"l{i}.v"), [1, -1, kvh, hd])
-        q = g.rms_norm(q, W.get(p + "self_attn.q_norm.weight"), f"l{i}.q_norm", t.rms_norm_eps)
-        k = g.rms_norm(k, W.get(p + "self_attn.k_norm.weight"), f"l{i}.k_norm", t.rms_norm_eps)
-        q = rope(g.op("Transpose", [q], perm=[0, 2, 1, 3]))
-        k = rope(g.op("Transpose", [k], perm=[0, 2, 1, 3]))
-        v = g.op("Transpose", [v], perm=[0, 2, 1, 3])
-        k_all = g.op("Concat", [pk, k], axis=2, outputs=[f"present_key_{i}"])
-        v_all = g.op("Concat", [pv, v], axis=2, outputs=[f"present_value_{i}"])
-        qg = g.reshape(g.op("Mul", [q, g.const(hd ** -0.5, np.float32)]), [1, kvh, -1, hd])  # [1,kvh,rep*S,hd]
-        s = g.op("MatMul", [qg, g.op("Transpose", [k_all], perm=[0, 1, 3, 2])])
-        a = g.op("MatMul", [g.op("Softmax", [g.op("Add", [s, bias_rep])], axis=-1), v_all])  # [1,kvh,rep*S,hd]
-        a = g.reshape(g.op("Transpose", [g.reshape(a, [1, nh, -1, hd])], perm=[0, 2, 1, 3]), [1, -1, nh * hd])
+        q, k, v = lin.fused(h, [W.get(p + f"self_attn.{n}_proj.weight") for n in "qkv"], f"l{i}.qkv")
+        # per-head RMSNorm of q and k (before RoPE, which GroupQueryAttention applies)
+        q = g.rms_norm(g.reshape(q, [1, -1, nh, hd]), W.get(p + "self_attn.q_norm.weight"), f"l{i}.q_norm",
+                       t.rms_norm_eps)
+        k = g.rms_norm(g.reshape(k, [1, -1, kvh, hd]), W.get(p + "self_attn.k_norm.weight"), f"l{i}.k_norm",
+                       t.rms_norm_eps)
+        a = g.op("GroupQueryAttention",
+                 [g.reshape(q, [1, -1, nh * hd]), g.reshape(k, [1, -1, kvh * hd]), v, pk, pv, seqlens_k, total_len,
+                  cos_cache, sin_cache],
+                 outputs=[g._uid("gqa"), f"present_key_{i}", f"present_value_{i}"], domain="com.microsoft",
+                 num_heads=nh, kv_num_heads=kvh, scale=hd ** -0.5, do_rotary=1, rotary_interleaved=0)[0]
         x = g.op("Add", [x, lin.linear(a, W.get(p + "self_attn.o_proj.weight"), f"l{i}.o")])
         h = g.rms_norm(x, W.get(p + "post_attention_layernorm.weight"), f"l{i}.post_norm", t.rms_norm_eps)
-        gate = lin.linear(h, W.get(p + "mlp.gate_proj.weight"), f"l{i}.gate")
-        up = lin.linear(h, W.get(p + "mlp.up_proj.weight"), f"l{i}.up")
+        gate, up = lin.fused(h, [W.get(p + "mlp.gate_proj.weight"), W.get(p + "mlp.up_proj.weight")], f"l{i}.gate_up")
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
         x = g.op("Add", [x, lin.linear(act, W.get(p + "mlp.down_proj.weight"), f"l{i}.down")])
-        g.outputs.append(helper.make_tensor_value_info(f"present_key_{i}", TensorProto.FLOAT, [1, kvh, "T", hd]))
-        g.outputs.append(helper.make_tensor_value_info(f"present_value_{i}", TensorProto.FLOAT, [1, kvh, "T", hd]))
+        g.outputs.append(helper.make_tensor_value_info(f"present_key_{i}", TensorProto.FLOAT, [1, kvh, "C", hd]))
+        g.outputs.append(helper.make_tensor_value_info(f"present_value_{i}", TensorProto.FLOAT, [1, kvh, "C", hd]))
     x = g.op("Gather", [x, logit_index], axis=1)  # only the rows whose logits are wanted
     x = g.rms_norm(x, W.get(P + "norm.weight"), "final_norm", t.rms_norm_eps)
     head = "thinker.lm_head.weight"
     lm = W.get(head) if head in W else W.get(P + "embed_tokens.weight")
     logits = lin.linear(x, lm, "lm_head")
     g.output(logits, "logits", TensorProto.FLOAT, [1, "K", t.vocab_size])
-    return g.build(extra_domains=("com.microsoft",) if bits else ())
+    return g.build(extra_domains=("com.microsoft",))

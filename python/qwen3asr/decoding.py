@@ -52,7 +52,8 @@ class KVDecoder(Protocol):
 
     def forward(self, embeds: np.ndarray, cache: Any, logit_rows: np.ndarray) -> tuple[np.ndarray, Any]:
         """Append ``embeds`` (S, hidden) float32 to ``cache``; logits (len(logit_rows), vocab) float32
-        of those rows (indices into the S new positions) and the extended cache."""
+        of those rows (indices into the S new positions) and the extended cache. The backend may
+        extend ``cache`` in place: keep using only the returned cache, and deep-copy to branch."""
 
     def cache_length(self, cache: Any) -> int:
         """Positions held by ``cache``."""

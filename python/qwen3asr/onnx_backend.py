@@ -25,7 +25,8 @@ def _ort():
 
 
 def make_session(path: str, threads: int | None = None):
-    """An ONNX Runtime CPU session with full graph optimisation."""
+    """An ONNX Runtime CPU session with full graph optimisation, ``threads`` intra-op threads
+    (default: ONNX Runtime's choice) and no spin-waiting."""
     ort = _ort()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
@@ -35,6 +36,9 @@ def make_session(path: str, threads: int | None = None):
         so.intra_op_num_threads = int(threads)
         so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    # idle worker threads sleep instead of spinning: on a shared or busy CPU, spinning threads fight
+    # the thread that has work and a 2-thread decode step got 2-3x slower (docs/benchmarks.md)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
@@ -72,47 +76,102 @@ class OnnxEncoderRunner:
 
 @dataclasses.dataclass
 class KVCache:
-    keys: list  # per layer (1, kv_heads, length, head_dim) float32
+    """Fixed-capacity KV cache: per layer (1, kv_heads, capacity, head_dim) float32, rows
+    [0, length) valid. ``OnnxDecoder.forward`` writes the new rows in place (past and present are
+    one buffer), so after a forward only the returned cache is meaningful; copy (``clone``) to branch."""
+
+    keys: list
     values: list
     length: int
 
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2] if self.keys else 0
 
-def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin ``(len(positions), head_dim)`` float32, computed in float32 as the official code."""
-    inv = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
-    freqs = positions.astype(np.float32)[:, None] * inv.astype(np.float32)[None, :]
-    emb = np.concatenate([freqs, freqs], axis=1)
-    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+    def clone(self) -> "KVCache":
+        """An independent copy (only the valid rows are copied; the capacity is kept)."""
+        n = self.length
+
+        def copy(a: np.ndarray) -> np.ndarray:
+            b = np.empty_like(a)
+            b[:, :, :n] = a[:, :, :n]
+            return b
+
+        return KVCache([copy(k) for k in self.keys], [copy(v) for v in self.values], n)
+
+    def __deepcopy__(self, memo) -> "KVCache":
+        return self.clone()
+
+
+CACHE_STEP = 256  # KV-cache capacity grows in multiples of this many positions
 
 
 class OnnxDecoder:
-    """The exported Qwen3 decoder (fp32 or weight-only int8/int4) with a host-held KV cache."""
+    """The exported Qwen3 decoder (fp32 or weight-only int8/int4) with a host-held KV cache.
+
+    The cache is a fixed-capacity buffer per layer that the graph's GroupQueryAttention
+    extends in place (IOBinding binds past_* and present_* to the same memory); it grows by
+    reallocation, in steps of ``CACHE_STEP`` positions, only when full.
+    """
 
     def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, rope_theta: float,
-                 threads: int | None = None):
+                 threads: int | None = None, max_positions: int = 4096):
         self.session = make_session(path, threads)
         self.n_layers, self.kv_heads, self.head_dim, self.theta = n_layers, kv_heads, head_dim, rope_theta
-        self._out_names = ["logits"] + [f"present_{kind}_{i}" for i in range(n_layers) for kind in ("key", "value")]
+        self.max_positions = int(max_positions)
+        names = {i.name for i in self.session.get_inputs()}
+        if "seqlens_k" not in names:
+            raise RuntimeError(f"{path} is a decoder graph of an older export (no in-place KV cache); "
+                               "re-run scripts/export_onnx.py for this bundle")
+        self._ort = _ort()
+        logits = [o for o in self.session.get_outputs() if o.name == "logits"]
+        self._vocab = int(logits[0].shape[-1])  # logits [1, K, vocab]
 
     def new_cache(self) -> KVCache:
-        empty = np.zeros((1, self.kv_heads, 0, self.head_dim), np.float32)
-        return KVCache([empty] * self.n_layers, [empty] * self.n_layers, 0)
+        return KVCache([], [], 0)
 
     def cache_length(self, cache: KVCache) -> int:
         return cache.length
 
+    def _reserve(self, cache: KVCache, needed: int) -> KVCache:
+        if needed > self.max_positions:
+            raise RuntimeError(f"decoder context full: {needed} positions needed, the graph holds "
+                               f"{self.max_positions}")
+        if needed <= cache.capacity:
+            return cache
+        cap = min(self.max_positions, -(-needed // CACHE_STEP) * CACHE_STEP)
+        shape = (1, self.kv_heads, cap, self.head_dim)
+        n = cache.length
+
+        def grown(old: np.ndarray | None) -> np.ndarray:
+            new = np.zeros(shape, np.float32)
+            if old is not None and n:
+                new[:, :, :n] = old[:, :, :n]
+            return new
+
+        keys = [grown(cache.keys[i] if cache.keys else None) for i in range(self.n_layers)]
+        values = [grown(cache.values[i] if cache.values else None) for i in range(self.n_layers)]
+        return KVCache(keys, values, n)
+
     def forward(self, embeds: np.ndarray, cache: KVCache, logit_rows: np.ndarray):
+        """Append ``embeds`` (S, hidden) float32 to ``cache``; returns (logits (K, vocab) float32 of
+        ``logit_rows``, the extended cache). ``cache`` is updated in place (see KVCache)."""
         s = embeds.shape[0]
-        p = cache.length
-        pos = np.arange(p, p + s)
-        cos, sin = rope_tables(pos, self.head_dim, self.theta)
-        j = np.arange(p + s)
-        bias = np.where(j[None, :] <= pos[:, None], 0.0, -np.inf).astype(np.float32)[None, None]
-        feed = {"inputs_embeds": embeds[None].astype(np.float32, copy=False), "attn_bias": bias,
-                "cos": cos, "sin": sin, "logit_index": np.asarray(logit_rows, dtype=np.int64)}
+        total = cache.length + s
+        cache = self._reserve(cache, total)
+        rows = np.asarray(logit_rows, dtype=np.int64).reshape(-1)
+        ort = self._ort
+        io = self.session.io_binding()
+        io.bind_cpu_input("inputs_embeds", np.ascontiguousarray(embeds[None], dtype=np.float32))
+        io.bind_cpu_input("seqlens_k", np.array([total - 1], np.int32))
+        io.bind_cpu_input("total_sequence_length", np.array(total, np.int32))
+        io.bind_cpu_input("logit_index", rows)
         for i in range(self.n_layers):
-            feed[f"past_key_{i}"] = cache.keys[i]
-            feed[f"past_value_{i}"] = cache.values[i]
-        outs = self.session.run(self._out_names, feed)
-        new = KVCache(outs[1::2], outs[2::2], p + s)
-        return outs[0][0], new
+            for kind, buf in (("key", cache.keys[i]), ("value", cache.values[i])):
+                value = ort.OrtValue.ortvalue_from_numpy(buf)
+                io.bind_ortvalue_input(f"past_{kind}_{i}", value)
+                io.bind_ortvalue_output(f"present_{kind}_{i}", value)
+        logits = np.empty((1, rows.shape[0], self._vocab), np.float32)
+        io.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+        self.session.run_with_iobinding(io)
+        return logits[0], KVCache(cache.keys, cache.values, total)

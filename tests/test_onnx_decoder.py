@@ -1,0 +1,66 @@
+"""The ONNX decoder's in-place KV cache: growth, clones and the context limit (tiny bundle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bundles
+from qwen3asr import onnx_backend
+from qwen3asr.bundle import Bundle
+
+pytest.importorskip("torch", reason="building the random checkpoint needs torch (requirements-dev.txt)")
+
+
+@pytest.fixture(scope="module")
+def bundle_dir():
+    return bundles.bundle("tiny-a", "bfloat16")[1]
+
+
+def make_decoder(bundle_dir, **kw):
+    b = Bundle.load(bundle_dir)
+    t = b.text_config
+    return onnx_backend.OnnxDecoder(b.decoder_path("fp32"), t["num_hidden_layers"], t["num_key_value_heads"],
+                                    t["head_dim"], t["rope_theta"], threads=1, **kw), t["hidden_size"]
+
+
+def run(dec, embeds, n_prompt):
+    cache = dec.new_cache()
+    out, cache = dec.forward(embeds[:n_prompt], cache, np.array([n_prompt - 1]))
+    logits = [out[0]]
+    for i in range(n_prompt, len(embeds)):
+        out, cache = dec.forward(embeds[i:i + 1], cache, np.array([0]))
+        logits.append(out[0])
+    return np.stack(logits), cache
+
+
+def test_growing_cache_gives_the_same_logits(bundle_dir, monkeypatch):
+    dec, hidden = make_decoder(bundle_dir)
+    x = np.random.default_rng(0).standard_normal((30, hidden)).astype(np.float32)
+    ref, cache = run(dec, x, 10)
+    assert cache.length == 30 and cache.capacity == onnx_backend.CACHE_STEP
+    monkeypatch.setattr(onnx_backend, "CACHE_STEP", 8)
+    ours, small = run(dec, x, 10)
+    assert small.length == 30 and small.capacity == 32  # grew 16 -> 24 -> 32
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-4)
+    assert (np.argmax(ours, -1) == np.argmax(ref, -1)).all()
+
+
+def test_clone_is_independent(bundle_dir):
+    dec, hidden = make_decoder(bundle_dir)
+    x = np.random.default_rng(1).standard_normal((14, hidden)).astype(np.float32)
+    _, cache = dec.forward(x[:12], dec.new_cache(), np.array([11]))
+    branch = cache.clone()
+    a, cache = dec.forward(x[12:13], cache, np.array([0]))
+    other, _ = dec.forward(x[13:14], cache, np.array([0]))  # the original goes on
+    b, branch = dec.forward(x[12:13], branch, np.array([0]))  # the clone still holds 12 positions
+    assert branch.length == 13 and cache.length == 13
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, other)
+
+
+def test_context_limit_is_reported(bundle_dir):
+    dec, hidden = make_decoder(bundle_dir, max_positions=16)
+    x = np.zeros((17, hidden), np.float32)
+    with pytest.raises(RuntimeError, match="decoder context full: 17 positions needed, the graph holds 16"):
+        dec.forward(x, dec.new_cache(), np.array([0]))
