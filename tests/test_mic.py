@@ -80,8 +80,10 @@ def _start(args, env):
                 ready.set()
         ready.set()
 
-    threading.Thread(target=read_err, daemon=True).start()
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
     assert ready.wait(120), "mic_stream.py never started listening"
+    p.err_reader = reader  # joined after the process ends, so its last stderr lines are in ``lines``
     return p, lines
 
 
@@ -158,6 +160,7 @@ def test_captions_from_device_until_max_seconds(pulse, bundle_dir):
     feeder = Feeder(fifo, samples)
     feeder.start()
     out, _ = p.communicate(timeout=120)
+    p.err_reader.join(30)
     feeder.stop.set()
     assert p.returncode == 0, "".join(err)
     final = _final_line(out)
@@ -180,6 +183,7 @@ def test_ctrl_c_flushes_and_exits_zero(pulse, bundle_dir):
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=120)
+    p.err_reader.join(30)
     feeder.stop.set()
     assert p.returncode == 0, "".join(err)
     assert "Traceback" not in "".join(err) and "KeyboardInterrupt" not in "".join(err)
