@@ -87,6 +87,15 @@ def _start(args, env):
     return p, lines
 
 
+def _finish(p) -> bytes:
+    """stdout of ``p`` once it exits; stderr is read only by the reader thread of _start (a
+    communicate() would race it for the last lines)."""
+    out = p.stdout.read()
+    p.wait(timeout=120)
+    p.err_reader.join(30)
+    return out
+
+
 class Feeder(threading.Thread):
     """Writes ``samples`` into the FIFO in real time, then silence until stopped (a microphone
     never stops delivering; PulseAudio holds back the last partial fragment otherwise)."""
@@ -159,8 +168,7 @@ def test_captions_from_device_until_max_seconds(pulse, bundle_dir):
     p, err = _start(args, env)
     feeder = Feeder(fifo, samples)
     feeder.start()
-    out, _ = p.communicate(timeout=120)
-    p.err_reader.join(30)
+    out = _finish(p)
     feeder.stop.set()
     assert p.returncode == 0, "".join(err)
     final = _final_line(out)
@@ -182,8 +190,7 @@ def test_ctrl_c_flushes_and_exits_zero(pulse, bundle_dir):
     assert feeder.done.wait(60)
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=120)
-    p.err_reader.join(30)
+    out = _finish(p)
     feeder.stop.set()
     assert p.returncode == 0, "".join(err)
     assert "Traceback" not in "".join(err) and "KeyboardInterrupt" not in "".join(err)
