@@ -124,11 +124,8 @@ class AudioEncoder:
         self.n_mels = n_mels
         chainable = [v for v in self.variants if v.frames % self.window_frames == 0]
         self._chain = chainable[-1] if chainable else self.variants[-1]
-        if not chainable:
-            logger.warning(
-                "no encoder variant is a multiple of the %d-frame attention window; audio longer than %.0f s "
-                "is chained at %.0f s, which cuts attention windows (not bit-exact with the official model)",
-                self.window_frames, self.variants[-1].seconds, self._chain.seconds)
+        self._chain_exact = bool(chainable)
+        self._warned = False
         self.calls = 0
         self.seconds_encoded = 0.0
 
@@ -146,6 +143,12 @@ class AudioEncoder:
         total = mel.shape[1]
         pieces = []
         start = 0
+        if total > self.variants[-1].frames and not self._chain_exact and not self._warned:
+            self._warned = True
+            logger.warning(
+                "no encoder variant is a multiple of the %d-frame attention window; audio longer than %.0f s "
+                "is chained at %.0f s, which cuts attention windows (not bit-exact with the official model)",
+                self.window_frames, self.variants[-1].seconds, self._chain.seconds)
         while total - start > self.variants[-1].frames:
             pieces.append(self._run(mel[:, start:start + self._chain.frames], self._chain))
             start += self._chain.frames
