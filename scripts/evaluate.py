@@ -151,6 +151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8"])
     ap.add_argument("--official", default=None, metavar="CHECKPOINT",
                     help="also run the official PyTorch model from this checkpoint directory and compare")
+    ap.add_argument("--no-bundle", action="store_true", help="only the official model (needs --official)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N clips")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None, help="write scores and per-clip results here")
@@ -160,25 +161,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     rows = read_manifest(args.manifest, args.limit)
     base = os.path.dirname(args.manifest)
+    if args.no_bundle and not args.official:
+        print("error: --no-bundle needs --official CHECKPOINT", file=sys.stderr)
+        return 2
     t0 = time.time()
-    ours = run_bundle(rows, base, args.model, args.decoder_dtype, args.threads)
-    s_ours = score(ours)
-    report = {"manifest": args.manifest, "model": args.model, "decoder_dtype": args.decoder_dtype,
-              "bundle": {"scores": asdict(s_ours), "seconds": round(time.time() - t0, 1)}}
-    print(table(f"bundle {args.model} (decoder {args.decoder_dtype}), {len(rows)} clips", s_ours))
-    errors = [asdict(r) for r in ours if (r.language, r.text) != (r.ref_language, r.ref_text)]
-    report["bundle"]["errors"] = errors
+    report = {"manifest": args.manifest, "n_clips": len(rows)}
+    ours, errors = [], []
+    if not args.no_bundle:
+        ours = run_bundle(rows, base, args.model, args.decoder_dtype, args.threads)
+        s_ours = score(ours)
+        report.update(model=args.model, decoder_dtype=args.decoder_dtype,
+                      bundle={"scores": asdict(s_ours), "seconds": round(time.time() - t0, 1)})
+        print(table(f"bundle {args.model} (decoder {args.decoder_dtype}), {len(rows)} clips", s_ours))
+        errors = [asdict(r) for r in ours if (r.language, r.text) != (r.ref_language, r.ref_text)]
+        report["bundle"]["errors"] = errors
     if args.official:
         t1 = time.time()
         off = run_official(rows, base, args.official)
         s_off = score(off)
-        print(table(f"official PyTorch model {args.official}", s_off))
-        diffs = [{"audio": a.audio, "bundle": [a.language, a.text], "official": [b.language, b.text]}
-                 for a, b in zip(ours, off) if (a.language, a.text) != (b.language, b.text)]
-        print(f"transcript differences bundle vs official: {len(diffs)} of {len(rows)} clips")
-        for d in diffs[:20]:
-            print(f"  {d['audio']}: bundle {d['bundle']!r} official {d['official']!r}")
-        report["official"] = {"scores": asdict(s_off), "seconds": round(time.time() - t1, 1), "differences": diffs}
+        print(table(f"official PyTorch model {args.official}, {len(rows)} clips", s_off))
+        report["official"] = {"scores": asdict(s_off), "seconds": round(time.time() - t1, 1)}
+        if ours:
+            diffs = [{"audio": a.audio, "bundle": [a.language, a.text], "official": [b.language, b.text]}
+                     for a, b in zip(ours, off) if (a.language, a.text) != (b.language, b.text)]
+            print(f"transcript differences bundle vs official: {len(diffs)} of {len(rows)} clips")
+            for d in diffs[:20]:
+                print(f"  {d['audio']}: bundle {d['bundle']!r} official {d['official']!r}")
+            report["official"]["differences"] = diffs
+        else:
+            errors = [asdict(r) for r in off if (r.language, r.text) != (r.ref_language, r.ref_text)]
+            report["official"]["errors"] = errors
     print(f"{len(errors)} clips differ from the reference; first ones:")
     for e in errors[:10]:
         print(f"  {e['audio']}: ref {e['ref_language']} {e['ref_text']!r} got {e['language']} {e['text']!r}")
