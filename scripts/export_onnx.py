@@ -165,6 +165,10 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
     a, t = cfg.audio, cfg.text
     if a.n_window * 2 != graphs.CHUNK_FRAMES:
         raise ckpt.CheckpointError(f"n_window={a.n_window}: only 50 (100-frame chunks) is supported")
+    if t.head_dim % 16:
+        raise ckpt.CheckpointError(
+            f"text head_dim {t.head_dim} is not a multiple of 16: ONNX Runtime's GroupQueryAttention, which the "
+            f"decoder graph uses, rejects it at run time (the official 0.6B/1.7B use 128)")
     window_tokens = 13 * (a.n_window_infer // (2 * a.n_window))
     os.makedirs(out_dir, exist_ok=True)
     files: list[str] = []

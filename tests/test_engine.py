@@ -204,3 +204,22 @@ def test_checksums_detect_corruption(bundle_dir, tmp_path):
         f.seek(-4, 2)
         f.write(b"\x01\x02\x03\x04")
     assert Bundle.load(str(dst)).verify_checksums() == ["embed_tokens.npy"]
+
+
+def test_export_refuses_head_dim_gqa_cannot_run(tmp_path):
+    """ONNX Runtime's GroupQueryAttention needs a head size that is a multiple of 16: the exporter
+    says so instead of writing a decoder that crashes on its first call."""
+    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
+    import json as _json
+
+    import export_onnx
+    import fixtures
+    from checkpoint import CheckpointError
+
+    ck = tmp_path / "ck"
+    shutil.copytree(fixtures.checkpoint("tiny-a", dtype="bfloat16"), ck)
+    cfg = _json.loads((ck / "config.json").read_text())
+    cfg["thinker_config"]["text_config"]["head_dim"] = 40
+    (ck / "config.json").write_text(_json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="head_dim 40 is not a multiple of 16"):
+        export_onnx.export(str(ck), str(tmp_path / "out"))
