@@ -19,28 +19,22 @@ FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 mel frames per second
 DYNAMIC_RANGE = 8.0  # log10 units kept below the clip maximum (80 dB)
 
 
+# Slaney mel scale: linear below 1 kHz (200/3 Hz per mel), logarithmic above (27 mels per factor 6.4)
+_F_SP = 200.0 / 3
+_MIN_LOG_HZ = 1000.0
+_MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
+_LOGSTEP = np.log(6.4) / 27.0
+
+
 def _hz_to_mel(freq: np.ndarray) -> np.ndarray:
-    """Slaney mel scale: linear below 1 kHz, logarithmic above."""
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = np.log(6.4) / 27.0
     freq = np.asarray(freq, dtype=np.float64)
-    mel = freq / f_sp
-    log_region = freq >= min_log_hz
-    mel = np.where(log_region, min_log_mel + np.log(np.maximum(freq, 1e-10) / min_log_hz) / logstep, mel)
-    return mel
+    log_part = _MIN_LOG_MEL + np.log(np.maximum(freq, 1e-10) / _MIN_LOG_HZ) / _LOGSTEP
+    return np.where(freq >= _MIN_LOG_HZ, log_part, freq / _F_SP)
 
 
 def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = np.log(6.4) / 27.0
     mel = np.asarray(mel, dtype=np.float64)
-    freq = f_sp * mel
-    log_region = mel >= min_log_mel
-    return np.where(log_region, min_log_hz * np.exp(logstep * (mel - min_log_mel)), freq)
+    return np.where(mel >= _MIN_LOG_MEL, _MIN_LOG_HZ * np.exp(_LOGSTEP * (mel - _MIN_LOG_MEL)), _F_SP * mel)
 
 
 @functools.lru_cache(maxsize=4)
