@@ -66,9 +66,6 @@ def main(argv=None) -> int:
         print(f"error: cannot import qwen3asr ({exc}); install the requirements: pip install -r requirements.txt",
               file=sys.stderr)
         return 1
-    if not os.path.exists(args.audio):
-        print(f"error: audio file not found: {args.audio}", file=sys.stderr)
-        return 2
     try:
         engine = Qwen3ASREngine(args.model, backend=args.backend, encoder_form=args.encoder_form,
                                 decoder_dtype=args.decoder_dtype, threads=args.threads)
@@ -77,18 +74,18 @@ def main(argv=None) -> int:
             def on_text(piece: str) -> None:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
+        from qwen3asr.audio import prepare_audio
+
+        pcm = prepare_audio(args.audio)  # decoded and resampled once; the engine takes the array
         chunk_size = args.chunk_size
         if chunk_size is None and not args.vad:
-            from qwen3asr.audio import prepare_audio
             from qwen3asr.longform import select_audio
 
-            pcm = prepare_audio(args.audio)
-            if args.start or args.duration is not None:
-                pcm = select_audio(pcm, args.start, args.duration)
-            if not engine.fits_one_pass(pcm, args.context, args.language, args.max_new_tokens):
+            part = select_audio(pcm, args.start, args.duration) if args.start or args.duration is not None else pcm
+            if not engine.fits_one_pass(part, args.context, args.language, args.max_new_tokens):
                 chunk_size = 30.0  # too long for one pass: chunked decoding
         progress = _progress_bar if sys.stderr.isatty() and not args.stream else None
-        result = engine.transcribe(args.audio, language=args.language, context=args.context,
+        result = engine.transcribe(pcm, language=args.language, context=args.context,
                                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                                    top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
                                    on_text=on_text, chunk_size=chunk_size, memory_num=args.memory_num,

@@ -75,8 +75,8 @@ def compare(checkpoint: str, bundle: str, audio, max_new_tokens: int = 32, langu
     from qwen3asr.decoding import DecodingOptions
 
     gen_opts = DecodingOptions(max_new_tokens=max_new_tokens + 1)
-    gen, info = engine.start(pcm, language=language, context=context, options=gen_opts)
-    prompt = info["prompt"]
+    gen, req = engine.start(pcm, language=language, context=context, options=gen_opts)
+    prompt = req.prompt
     mel = engine.features(pcm)
     ids = torch.tensor(np.asarray(prompt.ids, dtype=np.int64))[None]
     feats = torch.from_numpy(mel)[None]

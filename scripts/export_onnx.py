@@ -33,9 +33,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import checkpoint as ckpt  # noqa: E402
 import onnx_graphs as graphs  # noqa: E402
+from qwen3asr.bundle import BUNDLE_FORMAT, sha256_file  # noqa: E402
+from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK  # noqa: E402
 
 EXPORTER_VERSION = "1.0.0"
-BUNDLE_FORMAT = "qwen3asr-rk-bundle/1"
 DEFAULT_DURATIONS = (2, 3, 4, 5, 8)
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json", "chat_template.json",
                    "preprocessor_config.json", "generation_config.json", "special_tokens_map.json")
@@ -44,12 +45,6 @@ SPECIAL_NAMES = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>
 LARGE_MODEL_BYTES = 1_800_000_000  # protobuf limit is 2 GiB: store weights beside larger graphs
 
 log = logging.getLogger("export_onnx")
-
-
-def sha256(path: str) -> str:
-    from qwen3asr.bundle import sha256_file
-
-    return sha256_file(path)
 
 
 def save_model(model, path: str) -> list[str]:
@@ -163,13 +158,13 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         raise ckpt.CheckpointError(
             f"config audio_token_id {cfg.audio_token_id} != tokenizer's <|audio_pad|> {specials['<|audio_pad|>']}")
     a, t = cfg.audio, cfg.text
-    if a.n_window * 2 != graphs.CHUNK_FRAMES:
+    if a.n_window * 2 != CHUNK_FRAMES:
         raise ckpt.CheckpointError(f"n_window={a.n_window}: only 50 (100-frame chunks) is supported")
     if t.head_dim % 16:
         raise ckpt.CheckpointError(
             f"text head_dim {t.head_dim} is not a multiple of 16: ONNX Runtime's GroupQueryAttention, which the "
             f"decoder graph uses, rejects it at run time (the official 0.6B/1.7B use 128)")
-    window_tokens = 13 * (a.n_window_infer // (2 * a.n_window))
+    window_tokens = TOKENS_PER_CHUNK * (a.n_window_infer // (2 * a.n_window))
     os.makedirs(out_dir, exist_ok=True)
     files: list[str] = []
     variants = []
@@ -181,7 +176,7 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         log.info("encoder front end (split form)")
         path = os.path.join(out_dir, "encoder", "frontend.onnx")
         files += save_encoder(graphs.encoder_frontend(W, a), path, shared)
-        variants.append({"form": "split", "part": "frontend", "seconds": 1, "n_chunks": 1, "tokens": 13,
+        variants.append({"form": "split", "part": "frontend", "seconds": 1, "n_chunks": 1, "tokens": TOKENS_PER_CHUNK,
                          "file": "encoder/frontend.onnx"})
     for d in sorted(set(int(x) for x in durations)):
         if d < 1:
@@ -192,7 +187,7 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
             model = graphs.encoder_merged(W, a, d) if form == "merged" else graphs.encoder_backend(W, a, d)
             files += save_encoder(model, os.path.join(out_dir, "encoder", name), shared)
             variants.append({"form": form, "part": "merged" if form == "merged" else "backend", "seconds": d,
-                             "n_chunks": d, "tokens": 13 * d, "file": f"encoder/{name}"})
+                             "n_chunks": d, "tokens": TOKENS_PER_CHUNK * d, "file": f"encoder/{name}"})
     shared.close()
     files.append(shared.path)
     dec_variants = []
@@ -226,24 +221,24 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         "exporter_version": EXPORTER_VERSION,
         "created_unix": int(time.time()),
         "source": {"checkpoint_name": os.path.basename(os.path.normpath(ckpt_dir)),
-                   "config_sha256": sha256(os.path.join(ckpt_dir, "config.json"))},
+                   "config_sha256": sha256_file(os.path.join(ckpt_dir, "config.json"))},
         "config": {"audio": vars(a), "text": vars(t), "audio_token_id": cfg.audio_token_id,
                    "audio_start_token_id": cfg.audio_start_token_id,
                    "support_languages": cfg.raw.get("support_languages")},
         "mel": {"sample_rate": 16000, "n_fft": 400, "hop_length": 160, "n_mels": a.num_mel_bins},
         "special_tokens": specials,
         "eos_token_ids": eos,
-        "encoder": {"chunk_frames": graphs.CHUNK_FRAMES, "tokens_per_chunk": 13, "window_tokens": window_tokens,
+        "encoder": {"chunk_frames": CHUNK_FRAMES, "tokens_per_chunk": TOKENS_PER_CHUNK, "window_tokens": window_tokens,
                     "opset": graphs.OPSET, "dtype": "float32", "weights_file": "encoder/weights.bin",
                     "inputs": {"merged": ["mel", "conv_mask1", "conv_mask2", "attn_bias"],
                                "frontend": ["mel", "conv_mask1", "conv_mask2"], "backend": ["hidden", "attn_bias"]},
                     "variants": variants},
-        "decoder": {"variants": dec_variants, "max_context": 4096},
+        "decoder": {"variants": dec_variants, "max_context": graphs.DECODER_MAX_POSITIONS},
         "embed_tokens": {"file": "embed_tokens.npy", "dtype": emb_dtype, "shape": list(raw.shape)},
         "files": {},
     }
     for path in files:
-        manifest["files"][os.path.relpath(path, out_dir).replace(os.sep, "/")] = sha256(path)
+        manifest["files"][os.path.relpath(path, out_dir).replace(os.sep, "/")] = sha256_file(path)
     with open(os.path.join(out_dir, "model.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
     log.info("bundle written to %s in %.1f s", out_dir, time.time() - t_start)

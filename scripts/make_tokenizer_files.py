@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
+from qwen3asr.tokenizer import bytes_to_unicode  # noqa: E402
+
 logger = logging.getLogger(__name__)
 
 N_BPE_TOKENS = 151643  # ranked byte strings in qwen.tiktoken; ids 0..151642
@@ -130,13 +132,6 @@ EXTRA_SPECIAL_TOKENS = {
     "vision_bos_token": "<|vision_start|>",
     "vision_eos_token": "<|vision_end|>",
 }
-
-
-def bytes_to_unicode() -> Dict[int, str]:
-    """GPT-2's reversible byte -> printable character table (256 entries)."""
-    from qwen3asr.tokenizer import _bytes_to_unicode
-
-    return _bytes_to_unicode()
 
 
 def tiktoken_path() -> str:

@@ -20,23 +20,25 @@ Decoder graph (KV cache, prefill and single step share it; GroupQueryAttention):
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+
+from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK, conv_out  # noqa: E402  (the runtime's geometry)
+
 OPSET = 17
-CHUNK_FRAMES = 100  # mel frames per conv chunk (2 * n_window)
-MASK_VALUE = -1.0e4  # additive attention bias for masked keys; exact zero weight in fp32/fp16 softmax
 
 
-def conv_lengths(n_mels_or_frames: int) -> list[int]:
-    """Sizes after each stride-2 conv (kernel 3, padding 1): n -> ceil(n/2) three times."""
-    out, n = [], n_mels_or_frames
-    for _ in range(3):
-        n = (n + 1) // 2
-        out.append(n)
-    return out
+def conv_lengths(n: int) -> list[int]:
+    """Sizes after each of the three stem convs: n -> ceil(n/2) three times."""
+    a = conv_out(n)
+    b = conv_out(a)
+    return [a, b, conv_out(b)]
 
 
 class GraphBuilder:
@@ -179,7 +181,7 @@ def _encoder_layers(g: GraphBuilder, x: str, bias: str, W, cfg) -> str:
 
 def encoder_merged(W, cfg, n_chunks: int) -> onnx.ModelProto:
     g = GraphBuilder(f"qwen3asr_encoder_merged_{n_chunks}")
-    L = 13 * n_chunks
+    L = TOKENS_PER_CHUNK * n_chunks
     mel = g.input("mel", TensorProto.FLOAT, [1, cfg.num_mel_bins, CHUNK_FRAMES * n_chunks])
     bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, L, L])
     x = g.reshape(mel, [cfg.num_mel_bins, n_chunks, CHUNK_FRAMES])
@@ -196,13 +198,13 @@ def encoder_frontend(W, cfg) -> onnx.ModelProto:
     mel = g.input("mel", TensorProto.FLOAT, [1, cfg.num_mel_bins, CHUNK_FRAMES])
     x = g.op("Unsqueeze", [mel, g.const([1])])  # [1,1,mels,100]
     x = _conv_stem(g, x, 1, W, cfg)
-    g.output(x, "hidden", TensorProto.FLOAT, [1, 13, cfg.d_model])
+    g.output(x, "hidden", TensorProto.FLOAT, [1, TOKENS_PER_CHUNK, cfg.d_model])
     return g.build()
 
 
 def encoder_backend(W, cfg, n_chunks: int) -> onnx.ModelProto:
     g = GraphBuilder(f"qwen3asr_encoder_backend_{n_chunks}")
-    L = 13 * n_chunks
+    L = TOKENS_PER_CHUNK * n_chunks
     x = g.input("hidden", TensorProto.FLOAT, [1, L, cfg.d_model])
     bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, L, L])
     y = _encoder_layers(g, x, bias, W, cfg)

@@ -64,7 +64,7 @@ def tokenizer_dir() -> str:
     """A directory with vocab.json, merges.txt, tokenizer_config.json, chat_template.json."""
     from make_tokenizer_files import write_tokenizer_files
 
-    key = f"tokenizer-{_generator_hash('make_tokenizer_files.py')}"
+    key = f"tokenizer-{_generator_hash('make_tokenizer_files.py', '../python/qwen3asr/tokenizer.py')}"
     return _cached_dir(key, lambda d: write_tokenizer_files(d))
 
 
@@ -73,6 +73,7 @@ def checkpoint(preset: str = "tiny-a", seed: int = 0, dtype: str = "float32") ->
     scripts/make_random_checkpoint.py). Needs torch, transformers and qwen-asr."""
     from make_random_checkpoint import make_checkpoint
 
-    gen = _generator_hash("make_random_checkpoint.py", "make_tokenizer_files.py", "official_ref.py")
+    gen = _generator_hash("make_random_checkpoint.py", "make_tokenizer_files.py", "official_ref.py",
+                          "../python/qwen3asr/tokenizer.py")
     key = f"ckpt-{preset}-s{seed}-{dtype}-{gen}"
     return _cached_dir(key, lambda d: make_checkpoint(preset, d, seed=seed, dtype=dtype))

@@ -21,7 +21,7 @@ def make_decoder(bundle_dir, **kw):
     b = Bundle.load(bundle_dir)
     t = b.text_config
     return onnx_backend.OnnxDecoder(b.decoder_path("fp32"), t["num_hidden_layers"], t["num_key_value_heads"],
-                                    t["head_dim"], t["rope_theta"], threads=1, **kw), t["hidden_size"]
+                                    t["head_dim"], threads=1, **kw), t["hidden_size"]
 
 
 def run(dec, embeds, n_prompt):

@@ -32,6 +32,11 @@ def default_model_dir() -> str:
     return os.path.normpath(os.path.join(here, "..", "..", "models", "default"))
 
 
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 stored as uint16 -> float32 (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 def sha256_file(path: str) -> str:
     """Hex SHA-256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
@@ -106,7 +111,7 @@ class Bundle:
 
     @property
     def max_context(self) -> int:
-        return int(self.manifest["decoder"].get("max_context", 4096))
+        return int(self.manifest["decoder"]["max_context"])
 
     def encoder_variants(self, form: str, sizes=None) -> list[EncoderVariant]:
         """Encoder graphs of ``form`` (merged: whole graphs; split: back ends), optionally only ``sizes`` seconds."""
@@ -175,7 +180,7 @@ class EmbeddingTable:
             raise ValueError(f"token id out of range [0, {self.vocab_size})")
         rows = np.asarray(self._table[ids])
         if self.dtype == "bfloat16":
-            return (rows.astype(np.uint32) << 16).view(np.float32)
+            return bf16_to_f32(rows)
         return rows.astype(np.float32)
 
     def row(self, token_id: int) -> np.ndarray:

@@ -55,9 +55,6 @@ class KVDecoder(Protocol):
         of those rows (indices into the S new positions) and the extended cache. The backend may
         extend ``cache`` in place: keep using only the returned cache, and deep-copy to branch."""
 
-    def cache_length(self, cache: Any) -> int:
-        """Positions held by ``cache``."""
-
 
 def select_token(logits: np.ndarray, opts: DecodingOptions, history: list[int],
                  rng: np.random.Generator) -> int:

@@ -30,14 +30,15 @@ TOKENS_PER_CHUNK = 13  # encoder tokens of a full chunk (about 77 ms each)
 MASK_VALUE = -1.0e4  # additive bias of masked keys (exact zero weight in fp32 and fp16)
 
 
-def _conv_out(n: int) -> int:
+def conv_out(n: int) -> int:
+    """Length after one conv of the stem (kernel 3, stride 2, padding 1): ceil(n / 2)."""
     return (n + 1) // 2
 
 
 def tokens_for_frames(n_frames: int) -> int:
     """Encoder tokens for ``n_frames`` mel frames: 13 per full chunk + the ragged tail's."""
     full, tail = divmod(int(n_frames), CHUNK_FRAMES)
-    return TOKENS_PER_CHUNK * full + (_conv_out(_conv_out(_conv_out(tail))) if tail else 0)
+    return TOKENS_PER_CHUNK * full + (conv_out(conv_out(conv_out(tail))) if tail else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,12 +82,12 @@ def conv_masks(n_frames: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
     All ones except for audio shorter than one chunk, where the official encoder runs the
     chunk unpadded: frames past the real length must then look like the convs' zero padding.
     """
-    t1, t2 = _conv_out(CHUNK_FRAMES), _conv_out(_conv_out(CHUNK_FRAMES))
+    t1, t2 = conv_out(CHUNK_FRAMES), conv_out(conv_out(CHUNK_FRAMES))
     m1 = np.ones((n_chunks, 1, 1, t1), np.float32)
     m2 = np.ones((n_chunks, 1, 1, t2), np.float32)
     if n_frames < CHUNK_FRAMES:
-        m1[0, ..., _conv_out(n_frames):] = 0.0
-        m2[0, ..., _conv_out(_conv_out(n_frames)):] = 0.0
+        m1[0, ..., conv_out(n_frames):] = 0.0
+        m2[0, ..., conv_out(conv_out(n_frames)):] = 0.0
     return m1, m2
 
 
@@ -98,12 +99,6 @@ def attention_bias(n_valid: int, n_slots: int, window: int) -> np.ndarray:
     i = np.arange(n_slots)
     ok = (i[None, :] < n_valid) & ((i[:, None] // window) == (i[None, :] // window))
     return np.where(ok, 0.0, MASK_VALUE).astype(np.float32)[None, None]
-
-
-@dataclasses.dataclass(frozen=True)
-class EncoderStats:
-    calls: int  # graph executions (front-end chunks count one each)
-    seconds_encoded: float  # audio seconds the graphs held, padding included
 
 
 class AudioEncoder:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from typing import Callable, Optional
 
@@ -13,8 +12,8 @@ import numpy as np
 from . import mel as melmod
 from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from .bundle import Bundle, EmbeddingTable, default_model_dir
-from .decoding import DecodingOptions, Generation
-from .encoder import AudioEncoder, tokens_for_frames
+from .decoding import DecodingOptions, Generation, GenerationTimes
+from .encoder import TOKENS_PER_CHUNK, AudioEncoder, tokens_for_frames
 from .languages import language_code, resolve_language
 from .prompt import Prompt, build_prompt, parse_asr_output
 from .results import DecodeStats, Segment, Transcription, TranscriptionStats
@@ -23,6 +22,18 @@ from .tokenizer import Tokenizer
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "onnx", "rk")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One clip made ready for the decoder (Qwen3ASREngine.prepare)."""
+
+    prompt: Prompt  # token ids of the prompt, audio pads included
+    embeds: np.ndarray  # (len(prompt), hidden) float32: embedded prompt with the audio spliced in
+    audio_seconds: float  # duration of the clip
+    encoder_ms: float  # mel + encoder wall time
+    encoder_calls: int  # encoder graph executions
+    t0: float  # time.perf_counter() when preparation started (for total_ms)
 
 
 class TextStreamer:
@@ -95,6 +106,7 @@ class Qwen3ASREngine:
             self._rk = create_rk_backend(self.bundle, encoder_form=encoder_form, encoder_sizes=encoder_sizes)
             self.encoder = self._rk.encoder
             self.decoder = None
+            self.max_context = self._rk.max_context  # the .rkllm model's own KV-cache length
         else:
             from .onnx_backend import OnnxDecoder, OnnxEncoderRunner
 
@@ -110,7 +122,8 @@ class Qwen3ASREngine:
             self.decoder_dtype = decoder_dtype
             t = self.bundle.text_config
             self.decoder = OnnxDecoder(self.bundle.decoder_path(decoder_dtype), t["num_hidden_layers"],
-                                       t["num_key_value_heads"], t["head_dim"], t["rope_theta"], threads)
+                                       t["num_key_value_heads"], t["head_dim"], threads,
+                                       max_positions=self.max_context)
         logger.info("loaded %s (backend %s)", self.bundle.path, self.backend)
 
     def _check_specials(self) -> None:
@@ -141,8 +154,7 @@ class Qwen3ASREngine:
     def check_length(self, n_audio: int, n_prompt: int, max_new_tokens: int, audio_seconds: float) -> None:
         need = n_prompt + max_new_tokens
         if need > self.max_context:
-            per_second = 13.0
-            limit_s = max(0.0, (self.max_context - (n_prompt - n_audio) - max_new_tokens) / per_second)
+            limit_s = max(0.0, (self.max_context - (n_prompt - n_audio) - max_new_tokens) / TOKENS_PER_CHUNK)
             raise AudioError(
                 f"audio too long for one pass: {audio_seconds:.1f} s gives {n_audio} audio tokens; with the "
                 f"prompt and max_new_tokens={max_new_tokens} that is {need} tokens, over the decoder context of "
@@ -150,25 +162,27 @@ class Qwen3ASREngine:
                 f"(chunk_size) or cut it shorter.")
 
     # ------------------------------------------------------------------ public
-    def start(self, audio: AudioInput, *, sample_rate: Optional[int] = None, language: Optional[str] = None,
-              context: str = "", options: DecodingOptions = DecodingOptions()) -> tuple[Generation, dict]:
-        """Encode and prepare one request; returns a (pausable, clonable) Generation and timing info."""
-        if self.decoder is None:
-            raise RuntimeError("start() needs the ONNX decoder; the rk backend generates inside the RKLLM runtime")
+    def prepare(self, pcm: np.ndarray, *, language: Optional[str] = None, context: str = "",
+                max_new_tokens: int = 256) -> Request:
+        """16 kHz mono float32 (from prepare_audio) -> the embedded prompt, checked against the context."""
         t0 = time.perf_counter()
-        pcm = prepare_audio(audio, sample_rate)
         mel = self.features(pcm)
         n_audio = tokens_for_frames(mel.shape[1])
         prompt = self.prompt(n_audio, context, language)
-        self.check_length(n_audio, len(prompt), options.max_new_tokens, pcm.shape[0] / SAMPLE_RATE)
+        self.check_length(n_audio, len(prompt), max_new_tokens, pcm.shape[0] / SAMPLE_RATE)
         calls0 = self.encoder.calls
         emb = self.encode(mel)
-        enc_ms = (time.perf_counter() - t0) * 1000
-        gen = Generation(self.decoder, self.embed_prompt(prompt, emb), self.tokenizer.eos_ids,
-                         self.embeddings.row, options)
-        info = {"audio_seconds": pcm.shape[0] / SAMPLE_RATE, "encoder_ms": enc_ms,
-                "encoder_calls": self.encoder.calls - calls0, "prompt": prompt, "t0": t0}
-        return gen, info
+        return Request(prompt=prompt, embeds=self.embed_prompt(prompt, emb), audio_seconds=pcm.shape[0] / SAMPLE_RATE,
+                       encoder_ms=(time.perf_counter() - t0) * 1000, encoder_calls=self.encoder.calls - calls0, t0=t0)
+
+    def start(self, audio: AudioInput, *, sample_rate: Optional[int] = None, language: Optional[str] = None,
+              context: str = "", options: DecodingOptions = DecodingOptions()) -> tuple[Generation, Request]:
+        """Encode and prepare one request; returns a (pausable, clonable) Generation and the Request."""
+        if self.decoder is None:
+            raise RuntimeError("start() needs the ONNX decoder; the rk backend generates inside the RKLLM runtime")
+        req = self.prepare(prepare_audio(audio, sample_rate), language=language, context=context,
+                           max_new_tokens=options.max_new_tokens)
+        return Generation(self.decoder, req.embeds, self.tokenizer.eos_ids, self.embeddings.row, options), req
 
     def decode_embeddings(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                           on_token: Optional[Callable[[int], None]] = None) -> tuple[list[int], DecodeStats]:
@@ -185,9 +199,6 @@ class Qwen3ASREngine:
           the same contract (one RKLLM EMBED run with a cleared cache).
         """
         if self._rk is not None:
-            if not hasattr(self._rk, "decode_embeddings"):
-                raise RuntimeError("this rk backend has no decode_embeddings(); streaming and chunked long files "
-                                   "need it (see docs/streaming.md)")
             return self._rk.decode_embeddings(prompt_embeds, options, on_token)
         gen = Generation(self.decoder, prompt_embeds, self.tokenizer.eos_ids, self.embeddings.row, options)
         gen.run(on_token=on_token)
@@ -270,49 +281,53 @@ class Qwen3ASREngine:
         n_audio = tokens_for_frames(melmod.n_frames(pcm.shape[0]))
         return len(self.prompt(max(n_audio, 1), context, language)) + max_new_tokens <= self.max_context
 
-    def _transcribe_one(self, audio: AudioInput, *, language: Optional[str], context: str, max_new_tokens: int,
+    def _transcribe_one(self, pcm: np.ndarray, *, language: Optional[str], context: str, max_new_tokens: int,
                         temperature: float, top_k: int, top_p: float, repetition_penalty: float,
-                        seed: Optional[int], on_text, sample_rate: Optional[int] = None) -> Transcription:
+                        seed: Optional[int], on_text) -> Transcription:
         options = DecodingOptions(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                   top_p=top_p, repetition_penalty=repetition_penalty, seed=seed)
         forced = resolve_language(language)
+        req = self.prepare(pcm, language=forced, context=context, max_new_tokens=max_new_tokens)
         if self._rk is not None:
-            return self._rk.transcribe(self, audio, sample_rate=sample_rate, language=forced, context=context,
-                                       options=options, on_text=on_text)
-        gen, info = self.start(audio, sample_rate=sample_rate, language=forced, context=context, options=options)
+            return self._rk.transcribe(self, req, language=forced, options=options, on_text=on_text)
+        gen = Generation(self.decoder, req.embeds, self.tokenizer.eos_ids, self.embeddings.row, options)
         streamer = TextStreamer(self.tokenizer, on_text, forced is not None) if on_text else None
         gen.run(on_token=(lambda tok: streamer.push(tok)) if streamer else None)
         if streamer:
             streamer.finish()
-        return self.result(gen.tokens, gen.finish_reason == "length", forced, info, gen.times)
+        return self.result(gen.tokens, gen.finish_reason == "length", forced, req, gen.times)
 
-    def result(self, tokens, truncated: bool, forced: Optional[str], info: dict, times) -> Transcription:
+    def result(self, tokens, truncated: bool, forced: Optional[str], req: Request, times: GenerationTimes,
+               runtime_perf: Optional[dict] = None) -> Transcription:
         raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
         lang, text = parse_asr_output(raw, forced)
         stats = TranscriptionStats(
-            audio_seconds=info["audio_seconds"], encoder_ms=info["encoder_ms"], encoder_calls=info["encoder_calls"],
+            audio_seconds=req.audio_seconds, encoder_ms=req.encoder_ms, encoder_calls=req.encoder_calls,
             prefill_tokens=times.prefill_tokens, prefill_ms=times.prefill_ms, decode_tokens=times.decode_tokens,
-            decode_ms=times.decode_ms, total_ms=(time.perf_counter() - info["t0"]) * 1000, backend=self.backend,
-            runtime_perf=info.get("runtime_perf"))
+            decode_ms=times.decode_ms, total_ms=(time.perf_counter() - req.t0) * 1000, backend=self.backend,
+            runtime_perf=runtime_perf)
         return Transcription(text=text, language=lang, language_code=language_code(lang) if lang else None,
                              token_ids=tuple(int(t) for t in tokens), raw_text=raw, truncated=truncated, stats=stats)
 
 
 def _auto_backend(bundle: Bundle) -> str:
-    """"rk" on a Rockchip board with rknnlite, librkllmrt and RK model files; else "onnx"."""
-    try:
-        with open("/proc/device-tree/compatible", "rb") as f:
-            compat = f.read()
-    except OSError:
-        return "onnx"
-    if b"rockchip,rk3588" not in compat and b"rockchip,rk3576" not in compat:
-        return "onnx"
-    if "rk" not in bundle.manifest:
-        logger.info("Rockchip board found but the bundle has no RKNN/RKLLM models; using ONNX Runtime on the CPU")
-        return "onnx"
+    """"rk" on an RK3576/RK3588 with rknn-toolkit-lite2 and a bundle holding RK models for that SoC;
+    else "onnx". (A missing librkllmrt.so is then reported by the rk backend itself.)"""
     import importlib.util
+    import os
 
+    from .rk_backend import ENV_SOC
+    from .rknn_backend import detect_soc
+
+    try:
+        soc = os.environ.get(ENV_SOC) or detect_soc()
+    except RuntimeError:
+        return "onnx"  # not a (supported) Rockchip board
+    rkllm = bundle.manifest.get("rk", {}).get("rkllm", {})
+    if soc not in rkllm:
+        logger.info("%s board found but the bundle has no RKLLM decoder for it; using ONNX Runtime on the CPU", soc)
+        return "onnx"
     if importlib.util.find_spec("rknnlite") is None:
-        logger.warning("Rockchip board found but rknn-toolkit-lite2 is not installed; using the CPU backend")
+        logger.warning("%s board found but rknn-toolkit-lite2 is not installed; using the CPU backend", soc)
         return "onnx"
     return "rk"

@@ -114,10 +114,11 @@ class OnnxDecoder:
     reallocation, in steps of ``CACHE_STEP`` positions, only when full.
     """
 
-    def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, rope_theta: float,
-                 threads: int | None = None, max_positions: int = 4096):
+    def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, threads: int | None = None,
+                 max_positions: int = 4096):
+        """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
         self.session = make_session(path, threads)
-        self.n_layers, self.kv_heads, self.head_dim, self.theta = n_layers, kv_heads, head_dim, rope_theta
+        self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
         self.max_positions = int(max_positions)
         names = {i.name for i in self.session.get_inputs()}
         if "seqlens_k" not in names:
@@ -129,9 +130,6 @@ class OnnxDecoder:
 
     def new_cache(self) -> KVCache:
         return KVCache([], [], 0)
-
-    def cache_length(self, cache: KVCache) -> int:
-        return cache.length
 
     def _reserve(self, cache: KVCache, needed: int) -> KVCache:
         if needed > self.max_positions:

@@ -41,10 +41,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from .bundle import Bundle, BundleError, is_lfs_pointer
 from .decoding import DecodingOptions, GenerationTimes
-from .encoder import AudioEncoder, tokens_for_frames
+from .encoder import AudioEncoder
 from .results import Transcription
 
 logger = logging.getLogger(__name__)
@@ -172,27 +171,13 @@ class RKBackend:
             self.runtime = None
         self.runtime = RKLLMRuntime(self.decoder_file, lib_path=self.lib_path, abi=self.abi, options=wanted)
 
-    def transcribe(self, engine, audio: AudioInput, *, sample_rate: Optional[int] = None,
-                   language: Optional[str] = None, context: str = "", options: DecodingOptions = DecodingOptions(),
+    def transcribe(self, engine, req, *, language: Optional[str] = None,
+                   options: DecodingOptions = DecodingOptions(),
                    on_text: Optional[Callable[[str], None]] = None) -> Transcription:
-        """One clip through the NPU; ``language`` is an already resolved name or None (see engine.transcribe)."""
+        """Decode one prepared clip (``engine.prepare``: encoded on the NPU, prompt embedded and checked
+        against this decoder's context) on the RKLLM runtime; ``language`` is a resolved name or None."""
         from .engine import TextStreamer
 
-        t0 = time.perf_counter()
-        pcm = prepare_audio(audio, sample_rate)
-        audio_seconds = pcm.shape[0] / SAMPLE_RATE
-        mel = engine.features(pcm)
-        n_audio = tokens_for_frames(mel.shape[1])
-        prompt = engine.prompt(n_audio, context, language)
-        engine.check_length(n_audio, len(prompt), options.max_new_tokens, audio_seconds)
-        if len(prompt) + options.max_new_tokens > self.max_context:
-            raise AudioError(f"audio too long for one pass: {audio_seconds:.1f} s gives a prompt of {len(prompt)} "
-                             f"tokens; with max_new_tokens={options.max_new_tokens} that is over the RKLLM decoder's "
-                             f"context of {self.max_context} tokens. Transcribe it in chunks or cut it shorter.")
-        calls0 = self.encoder.calls
-        audio_embeds = self.encoder.encode(mel)
-        encoder_ms = (time.perf_counter() - t0) * 1000
-        embeds = engine.embed_prompt(prompt, audio_embeds)
         self.load_decoder(options)
         on_token = None
         streamer = None
@@ -206,7 +191,7 @@ class RKBackend:
 
         t_dec = time.perf_counter()
         self.runtime.clear_kv_cache()
-        res = self.runtime.run_embed(embeds, keep_history=False, on_token=on_token)
+        res = self.runtime.run_embed(req.embeds, keep_history=False, on_token=on_token)
         decode_wall_ms = (time.perf_counter() - t_dec) * 1000
         if streamer is not None:
             streamer.finish()
@@ -217,16 +202,14 @@ class RKBackend:
                            len(res.token_ids))
         perf = res.perf
         times = GenerationTimes(
-            prefill_tokens=perf.prefill_tokens if perf else len(prompt),
+            prefill_tokens=perf.prefill_tokens if perf else len(req.prompt),
             prefill_ms=perf.prefill_time_ms if perf else 0.0,
             decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
             decode_ms=perf.generate_time_ms if perf else decode_wall_ms)
         runtime_perf = dataclasses.asdict(perf) if perf else {}
         runtime_perf.update({"finish_reason": res.finish_reason, "abi": self.runtime.abi, "soc": self.soc,
                              "quant": self.quant, "wall_ms": decode_wall_ms})
-        info = {"audio_seconds": audio_seconds, "encoder_ms": encoder_ms,
-                "encoder_calls": self.encoder.calls - calls0, "t0": t0, "runtime_perf": runtime_perf}
-        return engine.result(tokens, res.finish_reason == "length", language, info, times)
+        return engine.result(tokens, res.finish_reason == "length", language, req, times, runtime_perf)
 
     def decode_embeddings(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                           on_token: Optional[Callable[[int], None]] = None):

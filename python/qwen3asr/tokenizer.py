@@ -41,7 +41,7 @@ class TokenizerError(RuntimeError):
     """A tokenizer directory that is missing, incomplete or corrupt, or an unknown token."""
 
 
-def _bytes_to_unicode() -> Dict[int, str]:
+def bytes_to_unicode() -> Dict[int, str]:
     """GPT-2's byte -> printable character table used by byte-level BPE."""
     printable = (
         list(range(ord("!"), ord("~") + 1))
@@ -57,7 +57,7 @@ def _bytes_to_unicode() -> Dict[int, str]:
     return table
 
 
-_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
+_UNICODE_TO_BYTE = {c: b for b, c in bytes_to_unicode().items()}
 
 
 def tokenizer_json(vocab: Dict[str, int], merges: Sequence[Tuple[str, str]], added: Sequence[dict]) -> dict:
@@ -303,17 +303,14 @@ class IncrementalDecoder:
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.ids: List[int] = []
 
     def push(self, token_id: int) -> str:
-        self.ids.append(int(token_id))
         return self._utf8.decode(self._tokenizer.token_bytes(token_id, self._skip), final=False)
 
     def flush(self) -> str:
         """Text of any held bytes; the decoder is reset and can be reused."""
         out = self._utf8.decode(b"", final=True)
         self._utf8.reset()
-        self.ids = []
         return out
 
     @property
