@@ -41,9 +41,10 @@ def test_json_output(bundle_dir):
 
 
 def test_text_output_and_model_env(bundle_dir):
-    p = run("--audio", CLIP, "--max-new-tokens", "3", "--backend", "onnx", env={"QWEN3ASR_MODEL": bundle_dir})
+    p = run("--audio", CLIP, "--max-new-tokens", "3", "--backend", "onnx", "-v", env={"QWEN3ASR_MODEL": bundle_dir})
     assert p.returncode == 0, p.stderr
     assert len(p.stdout.splitlines()) == 1
+    assert f"loaded {bundle_dir} " in p.stderr  # the model named by the environment, not models/default
 
 
 def test_stream_flag(bundle_dir):

@@ -227,4 +227,6 @@ def test_greedy_generation_equals_official(model, speech):
     teacher = [t for t in rep["teacher_tokens"]]
     n = len(gen.tokens)
     assert n > 0 and gen.tokens == teacher[:n]
-    assert n == 24 or teacher[n] in eos or gen.finish_reason == "eos"
+    # an early stop is right only where the official logits also pick end-of-sequence
+    # (the teacher itself never ends: its end-of-sequence tokens were suppressed)
+    assert n == 24 or (gen.finish_reason == "eos" and rep["steps"][n]["argmax_ref"] in eos)

@@ -64,3 +64,20 @@ def test_context_limit_is_reported(bundle_dir):
     x = np.zeros((17, hidden), np.float32)
     with pytest.raises(RuntimeError, match="decoder context full: 17 positions needed, the graph holds 16"):
         dec.forward(x, dec.new_cache(), np.array([0]))
+
+
+def test_clone_branches_do_not_share_the_cache(bundle_dir):
+    """Branches that diverge: the clone writes other tokens into rows 12 and 13 after the original
+    wrote its own there; the original's next logits must equal an unbranched run (a clone that shared
+    the in-place buffers would overwrite the original's rows)."""
+    dec, hidden = make_decoder(bundle_dir)
+    x = np.random.default_rng(1).standard_normal((16, hidden)).astype(np.float32)
+    expected, _ = run(dec, x[:15], 12)
+    _, cache = dec.forward(x[:12], dec.new_cache(), np.array([11]))
+    branch = cache.clone()
+    for i in (12, 13):
+        _, cache = dec.forward(x[i:i + 1], cache, np.array([0]))
+    for _ in range(2):
+        _, branch = dec.forward(x[15:16], branch, np.array([0]))
+    out, cache = dec.forward(x[14:15], cache, np.array([0]))
+    np.testing.assert_array_equal(out[0], expected[-1])
