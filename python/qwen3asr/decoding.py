@@ -59,8 +59,9 @@ class KVDecoder(Protocol):
 def select_token(logits: np.ndarray, opts: DecodingOptions, history: list[int],
                  rng: np.random.Generator) -> int:
     """Pick the next token from ``logits`` (vocab,) float32."""
-    x = logits.astype(np.float32, copy=True)
+    x = logits
     if opts.repetition_penalty != 1.0 and history:
+        x = logits.astype(np.float32, copy=True)  # penalised in place: never touch the caller's logits
         idx = np.unique(np.asarray(history, dtype=np.int64))
         vals = x[idx]
         x[idx] = np.where(vals > 0, vals / opts.repetition_penalty, vals * opts.repetition_penalty)

@@ -13,7 +13,7 @@ from . import mel as melmod
 from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from .bundle import Bundle, EmbeddingTable, default_model_dir
 from .decoding import DecodingOptions, Generation, GenerationTimes
-from .encoder import TOKENS_PER_CHUNK, AudioEncoder, tokens_for_frames
+from .encoder import TOKENS_PER_CHUNK, tokens_for_frames
 from .languages import language_code, resolve_language
 from .prompt import Prompt, build_prompt, parse_asr_output
 from .results import DecodeStats, Segment, Transcription, TranscriptionStats
@@ -108,12 +108,10 @@ class Qwen3ASREngine:
             self.decoder = None
             self.max_context = self._rk.max_context  # the .rkllm model's own KV-cache length
         else:
-            from .onnx_backend import OnnxDecoder, OnnxEncoderRunner
+            from .onnx_backend import OnnxDecoder, create_onnx_encoder
 
             self._rk = None
-            runner = OnnxEncoderRunner(self.bundle.frontend_path(), threads)
-            self.encoder = AudioEncoder(runner, self.bundle.encoder_variants(encoder_form, encoder_sizes),
-                                        self.bundle.manifest["encoder"]["window_tokens"], self.n_mels, encoder_form)
+            self.encoder = create_onnx_encoder(self.bundle, encoder_form, encoder_sizes, threads)
             dtypes = self.bundle.decoder_dtypes()
             if decoder_dtype == "auto":
                 decoder_dtype = "int8" if "int8" in dtypes else "fp32"

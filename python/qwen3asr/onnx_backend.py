@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from .encoder import EncoderVariant
+from .encoder import AudioEncoder, EncoderVariant
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,14 @@ class OnnxEncoderRunner:
 
     def run_backend(self, variant: EncoderVariant, hidden, attn_bias):
         return self._session(variant.path).run(["embeds"], {"hidden": hidden, "attn_bias": attn_bias})[0]
+
+
+def create_onnx_encoder(bundle, form: str = "merged", sizes=None, threads: int | None = None):
+    """An AudioEncoder on ONNX Runtime for ``bundle``'s ``form`` variants (optionally only ``sizes`` s);
+    the CPU counterpart of rknn_backend.create_rknn_encoder."""
+    runner = OnnxEncoderRunner(bundle.frontend_path(), threads)
+    return AudioEncoder(runner, bundle.encoder_variants(form, sizes), bundle.manifest["encoder"]["window_tokens"],
+                        int(bundle.audio_config["num_mel_bins"]), form)
 
 
 @dataclasses.dataclass
