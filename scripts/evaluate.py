@@ -106,10 +106,12 @@ def run_official(rows, base: str, ckpt: str) -> List[ClipResult]:
     import numpy as np
     import torch
 
-    from official_ref import (load_official_model, official_features, official_input_ids, official_processor,
-                              official_text_utils)
+    from official_ref import (load_official_model, official_features, official_input_ids, official_modules,
+                              official_processor, official_text_utils)
     from qwen3asr.audio import prepare_audio
-    from train_tiny import n_audio_tokens
+
+    # The official processor's own audio-token count, so this side shares nothing with ours.
+    n_audio_tokens = official_modules().processing._get_feat_extract_output_lengths
 
     model = load_official_model(ckpt)
     proc = official_processor(ckpt)
@@ -119,7 +121,7 @@ def run_official(rows, base: str, ckpt: str) -> List[ClipResult]:
     for r in rows:
         wav = prepare_audio(os.path.join(base, r["audio"]))
         mel = official_features(ckpt, wav)
-        ids = torch.tensor([official_input_ids(proc, n_audio_tokens(mel.shape[1]))])
+        ids = torch.tensor([official_input_ids(proc, int(n_audio_tokens(mel.shape[1])))])
         with torch.no_grad():
             res = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  input_features=torch.from_numpy(np.ascontiguousarray(mel))[None],

@@ -23,12 +23,15 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from make_tokenizer_files import write_tokenizer_files  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+
+from make_tokenizer_files import write_json, write_tokenizer_files  # noqa: E402
 from official_ref import FEATURE_EXTRACTOR_SETTINGS, official_modules  # noqa: E402
+from qwen3asr.languages import SUPPORTED_LANGUAGES  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +42,13 @@ AUDIO_END_TOKEN_ID = 151670  # <|audio_end|>
 EOS_TOKEN_IDS = (151645, 151643)  # <|im_end|>, <|endoftext|>
 PAD_TOKEN_ID = 151643
 
-SUPPORT_LANGUAGES = [
-    "Chinese", "English", "Cantonese", "Arabic", "German", "French", "Spanish", "Portuguese",
-    "Indonesian", "Italian", "Korean", "Russian", "Thai", "Vietnamese", "Japanese", "Turkish",
-    "Hindi", "Malay", "Dutch", "Swedish", "Danish", "Finnish", "Polish", "Czech", "Filipino",
-    "Persian", "Greek", "Romanian", "Hungarian", "Macedonian",
-]
+# Official token ids of the real checkpoints' config.json (thinker_config).
+TOKEN_IDS: Dict[str, int] = {
+    "<|audio_pad|>": AUDIO_TOKEN_ID,
+    "<|audio_start|>": AUDIO_START_TOKEN_ID,
+    "<|audio_end|>": AUDIO_END_TOKEN_ID,
+    "user": 872,
+}
 
 
 @dataclass(frozen=True)
@@ -74,13 +78,26 @@ PRESETS: Dict[str, Preset] = {
 DTYPES = ("bfloat16", "float32")
 
 
-def config_dict(preset: str) -> dict:
-    """The checkpoint's config.json content (before transformers adds its bookkeeping keys)."""
-    if preset not in PRESETS:
+def config_dict(preset: Union[str, Preset], vocab_size: int = VOCAB_SIZE,
+                token_ids: Optional[Dict[str, int]] = None) -> dict:
+    """The checkpoint's config.json content (before transformers adds its bookkeeping keys).
+
+    preset: a name of ``PRESETS`` or a ``Preset``; vocab_size: embedding rows; token_ids:
+    ids of "<|audio_pad|>", "<|audio_start|>", "<|audio_end|>" and "user" (default: the
+    real checkpoint's ``TOKEN_IDS``; a model with its own tokenizer passes its ids).
+    """
+    if isinstance(preset, Preset):
+        p, label = preset, "model"
+    elif preset in PRESETS:
+        p, label = PRESETS[preset], preset
+    else:
         raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
-    p = PRESETS[preset]
+    ids = dict(TOKEN_IDS if token_ids is None else token_ids)
+    missing = sorted(set(TOKEN_IDS) - set(ids))
+    if missing:
+        raise ValueError(f"token_ids lacks {missing}; give the ids of {', '.join(TOKEN_IDS)}")
     if sum(p.mrope_section) != p.head_dim // 2:
-        raise ValueError(f"{preset}: mrope_section {p.mrope_section} must sum to head_dim/2 = {p.head_dim // 2}")
+        raise ValueError(f"{label}: mrope_section {p.mrope_section} must sum to head_dim/2 = {p.head_dim // 2}")
     audio = {
         "num_mel_bins": 128,
         "d_model": p.audio_d_model,
@@ -101,7 +118,7 @@ def config_dict(preset: str) -> dict:
         "initializer_range": 0.02,
     }
     text = {
-        "vocab_size": VOCAB_SIZE,
+        "vocab_size": vocab_size,
         "hidden_size": p.hidden,
         "intermediate_size": p.intermediate,
         "num_hidden_layers": p.layers,
@@ -128,10 +145,10 @@ def config_dict(preset: str) -> dict:
     thinker = {
         "audio_config": audio,
         "text_config": text,
-        "audio_token_id": AUDIO_TOKEN_ID,
-        "audio_start_token_id": AUDIO_START_TOKEN_ID,
-        "audio_end_token_id": AUDIO_END_TOKEN_ID,
-        "user_token_id": 872,
+        "audio_token_id": ids["<|audio_pad|>"],
+        "audio_start_token_id": ids["<|audio_start|>"],
+        "audio_end_token_id": ids["<|audio_end|>"],
+        "user_token_id": ids["user"],
         "initializer_range": 0.02,
         "tie_word_embeddings": True,
     }
@@ -139,7 +156,7 @@ def config_dict(preset: str) -> dict:
         "architectures": ["Qwen3ASRForConditionalGeneration"],
         "model_type": "qwen3_asr",
         "thinker_config": thinker,
-        "support_languages": list(SUPPORT_LANGUAGES),
+        "support_languages": list(SUPPORTED_LANGUAGES),
         "tie_word_embeddings": True,
     }
 
@@ -185,10 +202,37 @@ def build_model(preset: str, seed: int = 0):
     return model
 
 
-def _write_json(path: str, obj: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
+def write_side_files(out_dir: str, dtype: str, provenance: dict, eos_token_ids: Sequence[int],
+                     pad_token_id: int, max_new_tokens: int) -> None:
+    """Complete a ``save_pretrained`` directory as a real checkpoint is laid out.
+
+    config.json gets ``dtype`` (the storage dtype of model.safetensors) and the
+    ``provenance`` keys (how the weights were made); generation_config.json (greedy) and
+    preprocessor_config.json (WhisperFeatureExtractor) are written. Tokenizer files are
+    the caller's.
+    """
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["dtype"] = dtype
+    cfg.update(provenance)
+    write_json(cfg_path, cfg)
+    write_json(
+        os.path.join(out_dir, "generation_config.json"),
+        {
+            "do_sample": False,
+            "eos_token_id": list(eos_token_ids),
+            "pad_token_id": pad_token_id,
+            "max_new_tokens": max_new_tokens,
+        },
+    )
+    fe = FEATURE_EXTRACTOR_SETTINGS
+    n_samples = fe["chunk_length"] * fe["sampling_rate"]
+    write_json(
+        os.path.join(out_dir, "preprocessor_config.json"),
+        dict(fe, feature_extractor_type="WhisperFeatureExtractor", n_samples=n_samples,
+             nb_max_frames=n_samples // fe["hop_length"], processor_class="Qwen3ASRProcessor"),
+    )
 
 
 def make_checkpoint(preset: str, out_dir: str, seed: int = 0, dtype: str = "float32") -> str:
@@ -207,32 +251,8 @@ def make_checkpoint(preset: str, out_dir: str, seed: int = 0, dtype: str = "floa
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     # Keep config.json's dtype honest and the checkpoint self-describing.
-    cfg_path = os.path.join(out_dir, "config.json")
-    with open(cfg_path, encoding="utf-8") as f:
-        cfg = json.load(f)
-    cfg["dtype"] = dtype
-    cfg["qwen3asr_random"] = {"preset": preset, "seed": seed}
-    _write_json(cfg_path, cfg)
-    _write_json(
-        os.path.join(out_dir, "generation_config.json"),
-        {
-            "do_sample": False,
-            "eos_token_id": list(EOS_TOKEN_IDS),
-            "pad_token_id": PAD_TOKEN_ID,
-            "max_new_tokens": 512,
-        },
-    )
-    _write_json(
-        os.path.join(out_dir, "preprocessor_config.json"),
-        dict(
-            FEATURE_EXTRACTOR_SETTINGS,
-            feature_extractor_type="WhisperFeatureExtractor",
-            n_samples=FEATURE_EXTRACTOR_SETTINGS["chunk_length"] * FEATURE_EXTRACTOR_SETTINGS["sampling_rate"],
-            nb_max_frames=FEATURE_EXTRACTOR_SETTINGS["chunk_length"] * FEATURE_EXTRACTOR_SETTINGS["sampling_rate"]
-            // FEATURE_EXTRACTOR_SETTINGS["hop_length"],
-            processor_class="Qwen3ASRProcessor",
-        ),
-    )
+    write_side_files(out_dir, dtype, {"qwen3asr_random": {"preset": preset, "seed": seed}},
+                     EOS_TOKEN_IDS, PAD_TOKEN_ID, max_new_tokens=512)
     write_tokenizer_files(out_dir)
     logger.info("wrote %s checkpoint (seed %d, %s) to %s", preset, seed, dtype, out_dir)
     return out_dir

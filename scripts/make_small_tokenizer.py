@@ -32,25 +32,19 @@ import sys
 from typing import Dict, Iterable, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
-from make_random_checkpoint import SUPPORT_LANGUAGES  # noqa: E402
-from make_tokenizer_files import ADDED_TOKENS, CHAT_TEMPLATE, FIRST_ADDED_ID, tokenizer_config  # noqa: E402
+from make_tokenizer_files import ADDED_TOKENS, FIRST_ADDED_ID, tokenizer_config, write_tokenizer_dir  # noqa: E402
+from qwen3asr.languages import SUPPORTED_LANGUAGES  # noqa: E402
+from qwen3asr.tokenizer import PRETOKENIZE_REGEX  # noqa: E402  (the runtime's pre-tokenizer)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_VOCAB_SIZE = 2000  # base BPE entries (256 byte symbols + merges), before added tokens
 # Prompt and answer strings, repeated so their pieces are merged early.
 FORMAT_TEXTS = (["system", "user", "assistant", "\n"]
-                + [f"language {name}" for name in SUPPORT_LANGUAGES] + ["language None"])
+                + [f"language {name}" for name in SUPPORTED_LANGUAGES] + ["language None"])
 FORMAT_REPEAT = 200
-
-
-def _pretokenizer_regex() -> str:
-    # Same string as the runtime's (python/qwen3asr/tokenizer.py).
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-    from qwen3asr.tokenizer import PRETOKENIZE_REGEX
-
-    return PRETOKENIZE_REGEX
 
 
 def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[str] = ()):
@@ -64,7 +58,7 @@ def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[st
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_pretokenizer_regex()), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -84,11 +78,6 @@ def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[st
     return vocab, merges
 
 
-def added_tokens(base_size: int) -> Dict[int, tuple]:
-    """The real checkpoint's added tokens (same strings, flags and order) from id ``base_size`` on."""
-    return {base_size + (i - FIRST_ADDED_ID): v for i, v in sorted(ADDED_TOKENS.items())}
-
-
 def small_tokenizer_config(base_size: int) -> dict:
     """tokenizer_config.json of the real layout with the added tokens renumbered."""
     cfg = tokenizer_config()
@@ -97,37 +86,16 @@ def small_tokenizer_config(base_size: int) -> dict:
     return cfg
 
 
-def _write_json(path: str, obj: dict, compact: bool = False) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        if compact:
-            json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
-        else:
-            json.dump(obj, f, ensure_ascii=False, indent=2)
-            f.write("\n")
-
-
 def write_small_tokenizer(out_dir: str, texts: Sequence[str], vocab_size: int = DEFAULT_VOCAB_SIZE,
-                          required_chars: Iterable[str] = ()) -> Dict[str, int]:
-    """Write vocab.json, merges.txt, tokenizer_config.json, chat_template.json into ``out_dir``.
-
-    Returns the ids of the added tokens by name (e.g. {"<|audio_pad|>": 2033, ...}).
-    """
+                          required_chars: Iterable[str] = ()) -> None:
+    """Write vocab.json, merges.txt, tokenizer_config.json, chat_template.json into ``out_dir``."""
     vocab, merges = train_bpe(texts, vocab_size, required_chars)
     base = len(vocab)
     if sorted(vocab.values()) != list(range(base)):
         raise RuntimeError("trained vocabulary ids are not contiguous")
-    os.makedirs(out_dir, exist_ok=True)
-    _write_json(os.path.join(out_dir, "vocab.json"), vocab, compact=True)
-    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n")
-        for a, b in merges:
-            f.write(f"{a} {b}\n")
-    _write_json(os.path.join(out_dir, "tokenizer_config.json"), small_tokenizer_config(base))
-    _write_json(os.path.join(out_dir, "chat_template.json"), {"chat_template": CHAT_TEMPLATE})
-    ids = {content: i for i, (content, _) in added_tokens(base).items()}
+    write_tokenizer_dir(out_dir, vocab, merges, small_tokenizer_config(base))
     logger.info("small BPE: %d base tokens, %d merges, %d added tokens (ids %d..%d) in %s",
-                base, len(merges), len(ids), base, base + len(ids) - 1, out_dir)
-    return ids
+                base, len(merges), len(ADDED_TOKENS), base, base + len(ADDED_TOKENS) - 1, out_dir)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -233,10 +233,36 @@ def tokenizer_config() -> dict:
     return cfg
 
 
-def _write_json(path: str, obj: dict) -> None:
+def write_json(path: str, obj: dict, compact: bool = False) -> None:
+    """UTF-8 JSON as the checkpoint files are written: indent 2 + final newline, or compact
+    (no spaces, no newline; vocab.json)."""
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=2)
-        f.write("\n")
+        if compact:
+            json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
+        else:
+            json.dump(obj, f, ensure_ascii=False, indent=2)
+            f.write("\n")
+
+
+def write_tokenizer_dir(out_dir: str, vocab: Dict[str, int], merges: Sequence[Tuple[str, str]],
+                        config: dict) -> List[str]:
+    """Write the HF "slow" tokenizer layout into ``out_dir``; returns the written paths.
+
+    vocab: token string (byte-to-unicode alphabet) -> id; merges: (a, b) pairs in rank
+    order; config: the tokenizer_config.json content. chat_template.json is the official
+    template. No tokenizer.json (a real checkpoint has none).
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [os.path.join(out_dir, name)
+             for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "chat_template.json")]
+    write_json(paths[0], vocab, compact=True)
+    with open(paths[1], "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for a, b in merges:
+            f.write(f"{a} {b}\n")
+    write_json(paths[2], config)
+    write_json(paths[3], {"chat_template": CHAT_TEMPLATE})
+    return paths
 
 
 def write_tokenizer_files(out_dir: str, tiktoken_file: Optional[str] = None) -> List[str]:
@@ -245,26 +271,9 @@ def write_tokenizer_files(out_dir: str, tiktoken_file: Optional[str] = None) -> 
     Returns the list of written file paths. No tokenizer.json is written (a real
     Qwen3-ASR checkpoint has none; `qwen3asr.tokenizer.Tokenizer` builds it).
     """
-    os.makedirs(out_dir, exist_ok=True)
     ranks = load_ranks(tiktoken_file)
     vocab, merges = vocab_and_merges(ranks)
-    paths = []
-    p = os.path.join(out_dir, "vocab.json")
-    with open(p, "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False, separators=(",", ":"))
-    paths.append(p)
-    p = os.path.join(out_dir, "merges.txt")
-    with open(p, "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n")
-        for a, b in merges:
-            f.write(f"{a} {b}\n")
-    paths.append(p)
-    p = os.path.join(out_dir, "tokenizer_config.json")
-    _write_json(p, tokenizer_config())
-    paths.append(p)
-    p = os.path.join(out_dir, "chat_template.json")
-    _write_json(p, {"chat_template": CHAT_TEMPLATE})
-    paths.append(p)
+    paths = write_tokenizer_dir(out_dir, vocab, merges, tokenizer_config())
     logger.info("wrote %d vocab entries, %d merges, %d added tokens to %s",
                 len(vocab), len(merges), len(ADDED_TOKENS), out_dir)
     return paths

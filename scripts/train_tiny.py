@@ -41,28 +41,13 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
+from make_random_checkpoint import Preset, config_dict, write_side_files  # noqa: E402
+from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK  # noqa: E402
+from qwen3asr.encoder import tokens_for_frames as n_audio_tokens  # noqa: E402  (official formula)
+
 log = logging.getLogger("train_tiny")
 
 N_MELS = 128
-CHUNK_FRAMES = 100           # mel frames per encoder chunk (2 * n_window)
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """Small dimensions of the official architecture (see docs/training.md)."""
-    audio_d_model: int = 160
-    audio_layers: int = 3
-    audio_heads: int = 4            # head_dim 40
-    audio_ffn: int = 512
-    downsample_hidden: int = 32     # conv stem channels
-    hidden: int = 160               # text hidden size = audio output_dim
-    layers: int = 3
-    heads: int = 4
-    kv_heads: int = 2
-    head_dim: int = 32              # ONNX Runtime's GroupQueryAttention needs a multiple of 16
-    intermediate: int = 480
-    mrope_section: tuple = (6, 5, 5)  # sums to head_dim // 2
-
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -73,7 +58,7 @@ class TrainConfig:
     n_test: int = 500
     vocab_size: int = 2000          # base BPE entries before the added tokens
     steps: int = 100000             # upper bound; the time budget below normally ends training
-    minutes: float = 50.0           # training time budget; 0 = none (schedule by steps only)
+    minutes: float = 15.0           # training time budget; 0 = none (schedule by steps only)
     batch_frames: int = 6000        # mel frames per batch (about 60 s of audio)
     max_batch: int = 32             # clips per batch
     lr: float = 1e-3
@@ -91,7 +76,10 @@ class TrainConfig:
     threads: int = 1
 
 
-MODEL = ModelDims()
+# Small dimensions of the official architecture (see docs/training.md); text head_dim 32
+# because ONNX Runtime's GroupQueryAttention needs a multiple of 16.
+MODEL = Preset(audio_d_model=160, audio_layers=3, audio_heads=4, audio_ffn=512, downsample_hidden=32,
+               hidden=160, layers=3, heads=4, kv_heads=2, head_dim=32, intermediate=480, mrope_section=(6, 5, 5))
 
 
 # --------------------------------------------------------------------------- data
@@ -112,6 +100,12 @@ def make_data(work: str, cfg: TrainConfig) -> str:
             log.info("data: %s exists", data)
             return data
         log.info("data: %s has other settings (%s); regenerating", data, m.get("counts"))
+    # Everything derived from the data would otherwise be reused with the new labels.
+    stale = [os.path.join(work, "tokenizer"), os.path.join(work, "snapshot.pt")] + \
+        [os.path.join(work, f"features_{split}.npz") for split in ("train", "dev", "test")]
+    for path in (p for p in stale if os.path.exists(p)):
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        log.info("data: removed %s (made from the old data)", path)
     cmd = [sys.executable, os.path.join(HERE, "make_dataset.py"), "--out", data, "--n-train", str(cfg.n_train),
            "--n-dev", str(cfg.n_dev), "--n-test", str(cfg.n_test), "--seed", str(cfg.seed), "--jobs", "2"]
     log.info("data: %s", " ".join(cmd))
@@ -161,38 +155,6 @@ def make_features(work: str, data: str, split: str) -> dict:
 # --------------------------------------------------------------------------- model
 
 
-def config_dict(dims: ModelDims, vocab_rows: int, ids: Dict[str, int]) -> dict:
-    """config.json content of the tiny model: the real checkpoint's keys and fixed values."""
-    from make_random_checkpoint import SUPPORT_LANGUAGES
-
-    audio = {
-        "num_mel_bins": N_MELS, "d_model": dims.audio_d_model, "encoder_layers": dims.audio_layers,
-        "encoder_attention_heads": dims.audio_heads, "encoder_ffn_dim": dims.audio_ffn,
-        "downsample_hidden_size": dims.downsample_hidden, "output_dim": dims.hidden,
-        "n_window": 50, "n_window_infer": 800, "conv_chunksize": 500, "max_source_positions": 1500,
-        "activation_function": "gelu", "scale_embedding": False, "dropout": 0.0,
-        "attention_dropout": 0.0, "activation_dropout": 0.0, "initializer_range": 0.02,
-    }
-    text = {
-        "vocab_size": vocab_rows, "hidden_size": dims.hidden, "intermediate_size": dims.intermediate,
-        "num_hidden_layers": dims.layers, "num_attention_heads": dims.heads,
-        "num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "hidden_act": "silu",
-        "max_position_embeddings": 65536, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-        "rope_scaling": {"interleaved": True, "mrope_interleaved": True, "mrope_section": list(dims.mrope_section),
-                         "rope_type": "default", "type": "default"},
-        "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True, "use_cache": True,
-        "initializer_range": 0.02,
-    }
-    thinker = {
-        "audio_config": audio, "text_config": text,
-        "audio_token_id": ids["<|audio_pad|>"], "audio_start_token_id": ids["<|audio_start|>"],
-        "audio_end_token_id": ids["<|audio_end|>"], "user_token_id": ids["user"],
-        "initializer_range": 0.02, "tie_word_embeddings": True,
-    }
-    return {"architectures": ["Qwen3ASRForConditionalGeneration"], "model_type": "qwen3_asr",
-            "thinker_config": thinker, "support_languages": list(SUPPORT_LANGUAGES), "tie_word_embeddings": True}
-
-
 def build_model(cfg_dict: dict, seed: int):
     import torch
     from official_ref import official_modules
@@ -226,13 +188,6 @@ def init_audio_stem(model, seed: int) -> None:
                 mod.bias.zero_()
 
 
-def n_audio_tokens(frames: int) -> int:
-    """Encoder output rows for ``frames`` mel frames (official formula)."""
-    r = frames % CHUNK_FRAMES
-    f = 0 if r == 0 else ((((r + 1) // 2) + 1) // 2 + 1) // 2
-    return 13 * (frames // CHUNK_FRAMES) + f
-
-
 def encode_audio(tower, mels: list):
     """Official audio tower on several clips at once: (sum N_i, hidden).
 
@@ -245,7 +200,7 @@ def encode_audio(tower, mels: list):
     import torch.nn.functional as F
 
     chunks, valid, win_lens = [], [], []
-    window = 13 * (tower.n_window_infer // CHUNK_FRAMES)
+    window = TOKENS_PER_CHUNK * (tower.n_window_infer // CHUNK_FRAMES)
     for m in mels:
         t = m.shape[1]
         for s in range(0, t, CHUNK_FRAMES):
@@ -318,6 +273,7 @@ class Sample:
     frames: int         # mel frames
     text: str
     language: str       # "English", "Chinese", "None"
+    text_ids: tuple     # token ids of ``text`` (empty for no speech), encoded once
 
 
 def make_batches(samples: List[Sample], cfg: TrainConfig, rng: random.Random) -> List[List[Sample]]:
@@ -347,14 +303,21 @@ class Collator:
         self.cfg = cfg
         self.build_prompt = build_prompt
         self.context_pool = list(context_pool)
+        # "language X<asr_text>" per language: <asr_text> is an added token, so the tokenizer
+        # splits there and prefix ids + text ids equal the ids of the whole answer.
+        self.prefix_ids: Dict[str, List[int]] = {}
+
+    def answer_prefix(self, language: str) -> List[int]:
+        if language not in self.prefix_ids:
+            self.prefix_ids[language] = self.tok.encode(f"language {language}<asr_text>")
+        return self.prefix_ids[language]
 
     def ids(self, s: Sample, rng: random.Random):
         n = n_audio_tokens(s.frames)
         context = rng.choice(self.context_pool) if rng.random() < self.cfg.context_share else ""
         forced = s.language if (s.language != "None" and rng.random() < self.cfg.forced_language) else None
         prompt = self.build_prompt(self.tok, n, context=context, language=forced)
-        answer_text = s.text if forced else f"language {s.language}<asr_text>{s.text}"
-        answer = self.tok.encode(answer_text) + [self.tok.im_end]
+        answer = ([] if forced else self.answer_prefix(s.language)) + list(s.text_ids) + [self.tok.im_end]
         return list(prompt.ids), answer
 
     def __call__(self, batch: List[Sample], rng: random.Random):
@@ -444,7 +407,7 @@ def greedy(model, tok, mel: np.ndarray, max_new: int = 40) -> str:
 # --------------------------------------------------------------------------- training
 
 
-def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: ModelDims, log_every: int = 50):
+def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, log_every: int = 50):
     import torch
     from qwen3asr.tokenizer import Tokenizer
 
@@ -458,7 +421,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: ModelDims,
     if dims.head_dim % 16:
         raise ValueError(f"text head_dim {dims.head_dim}: the exported decoder uses ONNX Runtime's "
                          "GroupQueryAttention, which needs a multiple of 16")
-    cfg_dict = config_dict(dims, vocab_rows, ids)
+    cfg_dict = config_dict(dims, vocab_size=vocab_rows, token_ids=ids)
     model = build_model(cfg_dict, cfg.seed)
     init_audio_stem(model, cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
@@ -467,7 +430,8 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: ModelDims,
     rows = read_manifest(os.path.join(data, "train"))
     feats = make_features(work, data, "train")
     mel_all, off = feats["mel"], feats["offsets"]
-    samples = [Sample(i, int(off[i + 1] - off[i]), r["text"], r["language"]) for i, r in enumerate(rows)]
+    samples = [Sample(i, int(off[i + 1] - off[i]), r["text"], r["language"], tuple(tok.encode(r["text"])))
+               for i, r in enumerate(rows)]
     contexts = [r["text"] for r in rows if r["text"]][:2000]
     collate = Collator(tok, cfg, contexts)
 
@@ -514,7 +478,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: ModelDims,
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             ce, ctc, n_tok = forward_loss(model, mels, input_ids, attn, labels, ids["<|audio_pad|>"], ctc_head,
-                                          [tok.encode(s.text) if s.text else [] for s in batch])
+                                          [list(s.text_ids) for s in batch])
             loss = ce + cfg.ctc_weight * ctc
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -555,7 +519,6 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: ModelDims,
 
 def save_checkpoint(model, tok_dir: str, out: str, info: dict) -> str:
     """Official layout: config.json, model.safetensors, tokenizer files, preprocessor/generation configs."""
-    from official_ref import FEATURE_EXTRACTOR_SETTINGS
     from qwen3asr.tokenizer import Tokenizer
 
     if os.path.isdir(out):
@@ -563,24 +526,7 @@ def save_checkpoint(model, tok_dir: str, out: str, info: dict) -> str:
     os.makedirs(out)
     model.save_pretrained(out, safe_serialization=True)
     tok = Tokenizer.from_dir(tok_dir)
-
-    def write(name: str, obj: dict) -> None:
-        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, indent=2)
-            f.write("\n")
-
-    with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
-    cfg["dtype"] = "float32"
-    cfg["qwen3asr_tiny"] = info
-    write("config.json", cfg)
-    write("generation_config.json", {"do_sample": False, "eos_token_id": list(tok.eos_ids),
-                                     "pad_token_id": tok.endoftext, "max_new_tokens": 256})
-    fe = FEATURE_EXTRACTOR_SETTINGS
-    write("preprocessor_config.json", dict(fe, feature_extractor_type="WhisperFeatureExtractor",
-                                           n_samples=fe["chunk_length"] * fe["sampling_rate"],
-                                           nb_max_frames=fe["chunk_length"] * fe["sampling_rate"] // fe["hop_length"],
-                                           processor_class="Qwen3ASRProcessor"))
+    write_side_files(out, "float32", {"qwen3asr_tiny": info}, tok.eos_ids, tok.endoftext, max_new_tokens=256)
     for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "chat_template.json"):
         shutil.copy(os.path.join(tok_dir, name), os.path.join(out, name))
     log.info("checkpoint: %s", out)

@@ -170,3 +170,47 @@ def test_cache_reuses_and_survives_a_race(tmp_path, monkeypatch):
     p = fixtures._cached_dir("r", racing_build)
     assert open(os.path.join(p, "x")).read() == "theirs"
     assert sorted(os.listdir(tmp_path)) == ["k", "r"]  # no temporary directory left
+
+
+def test_config_for_a_model_with_its_own_tokenizer():
+    """train_tiny's bundled model: a Preset, its vocabulary rows and its token ids."""
+    from make_random_checkpoint import Preset
+    from qwen3asr.languages import SUPPORTED_LANGUAGES
+
+    dims = Preset(160, 3, 4, 512, 32, 160, 3, 4, 2, 32, 480, (6, 5, 5))
+    ids = {"<|audio_pad|>": 2033, "<|audio_start|>": 2026, "<|audio_end|>": 2027, "user": 300}
+    cfg = config_dict(dims, vocab_size=2112, token_ids=ids)
+    th = cfg["thinker_config"]
+    assert (th["audio_token_id"], th["audio_start_token_id"], th["audio_end_token_id"], th["user_token_id"]) \
+        == (2033, 2026, 2027, 300)
+    assert th["text_config"]["vocab_size"] == 2112 and th["text_config"]["head_dim"] == 32
+    assert cfg["support_languages"] == list(SUPPORTED_LANGUAGES)
+    real = config_dict("tiny-a")["thinker_config"]
+    assert (real["audio_token_id"], real["user_token_id"], real["text_config"]["vocab_size"]) == (151676, 872, 151936)
+    with pytest.raises(ValueError, match=r"token_ids lacks \['user'\]"):
+        config_dict(dims, token_ids={k: v for k, v in ids.items() if k != "user"})
+    with pytest.raises(ValueError, match=r"model: mrope_section \(6, 5, 4\) must sum to head_dim/2 = 16"):
+        config_dict(Preset(160, 3, 4, 512, 32, 160, 3, 4, 2, 32, 480, (6, 5, 4)))
+
+
+def test_train_tiny_regenerated_data_drops_what_was_made_from_the_old(tmp_path, monkeypatch):
+    import train_tiny
+
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "dataset.json").write_text(json.dumps({"seed": 1, "counts": {"train": 5, "dev": 1, "test": 1}}))
+    (work / "tokenizer").mkdir()
+    (work / "tokenizer" / "vocab.json").write_text("{}")
+    for name in ("features_train.npz", "features_dev.npz", "snapshot.pt", "keep.txt"):
+        (work / name).write_text("old")
+    calls = []
+    monkeypatch.setattr(train_tiny.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    cfg = train_tiny.TrainConfig(seed=2, n_train=5, n_dev=1, n_test=1)
+    assert train_tiny.make_data(str(work), cfg) == str(work / "data")
+    assert len(calls) == 1 and calls[0][calls[0].index("--seed") + 1] == "2"
+    assert sorted(os.listdir(work)) == ["data", "keep.txt"]
+    # Same settings: nothing is regenerated or removed.
+    (work / "data" / "dataset.json").write_text(json.dumps({"seed": 2, "counts": {"train": 5, "dev": 1, "test": 1}}))
+    (work / "features_train.npz").write_text("new")
+    assert train_tiny.make_data(str(work), cfg) == str(work / "data")
+    assert len(calls) == 1 and (work / "features_train.npz").read_text() == "new"
