@@ -4,12 +4,14 @@
     python scripts/bench.py --preset 0.6b --runs 5 --threads 2 --json build/bench.json
     python scripts/bench.py --checkpoint CKPT --bundle BUNDLE --audio FILE --seconds 3
 
-Measured for the official fp32 model (``qwen-asr`` transformers code) and for each decoder
-dtype of the bundle (fp32, int8, int4), interleaved run by run so that both sides see the
-same machine load:
+Measured for the official fp32 model (``qwen-asr`` transformers code), for each decoder
+dtype of the bundle (fp32, int8, int4) and for the bundle's encoder, interleaved run by run
+so that all sides see the same machine load:
 
 - encoder: ms for the clip (official: the audio tower alone; ours: the merged encoder graph of
-  the smallest fitting duration, host-side masks included), and ms per audio second;
+  the smallest fitting duration, host-side masks included), and ms per audio second. The
+  encoder graph does not depend on the decoder dtype, so it is timed once per round as its
+  own row (``onnx-encoder``, run after the decoders, not right after the official model);
 - prefill: the prompt (audio embeddings spliced in) through the decoder with a KV cache,
   tokens/s (official: one thinker forward with ``use_cache=True``; ours: ``Generation`` prefill);
 - decode: a fixed number of greedy single-token steps with the KV cache, end of sequence ignored,
@@ -75,33 +77,33 @@ class Spread:
 class RunTimes:
     """One run of one system."""
 
-    encoder_ms: float  # the whole clip
-    prefill_tokens: int
-    prefill_ms: float
-    decode_tokens: int
-    decode_ms: float
+    encoder_ms: Optional[float] = None  # the whole clip; None = not measured by this system
+    prefill_tokens: Optional[int] = None  # None: prefill and decode not measured by this system
+    prefill_ms: Optional[float] = None
+    decode_tokens: Optional[int] = None
+    decode_ms: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class SystemResult:
     """All counted runs of one system, as rates."""
 
-    name: str  # "official-fp32" or "onnx-fp32" / "onnx-int8" / "onnx-int4"
-    encoder_ms: Spread  # for the clip
-    encoder_ms_per_audio_s: Spread
-    prefill_tok_s: Spread
-    decode_tok_s: Spread
-    prefill_tokens: int
-    decode_tokens: int
+    name: str  # "official-fp32", "onnx-encoder", or "onnx-fp32" / "onnx-int8" / "onnx-int4"
+    encoder_ms: Optional[Spread]  # for the clip; None for the onnx-<dtype> rows
+    encoder_ms_per_audio_s: Optional[Spread]
+    prefill_tok_s: Optional[Spread]  # None for the onnx-encoder row
+    decode_tok_s: Optional[Spread]
+    prefill_tokens: Optional[int]
+    decode_tokens: Optional[int]
 
 
 @dataclasses.dataclass(frozen=True)
 class Ratio:
     """Our median over the official median of the same run (> 1 is faster than official)."""
 
-    encoder_speedup: float  # official encoder ms / ours
-    prefill_speedup: float
-    decode_speedup: float
+    encoder_speedup: Optional[float]  # official encoder ms / ours (onnx-encoder row only)
+    prefill_speedup: Optional[float]  # onnx-<dtype> rows only
+    decode_speedup: Optional[float]
 
 
 # ----------------------------------------------------------------------------- systems
@@ -140,8 +142,22 @@ class OfficialSystem:
         return RunTimes(enc_ms, prompt_embeds.shape[0], prefill_ms, n_decode, decode_ms)
 
 
+class OnnxEncoderSystem:
+    """Our encoder (the engine's merged graph for the clip), timed alone."""
+
+    name = "onnx-encoder"
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def run(self, mel: np.ndarray, prompt_embeds: np.ndarray, n_decode: int) -> RunTimes:
+        t0 = time.perf_counter()
+        self.engine.encode(mel)
+        return RunTimes(encoder_ms=(time.perf_counter() - t0) * 1000)
+
+
 class OnnxSystem:
-    """Our ONNX Runtime backend with one decoder dtype, through the engine's own stages."""
+    """Our ONNX Runtime decoder with one dtype (prefill + decode), through the engine's own stages."""
 
     def __init__(self, bundle_dir: str, dtype: str, seconds: int, threads: int):
         from qwen3asr import Qwen3ASREngine
@@ -153,9 +169,6 @@ class OnnxSystem:
     def run(self, mel: np.ndarray, prompt_embeds: np.ndarray, n_decode: int) -> RunTimes:
         from qwen3asr.decoding import DecodingOptions, Generation
 
-        t0 = time.perf_counter()
-        self.engine.encode(mel)
-        enc_ms = (time.perf_counter() - t0) * 1000
         # no end-of-sequence ids: exactly n_decode decoder steps after the prefill
         # (the token chosen last ends the budget and needs no step of its own)
         gen = Generation(self.engine.decoder, prompt_embeds, (), self.engine.embeddings.row,
@@ -164,28 +177,38 @@ class OnnxSystem:
         t = gen.times
         if t.decode_tokens != n_decode:
             raise RuntimeError(f"{self.name}: {t.decode_tokens} decode steps instead of {n_decode}")
-        return RunTimes(enc_ms, t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms)
+        return RunTimes(None, t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms)
 
 
 def summarize(name: str, runs: Sequence[RunTimes], audio_seconds: float) -> SystemResult:
+    enc = runs[0].encoder_ms is not None
+    dec = runs[0].decode_tokens is not None
     return SystemResult(
         name=name,
-        encoder_ms=Spread.of([r.encoder_ms for r in runs]),
-        encoder_ms_per_audio_s=Spread.of([r.encoder_ms / audio_seconds for r in runs]),
-        prefill_tok_s=Spread.of([r.prefill_tokens / r.prefill_ms * 1000 for r in runs]),
-        decode_tok_s=Spread.of([r.decode_tokens / r.decode_ms * 1000 for r in runs]),
+        encoder_ms=Spread.of([r.encoder_ms for r in runs]) if enc else None,
+        encoder_ms_per_audio_s=Spread.of([r.encoder_ms / audio_seconds for r in runs]) if enc else None,
+        prefill_tok_s=Spread.of([r.prefill_tokens / r.prefill_ms * 1000 for r in runs]) if dec else None,
+        decode_tok_s=Spread.of([r.decode_tokens / r.decode_ms * 1000 for r in runs]) if dec else None,
         prefill_tokens=runs[0].prefill_tokens, decode_tokens=runs[0].decode_tokens)
 
 
 def ratio(ours: SystemResult, official: SystemResult) -> Ratio:
-    return Ratio(encoder_speedup=official.encoder_ms.median / ours.encoder_ms.median,
-                 prefill_speedup=ours.prefill_tok_s.median / official.prefill_tok_s.median,
-                 decode_speedup=ours.decode_tok_s.median / official.decode_tok_s.median)
+    """Ratios for the quantities ``ours`` measured (None for the others)."""
+    def faster(num: Optional[Spread], den: Optional[Spread]) -> Optional[float]:
+        return None if num is None or den is None else num.median / den.median
+
+    return Ratio(encoder_speedup=faster(official.encoder_ms, ours.encoder_ms),
+                 prefill_speedup=faster(ours.prefill_tok_s, official.prefill_tok_s),
+                 decode_speedup=faster(ours.decode_tok_s, official.decode_tok_s))
 
 
 # ----------------------------------------------------------------------------- report
-def _cell(s: Spread, fmt: str) -> str:
-    return f"{s.median:{fmt}} ({s.min:{fmt}}-{s.max:{fmt}})"
+def _cell(s: Optional[Spread], fmt: str) -> str:
+    return "-" if s is None else f"{s.median:{fmt}} ({s.min:{fmt}}-{s.max:{fmt}})"
+
+
+def _ratio_cell(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def format_table(results: Sequence[SystemResult], ratios: dict) -> str:
@@ -195,8 +218,8 @@ def format_table(results: Sequence[SystemResult], ratios: dict) -> str:
     lines = [head, "|" + "---|" * 8]
     for r in results:
         q = ratios.get(r.name)
-        enc, pre, dec = (f"{q.encoder_speedup:.2f}", f"{q.prefill_speedup:.2f}", f"{q.decode_speedup:.2f}") if q \
-            else ("1", "1", "1")
+        enc, pre, dec = (_ratio_cell(q.encoder_speedup), _ratio_cell(q.prefill_speedup),
+                         _ratio_cell(q.decode_speedup)) if q else ("1", "1", "1")
         lines.append(f"| {r.name} | {_cell(r.encoder_ms, '.0f')} | {_cell(r.encoder_ms_per_audio_s, '.0f')} | {enc} | "
                      f"{_cell(r.prefill_tok_s, '.1f')} | {pre} | {_cell(r.decode_tok_s, '.2f')} | {dec} |")
     return "\n".join(lines)
@@ -288,7 +311,10 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
     if engine is None:
         from qwen3asr import Qwen3ASREngine
 
-        engine = Qwen3ASREngine(bundle, backend="onnx", encoder_sizes=[size], decoder_dtype="fp32", threads=threads)
+        engine = Qwen3ASREngine(bundle, backend="onnx", encoder_form="merged", encoder_sizes=[size],
+                                decoder_dtype="fp32", threads=threads)
+    # Run order per round: official, onnx-<dtype>..., onnx-encoder; rows: official, encoder, decoders.
+    systems.append(OnnxEncoderSystem(engine))
     n_audio = tokens_for_frames(mel.shape[1])
     prompt = engine.prompt(n_audio)
     prompt_embeds = engine.embed_prompt(prompt, engine.encode(mel))
@@ -300,11 +326,14 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
         for s in systems:
             r = s.run(mel, prompt_embeds, decode_tokens)
             tag = "warm-up" if i < warmup else f"run {i - warmup + 1}/{runs}"
-            progress(f"{tag} {s.name}: encoder {r.encoder_ms:.0f} ms, prefill {r.prefill_ms:.0f} ms, "
-                     f"decode {r.decode_tokens / r.decode_ms * 1000:.2f} tok/s")
+            parts = ([f"encoder {r.encoder_ms:.0f} ms"] if r.encoder_ms is not None else []) + \
+                ([f"prefill {r.prefill_ms:.0f} ms", f"decode {r.decode_tokens / r.decode_ms * 1000:.2f} tok/s"]
+                 if r.decode_tokens is not None else [])
+            progress(f"{tag} {s.name}: {', '.join(parts)}")
             if i >= warmup:
                 times[s.name].append(r)
-    results = [summarize(s.name, times[s.name], audio_s) for s in systems]
+    order = ([OFFICIAL] if official else []) + ["onnx-encoder"] + [f"onnx-{d}" for d in dtypes]
+    results = [summarize(name, times[name], audio_s) for name in order]
     ratios = {}
     if official:
         ref = results[0]
