@@ -113,3 +113,15 @@ def test_cli_srt_and_vtt(bundle_dir):
     assert "00:00:01.000 -->" in q.stdout
     e = subprocess.run(base + ["--start", "500"], capture_output=True, text=True, timeout=300)
     assert e.returncode == 2 and e.stderr.startswith("error: start_second=500.0 is past the end")
+
+
+def test_max_chunks_with_vad_decodes_exactly_that_many(engine):
+    from qwen3asr import vad as vadmod
+
+    try:
+        vadmod.find_model()
+    except FileNotFoundError as exc:
+        pytest.skip(f"Silero VAD model not installed: {exc}")
+    # The first speech segment is longer than one 2 s chunk: finish() must not decode its rest.
+    r = engine.transcribe(LONG, vad=True, chunk_size=2.0, max_chunks=1, max_new_tokens=2)
+    assert r.stats.encoder_calls == 1 and r.truncated

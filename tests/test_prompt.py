@@ -14,7 +14,7 @@ from qwen3asr.languages import (
     normalize_language_name,
     resolve_language,
 )
-from qwen3asr.prompt import build_prompt, fix_repetitions, parse_asr_output, prompt_text
+from qwen3asr.prompt import build_prompt, fix_repetitions, parse_asr_output, parse_language_header, prompt_text
 from qwen3asr.tokenizer import Tokenizer
 
 PREFIX = [151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669]
@@ -150,6 +150,15 @@ def test_prompt_matches_processor_with_audio(tok, official, processor, seconds):
 )
 def test_parse_asr_output(raw, forced, expected):
     assert parse_asr_output(raw, forced) == expected
+
+
+def test_unsupported_language_in_output_is_unknown():
+    # The model may write any word as its language; that must not raise (engine.result maps
+    # the name to a code) but give an unknown language and keep the text.
+    assert parse_asr_output("language Klingon<asr_text>nuqneH") == (None, "nuqneH")
+    assert parse_language_header("language Klingon") is None
+    assert parse_language_header("language cantonese") == "Cantonese"
+    assert parse_language_header("language None") is None and parse_language_header("") is None
 
 
 def test_parse_runaway_repetition():

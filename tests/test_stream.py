@@ -16,7 +16,7 @@ import bundles
 from qwen3asr import Qwen3ASREngine
 from qwen3asr import mel as melmod
 from qwen3asr.results import DecodeStats
-from qwen3asr.stream import StreamOptions, _complete_utf8, join_text
+from qwen3asr.stream import StreamOptions, StreamSession, join_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
@@ -87,9 +87,7 @@ def test_chunk_mel_equals_offline_frames(engine, pcm, monkeypatch):
     monkeypatch.setattr(engine, "encode", lambda m: (seen.append(m), real(m))[1])
     full_power = melmod.log_mel_power(x, engine.n_mels)
     top = float(full_power.max())
-    s = engine.create_stream(chunk_size=1.5, max_new_tokens=2)
-    object.__setattr__(s.options, "mel_ceiling", top)  # what long files pass
-    s._ceiling = top
+    s = StreamSession(engine, StreamOptions(chunk_size=1.5, max_new_tokens=2, mel_ceiling=top))  # as long files
     _feed_random(s, x, seed=3)
     got = np.concatenate(seen, axis=1)
     want = melmod.log_mel(x, engine.n_mels)
@@ -203,19 +201,32 @@ def test_language_none_and_no_header_restart(engine, pcm, monkeypatch):
 
 
 def test_rollback_never_splits_a_character(engine, pcm, monkeypatch):
-    tok = engine.tokenizer
     ids = _ids(engine, "𝄞")  # 4 UTF-8 bytes: byte-level tokens
     assert len(ids) > 1
-    script = Script(engine, [ids, []])
+    # Rolling back 1 token would end the prefix inside the character: the cut grows to all of
+    # it, the second run regenerates it whole, and no half character reaches the text.
+    script = Script(engine, [ids, ids, []])
     script.vocab = set(ids)
     monkeypatch.setattr(engine, "decode_embeddings", script)
-    s = engine.create_stream(chunk_size=1.0, rollback_tokens=0, language="English")
-    s.feed_audio(pcm[:2 * SR])
-    r = s.finish()
-    assert r.chunks[1].prefix_tokens == len(ids) and r.text == "𝄞"
-    assert _complete_utf8("𝄞".encode()) and not _complete_utf8("𝄞".encode()[:3])
-    assert _complete_utf8(b"") and _complete_utf8(b"ab") and not _complete_utf8("六".encode()[:1])
-    del tok
+    s = engine.create_stream(chunk_size=1.0, rollback_tokens=1, language="English")
+    assert s.feed_audio(pcm[:2 * SR]).tail == "𝄞"  # chunk 1
+    r = s.finish()  # chunk 2
+    assert [c.prefix_tokens for c in r.chunks] == [0, 0] and r.text == "𝄞"
+    assert r.token_ids == tuple(ids)
+
+
+def test_tail_completes_a_character_split_by_a_commit(engine, pcm, monkeypatch):
+    ids = _ids(engine, "𝄞x")
+    assert len(engine.tokenizer.decode(ids[:1]).encode()) != 4  # the first token is part of "𝄞"
+    # memory 1, no rollback: each chunk's tokens are committed when the next chunk arrives;
+    # chunk 1 ends inside "𝄞", chunk 2 completes it.
+    script = Script(engine, [ids[:1], ids[1:], []])
+    script.vocab = set(ids)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, language="English")
+    r = s.feed_audio(pcm[:2 * SR + 40])
+    assert r.committed == "" and r.tail == "𝄞x"
+    assert s.finish().text == "𝄞x"
 
 
 def test_unfixed_chunks_decode_without_prefix(engine, pcm, monkeypatch):

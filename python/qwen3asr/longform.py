@@ -27,7 +27,7 @@ import numpy as np
 from . import mel as melmod
 from .languages import language_code
 from .results import Segment, Transcription, TranscriptionStats
-from .stream import LOOKAHEAD, StreamOptions, StreamSession
+from .stream import LEFT_CONTEXT, LOOKAHEAD, StreamOptions, StreamSession
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def clip_ceiling(pcm: np.ndarray, n_mels: int) -> float:
     top = -math.inf
     for b in range(0, n, CEILING_BLOCK):
         e = min(n, b + CEILING_BLOCK)
-        a = max(0, b - 2 * melmod.HOP_LENGTH)
+        a = max(0, b - LEFT_CONTEXT)
         right = n if e == n else e + LOOKAHEAD
         power = melmod.log_mel_power(pcm[a:right], n_mels)
         off = (b - a) // melmod.HOP_LENGTH
@@ -83,10 +83,10 @@ def transcribe_long(engine, pcm: np.ndarray, *, offset: float = 0.0, language: O
         raise ValueError(f"max_chunks must be an integer >= 1 or None, got {max_chunks!r}")
     opts = StreamOptions(language=language, context=context, chunk_size=chunk_size, memory_num=memory_num,
                          rollback_tokens=rollback_tokens, max_new_tokens=max_new_tokens, vad=vad, itn=itn,
-                         mel_ceiling=clip_ceiling(pcm, engine.n_mels))
+                         mel_ceiling=clip_ceiling(pcm, engine.n_mels), max_chunks=max_chunks)
     stopped = False
     if max_chunks is not None and opts.vad is None and pcm.shape[0] > max_chunks * opts.chunk_samples:
-        pcm = pcm[:max_chunks * opts.chunk_samples]
+        pcm = pcm[:max_chunks * opts.chunk_samples]  # the audio the session's cap lets through
         stopped = True
     session = StreamSession(engine, opts, on_text=on_text)
     total = pcm.shape[0] / SAMPLE_RATE
@@ -96,7 +96,7 @@ def transcribe_long(engine, pcm: np.ndarray, *, offset: float = 0.0, language: O
         if progress is not None:
             progress(min(total, (a + step) / SAMPLE_RATE), total)
         if max_chunks is not None and len(r.chunks) >= max_chunks and a + step < pcm.shape[0]:
-            stopped = True
+            stopped = True  # the session decodes nothing more: no need to feed the rest
             break
     r = session.finish()
     segments = tuple(Segment(s.start + offset, s.end + offset, s.text, s.language) for s in r.segments)

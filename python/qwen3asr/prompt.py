@@ -21,7 +21,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .languages import normalize_language_name, resolve_language
+from .languages import LanguageError, normalize_language_name, resolve_language, validate_language
 from .tokenizer import ASR_TEXT, AUDIO_END, AUDIO_PAD, AUDIO_START, IM_END, IM_START, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,8 @@ def parse_asr_output(raw_text: Optional[str], forced_language: Optional[str] = N
 
     raw_text: decoded with special tokens skipped (``<asr_text>`` is not special, so it
     stays). Returns language None when unknown: no ``<asr_text>`` tag, ``language None``
-    (no speech; text is then normally ""), or an empty output. With ``forced_language``
+    (no speech; text is then normally ""), a name that is not a supported language, or an
+    empty output. With ``forced_language``
     the whole output is the text and the language is the forced one (canonical name).
     Empty output gives (None, "") even when forced, as in the official parser.
     """
@@ -176,12 +177,24 @@ def parse_asr_output(raw_text: Optional[str], forced_language: Optional[str] = N
     if ASR_TEXT not in s:
         return None, s.strip()
     meta, text = s.split(ASR_TEXT, 1)
-    text = text.strip()
+    return parse_language_header(meta), text.strip()
+
+
+def parse_language_header(meta: str) -> Optional[str]:
+    """Canonical language name of the model's header (the text before ``<asr_text>``), e.g.
+    "language english" -> "English"; None for ``language None``, no ``language X`` line, or a
+    name that is not a supported language (logged: the model may write any word there)."""
     if "language none" in meta.lower():
-        return None, text
+        return None
     for line in meta.splitlines():
         line = line.strip()
         if line.lower().startswith(_LANG_PREFIX):
             value = line[len(_LANG_PREFIX) :].strip()
-            return (normalize_language_name(value) if value else None), text
-    return None, text
+            if not value:
+                return None
+            try:
+                return validate_language(normalize_language_name(value))
+            except LanguageError:
+                logger.debug("model wrote unsupported language %r; language unknown", value)
+                return None
+    return None

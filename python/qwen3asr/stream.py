@@ -27,7 +27,6 @@ prefix while the window holds text.
 
 from __future__ import annotations
 
-import codecs
 import collections
 import dataclasses
 import logging
@@ -41,9 +40,9 @@ from . import mel as melmod
 from .decoding import DecodingOptions
 from .encoder import tokens_for_frames
 from .languages import resolve_language
-from .prompt import fix_repetitions
+from .prompt import fix_repetitions, parse_language_header
 from .results import Segment
-from .vad import WINDOW_SAMPLES, SpeechEnd, SpeechStart, VADOptions, VADStream
+from .vad import WINDOW_SAMPLES, SileroVAD, SpeechEnd, SpeechStart, VADOptions, VADStream
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +51,7 @@ HOP = melmod.HOP_LENGTH  # 160 samples per mel frame (10 ms)
 LEFT_CONTEXT = 2 * HOP  # 320 samples of real audio before a chunk: its first frame needs n_fft/2 = 200
 LOOKAHEAD = melmod.N_FFT // 2 - HOP  # 40 samples after a chunk needed by its last frame (2.5 ms)
 PREROLL_SECONDS = 10.0  # audio kept while waiting for a VAD speech start (reported late)
-PROMPT_OVERHEAD = 32  # template and header tokens besides audio and prefix (for the context check)
+HEADER_TOKENS = 8  # most tokens of a detected ``language X<asr_text>`` header kept before the prefix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +68,7 @@ class StreamOptions:
     vad: Optional[VADOptions] = None  # Silero VAD settings (True = defaults); None decodes all audio
     itn: bool = False  # inverse text normalisation of finished text (off: committed text never changes)
     mel_ceiling: Optional[float] = None  # log10 mel ceiling of the clamp; None = running maximum
+    max_chunks: Optional[int] = None  # decode at most this many chunks (later audio is dropped, truncated)
 
     def __post_init__(self):
         problems = []
@@ -81,6 +81,9 @@ class StreamOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 problems.append(f"{name} must be an integer >= {low} (got {v!r})")
+        mc = self.max_chunks
+        if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
+            problems.append(f"max_chunks must be an integer >= 1 or None (got {mc!r})")
         if not problems and self.unfixed_chunks >= self.memory_num:
             problems.append(f"unfixed_chunks must be < memory_num ({self.memory_num}), got {self.unfixed_chunks}")
         if self.vad is True:
@@ -117,9 +120,9 @@ class ChunkStats:
     decode_ms: float
     generated: int  # tokens generated
 
-    @property
-    def seconds(self) -> float:
-        return self.end - self.start
+
+_SUMMED = ("encoder_seconds", "encoder_calls", "encoder_ms", "prefill_tokens", "prefill_ms", "decode_tokens",
+           "decode_ms")  # ChunkStats fields that StreamStats totals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,8 +226,8 @@ class StreamSession:
         self.options = options
         self._on_text = on_text
         o = options
-        need = (o.memory_num * tokens_for_frames(o.chunk_samples // HOP) + o.memory_num * o.max_new_tokens
-                + PROMPT_OVERHEAD + len(engine.tokenizer.encode(o.context)))
+        window = engine.prompt(o.memory_num * tokens_for_frames(o.chunk_samples // HOP), o.context, o.language)
+        need = len(window) + HEADER_TOKENS + o.memory_num * o.max_new_tokens
         if need > engine.max_context:
             raise ValueError(
                 f"chunk_size={o.chunk_size} s x memory_num={o.memory_num} with max_new_tokens={o.max_new_tokens} "
@@ -232,8 +235,6 @@ class StreamSession:
                 f"use shorter chunks, a smaller memory_num or max_new_tokens")
         self._vad = None
         if o.vad is not None:
-            from .vad import SileroVAD
-
             self._vad = VADStream(o.vad, vad_model if vad_model is not None else SileroVAD())
             # Samples by which a speech end can trail the audio the VAD has seen (see _cut).
             self._end_delay = int(SAMPLE_RATE * (o.vad.min_silence_ms + 2 * o.vad.speech_pad_ms) / 1000
@@ -253,16 +254,17 @@ class StreamSession:
         self._seg_start: Optional[int] = None if self._vad is not None else 0
         self._next: Optional[int] = self._seg_start  # start of the next chunk to cut
         self._window: collections.deque = collections.deque()
-        self._header: List[int] = []  # detected language header kept in front of the prefix
-        self._header_lang: Optional[str] = None
-        self._steps = 0  # decoder runs in the open segment
-        self._run_ids: List[int] = []  # committed ids of the open segment
+        self._new_segment()
         self._run_text = ""  # committed text of the open segment (raw)
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = self.engine.tokenizer.incremental_decoder()  # committed ids -> text
+        self._held: List[int] = []  # committed ids whose last character is still incomplete
+        self._held_text = ""  # text those ids already gave
         self._done_text = ""  # text of closed segments
+        self._committed = ""  # join_text(_done_text, _run_text), kept up to date
         self._all_ids: List[int] = []
         self._segments: List[Segment] = []
         self._chunks: List[ChunkStats] = []
+        self._totals = dict.fromkeys(_SUMMED, 0)  # running sums of the ChunkStats fields
         self._encoded = 0  # samples encoded
         self._vad_ms = 0.0
         self._ceiling = -math.inf if self.options.mel_ceiling is None else float(self.options.mel_ceiling)
@@ -307,29 +309,16 @@ class StreamSession:
 
     def result(self) -> StreamResult:
         tail_ids = [t for c in self._window for t in c.tokens]
-        if tail_ids:
-            full = self.engine.tokenizer.decode(self._run_ids + tail_ids)
-            head = self.engine.tokenizer.decode(self._run_ids)
-            tail = full[len(head):] if full.startswith(head) else self.engine.tokenizer.decode(tail_ids)
-        else:
-            tail = ""
-        committed = join_text(self._done_text, self._run_text)
-        return StreamResult(committed=committed, tail=tail.strip(), language=self._language,
+        tail = ""
+        if tail_ids:  # the held ids complete the character the committed text ends inside
+            tail = self.engine.tokenizer.decode(self._held + tail_ids)[len(self._held_text):]
+        return StreamResult(committed=self._committed, tail=tail.strip(), language=self._language,
                             segments=tuple(self._segments), stats=self.stats(), chunks=tuple(self._chunks),
                             finished=self._finished, truncated=self._truncated, token_ids=tuple(self._all_ids))
 
     def stats(self) -> StreamStats:
-        c = self._chunks
-        return StreamStats(
-            audio_seconds=self._pos / SAMPLE_RATE, encoded_seconds=self._encoded / SAMPLE_RATE,
-            encoder_seconds=sum(x.encoder_seconds for x in c), encoder_calls=sum(x.encoder_calls for x in c),
-            encoder_ms=sum(x.encoder_ms for x in c), prefill_tokens=sum(x.prefill_tokens for x in c),
-            prefill_ms=sum(x.prefill_ms for x in c), decode_tokens=sum(x.decode_tokens for x in c),
-            decode_ms=sum(x.decode_ms for x in c), vad_ms=self._vad_ms, chunks=len(c))
-
-    @property
-    def samples_received(self) -> int:
-        return self._pos
+        return StreamStats(audio_seconds=self._pos / SAMPLE_RATE, encoded_seconds=self._encoded / SAMPLE_RATE,
+                           vad_ms=self._vad_ms, chunks=len(self._chunks), **self._totals)
 
     # ------------------------------------------------------------------ input
     def _check(self, pcm, sample_rate) -> np.ndarray:
@@ -361,7 +350,7 @@ class StreamSession:
         return self._buf[a - self._buf_start:b - self._buf_start]
 
     def _trim(self) -> None:
-        if self._seg_start is not None:
+        if self._seg_start is not None and not self._full():
             keep = max(self._seg_start, self._next - LEFT_CONTEXT)
         else:
             keep = self._pos - int(PREROLL_SECONDS * SAMPLE_RATE)
@@ -378,7 +367,7 @@ class StreamSession:
                 if start != ev.sample:
                     logger.debug("speech start %d is older than the kept audio; starting at %d", ev.sample, start)
                 self._seg_start = self._next = start
-                self._header, self._header_lang, self._steps = [], None, 0
+                self._new_segment()
             elif isinstance(ev, SpeechEnd) and self._seg_start is not None:
                 self._cut(final_end=ev.sample)
                 self._close_segment(ev.sample)
@@ -399,29 +388,45 @@ class StreamSession:
             limit = self._pos
         else:
             limit = self._vad.samples_seen // WINDOW_SAMPLES * WINDOW_SAMPLES - self._end_delay
-        while self._next + size + LOOKAHEAD <= limit:
+        while self._next + size + LOOKAHEAD <= limit and self._room():
             self._chunk(self._next, self._next + size, right=self._next + size + LOOKAHEAD)
             self._next += size
 
     def _close_segment(self, end: int) -> None:
         n = (end - self._next) // HOP * HOP
-        if n > 0:
+        if n > 0 and self._room():
             self._chunk(self._next, self._next + n, right=end, final=True)
         self._next = end
         for c in list(self._window):
             self._commit(c)
         self._window.clear()
-        tail = self._utf8.decode(b"", final=True)
-        self._utf8.reset()
-        text = fix_repetitions(self._run_text + tail).strip()
+        text = fix_repetitions(self._run_text + self._text.flush()).strip()
+        self._held, self._held_text = [], ""
         if self.options.itn and text:
             from .itn import inverse_normalize
 
             text = inverse_normalize(text, self._language)
-        self._done_text = join_text(self._done_text, text)
-        self._run_ids, self._run_text = [], ""
-        self._header, self._header_lang, self._steps = [], None, 0
+        self._done_text = self._committed = join_text(self._done_text, text)
+        self._run_text = ""
+        self._new_segment()
         self._seg_start = None if self._vad is not None else end
+
+    def _new_segment(self) -> None:
+        """Forget the window's language header: the next decoder run starts a segment."""
+        self._header: List[int] = []  # detected language header kept in front of the prefix
+        self._header_lang: Optional[str] = None
+        self._steps = 0  # decoder runs in the open segment
+
+    def _full(self) -> bool:
+        """True once max_chunks chunks are decoded: no more audio is decoded."""
+        return self.options.max_chunks is not None and len(self._chunks) >= self.options.max_chunks
+
+    def _room(self) -> bool:
+        """Whether a chunk that is ready may be decoded; if not, its audio is dropped (truncated)."""
+        if self._full():
+            self._truncated = True
+            return False
+        return True
 
     def _mel(self, c0: int, c1: int, right: int) -> np.ndarray:
         """Log-mel (n_mels, (c1-c0)/160) of [c0, c1) as the offline front end computes it for the
@@ -464,11 +469,14 @@ class StreamSession:
         if chunk.language:
             self._language = chunk.language
         self._steps += 1
-        self._chunks.append(ChunkStats(
+        st = ChunkStats(
             start=c0 / SAMPLE_RATE, end=c1 / SAMPLE_RATE, encoder_calls=eng.encoder.calls - calls0,
             encoder_seconds=eng.encoder.seconds_encoded - secs0, encoder_ms=enc_ms, window_chunks=len(self._window),
             prefix_tokens=len(extra), prefill_tokens=ds.prefill_tokens, prefill_ms=ds.prefill_ms,
-            decode_tokens=ds.decode_tokens, decode_ms=ds.decode_ms, generated=len(tokens)))
+            decode_tokens=ds.decode_tokens, decode_ms=ds.decode_ms, generated=len(tokens))
+        self._chunks.append(st)
+        for k in _SUMMED:
+            self._totals[k] += getattr(st, k)
         logger.debug("chunk %.2f-%.2f s: window %d, prefix %d, generated %d", c0 / SAMPLE_RATE, c1 / SAMPLE_RATE,
                      len(self._window), len(extra), len(tokens))
 
@@ -481,9 +489,13 @@ class StreamSession:
                 c.tokens = []
             return []
         ids = [t for c in older for t in c.tokens]
+        dec = self.engine.tokenizer.incremental_decoder()
+        whole = [True]  # whole[k]: ids[:k] ends on a character boundary
+        for t in ids:
+            dec.push(t)
+            whole.append(not dec.pending)
         cut = min(self.options.rollback_tokens, len(ids))
-        tok = self.engine.tokenizer
-        while cut < len(ids) and not _complete_utf8(b"".join(tok.token_bytes(t) for t in ids[:len(ids) - cut])):
+        while cut < len(ids) and not whole[len(ids) - cut]:
             cut += 1  # never end the prefix inside a character (as the official code)
         remove = cut
         for c in reversed(older):
@@ -499,24 +511,13 @@ class StreamSession:
             self._header, self._header_lang = [], None
             return tokens
         i = tokens.index(self._asr_text)
-        meta = self.engine.tokenizer.decode(tokens[:i]).strip()
-        lang = None
-        if meta.lower().startswith("language "):
-            name = meta[len("language "):].strip()
-            if name.lower() != "none":
-                try:
-                    lang = resolve_language(name)
-                except ValueError:
-                    lang = None
+        lang = parse_language_header(self.engine.tokenizer.decode(tokens[:i]).strip())
         self._header = tokens[:i + 1] if lang else []
         self._header_lang = lang
         return tokens[i + 1:]
 
     def _commit(self, chunk: _Chunk) -> None:
-        tok = self.engine.tokenizer
-        before = join_text(self._done_text, self._run_text)
-        piece = self._utf8.decode(b"".join(tok.token_bytes(t) for t in chunk.tokens), final=False)
-        self._run_ids.extend(chunk.tokens)
+        piece = "".join(self._push(t) for t in chunk.tokens)
         self._all_ids.extend(chunk.tokens)
         if not self._run_text:
             piece = piece.lstrip()
@@ -524,20 +525,16 @@ class StreamSession:
         text = fix_repetitions(piece).strip()
         if text:
             self._segments.append(Segment(chunk.start / SAMPLE_RATE, chunk.end / SAMPLE_RATE, text, chunk.language))
-        after = join_text(self._done_text, self._run_text)
-        if self._on_text is not None and len(after) > len(before) and after.startswith(before):
-            self._on_text(after[len(before):])
+        before, self._committed = self._committed, join_text(self._done_text, self._run_text)
+        if self._on_text is not None and len(self._committed) > len(before) and self._committed.startswith(before):
+            self._on_text(self._committed[len(before):])
 
-
-def _complete_utf8(data: bytes) -> bool:
-    """True when ``data`` does not end inside a multi-byte UTF-8 character."""
-    i = len(data) - 1
-    n = 0
-    while i >= 0 and n < 4 and (data[i] & 0xC0) == 0x80:
-        i -= 1
-        n += 1
-    if i < 0:
-        return n == 0
-    lead = data[i]
-    need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
-    return n + 1 >= need
+    def _push(self, token: int) -> str:
+        """Commit one id to the text decoder; returns the newly completed text."""
+        out = self._text.push(token)
+        if self._text.pending:
+            self._held.append(token)
+            self._held_text += out
+        else:
+            self._held, self._held_text = [], ""
+        return out
