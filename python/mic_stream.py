@@ -17,7 +17,6 @@ import queue
 import shutil
 import signal
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 

@@ -548,7 +548,8 @@ def inverse_normalize_english(text: str) -> str:
         start, end = tokens[i][0], tokens[j - 1][1]
         percent = _EN_PERCENT.match(text, end)
         clock_after = _EN_CLOCK_AFTER.match(text, end) is not None
-        clock_context = _EN_CLOCK_BEFORE.search(text, 0, start) is not None
+        # the clock word ends right before the number: a short look-back, not a scan from 0
+        clock_context = _EN_CLOCK_BEFORE.search(text, max(0, start - 32), start) is not None
         digits = _en_convert(words, percent is not None, clock_context, clock_after)
         if digits is None:
             i = j
