@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 DEMO_AUDIO ?= audio/en_1.wav
 
+RKNN_VENV ?= .venv-rknn
+
 .PHONY: demo test setup setup-dev setup-rknn system-deps clean-venv
 
 $(VENV)/.runtime: requirements.txt
@@ -21,11 +23,16 @@ setup: $(VENV)/.runtime
 
 setup-dev: $(VENV)/.dev system-deps setup-rknn
 
-# rknn-toolkit2 (ONNX -> RKNN conversion and its simulator) needs numpy<2: its own venv.
-setup-rknn:
-	bash scripts/setup_rknn_env.sh
+# rknn-toolkit2 (ONNX -> RKNN conversion and its simulator) needs numpy<2: its own venv,
+# built from RKNN_PYTHON (default python3.11; not PYTHON, which builds $(VENV)).
+# Rebuilt when its pins or the script change; the script writes the stamp when the toolkit imports.
+$(RKNN_VENV)/.stamp: requirements-rknn.txt scripts/setup_rknn_env.sh
+	bash scripts/setup_rknn_env.sh $(RKNN_VENV)
 
-# Debian packages the tests use (espeak-ng speech, sox, PortAudio); installed only if missing.
+setup-rknn: $(RKNN_VENV)/.stamp
+
+# Debian packages the tests use (espeak-ng speech, sox, PortAudio, gcc for the RKLLM ABI test);
+# installed only if missing.
 system-deps:
 	bash scripts/install_system_deps.sh
 

@@ -3,13 +3,17 @@
 # simulator). It is separate from .venv because the toolkit needs numpy<2.
 #
 # Usage: bash scripts/setup_rknn_env.sh [VENV_DIR]   (default: .venv-rknn in the repo root)
-# Env:   PYTHON=python3.11   interpreter to build the venv from (the toolkit wheel is cp311 here)
-# Idempotent: an existing venv whose toolkit imports is kept as it is.
+# Env:   RKNN_PYTHON=python3.11   interpreter to build the venv from (the toolkit wheel is cp311
+#        here). Not PYTHON: `make` passes its own PYTHON (the main venv's interpreter) to recipes.
+# Idempotent: a venv whose stamp ($VENV/.stamp) is newer than requirements-rknn.txt and this
+# script, and whose toolkit imports, is kept as it is; otherwise the pins are (re)applied.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-rknn}"
-PYTHON="${PYTHON:-python3.11}"
+RKNN_PYTHON="${RKNN_PYTHON:-python3.11}"
+REQUIREMENTS="$ROOT/requirements-rknn.txt"
+STAMP="$VENV/.stamp"
 TOOLKIT="rknn-toolkit2==2.5.0"
 
 if [ "$(uname -m)" != "x86_64" ] && [ "$(uname -m)" != "aarch64" ]; then
@@ -28,18 +32,22 @@ print(f"rknn-toolkit2 OK (numpy {numpy.__version__}, onnx {onnx.__version__}, "
 PY
 }
 
-if [ -x "$VENV/bin/python" ] && check 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && [ "$STAMP" -nt "$REQUIREMENTS" ] && [ "$STAMP" -nt "${BASH_SOURCE[0]}" ] \
+        && check 2>/dev/null; then
     exit 0
 fi
 
-if ! command -v "$PYTHON" >/dev/null; then
-    echo "$PYTHON not found; set PYTHON=/path/to/python3.11" >&2
-    exit 1
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! command -v "$RKNN_PYTHON" >/dev/null; then
+        echo "$RKNN_PYTHON not found; set RKNN_PYTHON=/path/to/python3.11" >&2
+        exit 1
+    fi
+    "$RKNN_PYTHON" -m venv "$VENV"
 fi
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install --quiet --upgrade "pip<26.4"
-"$VENV/bin/pip" install --quiet -r "$ROOT/requirements-rknn.txt"
+"$VENV/bin/python" -m pip install --quiet --upgrade "pip<26.4"
+"$VENV/bin/python" -m pip install --quiet -r "$REQUIREMENTS"
 # --no-deps: its metadata pins torch<=2.4 and opencv-python, which we replace (see the
 # requirements file); everything it really imports is installed above.
-"$VENV/bin/pip" install --quiet --no-deps "$TOOLKIT"
+"$VENV/bin/python" -m pip install --quiet --no-deps "$TOOLKIT"
 check
+touch "$STAMP"
