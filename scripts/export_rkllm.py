@@ -236,20 +236,21 @@ def calibration_samples(bundle_dir: str, audio_files: Sequence[str], context: st
     """Decoder inputs for each audio file, as the board builds them (ONNX Runtime encoder)."""
     from qwen3asr import Qwen3ASREngine
     from qwen3asr.audio import prepare_audio
-    from qwen3asr.encoder import tokens_for_frames
+    from qwen3asr.decoding import DecodingOptions
     from qwen3asr.languages import resolve_language
 
     engine = Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="fp32")
     forced = resolve_language(language)
+    options = DecodingOptions(max_new_tokens=max_new_tokens)  # greedy, as engine.transcribe
     out = []
     for path in audio_files:
-        pcm = prepare_audio(path)
-        mel = engine.features(pcm)
-        prompt = engine.prompt(tokens_for_frames(mel.shape[1]), context, forced)
-        embeds = engine.embed_prompt(prompt, engine.encode(mel))
-        result = engine.transcribe(pcm, language=forced, context=context, max_new_tokens=max_new_tokens)
-        log.info("calibration sample %s: %d tokens, target %r", path, embeds.shape[0], result.raw_text[:60])
-        out.append(CalibSample(path, np.ascontiguousarray(embeds, dtype=np.float32), result.raw_text))
+        req = engine.prepare(prepare_audio(path), language=forced, context=context, max_new_tokens=max_new_tokens)
+        # the target is the engine's raw output (result.raw_text), decoded from these embeddings:
+        # mel and encoder run once per file
+        tokens, _ = engine.decode_embeddings(req.embeds, options)
+        target = engine.tokenizer.decode(tokens, skip_special_tokens=True)
+        log.info("calibration sample %s: %d tokens, target %r", path, req.embeds.shape[0], target[:60])
+        out.append(CalibSample(path, np.ascontiguousarray(req.embeds, dtype=np.float32), target))
     return out
 
 
@@ -359,21 +360,21 @@ def sha256(path: str) -> str:
 
 
 def record_in_manifest(bundle_dir: str, rkllm_file: str, target: str, quant: str, max_context: int) -> dict:
-    """Merge ``{"rk": {"rkllm": {target: {...}}}}`` into model.json (other keys kept); returns the entry."""
-    man_path = os.path.join(bundle_dir, "model.json")
+    """Merge ``{"rk": {"rkllm": {target: {...}}}}`` and the file's checksum into model.json (other keys
+    kept); returns the entry."""
+    from qwen3asr.bundle import update_manifest
+
     rel = os.path.relpath(rkllm_file, bundle_dir).replace(os.sep, "/")
     if rel.startswith("../"):
         raise ExportError(f"{rkllm_file} is outside the bundle {bundle_dir}")
     digest = sha256(rkllm_file)
     entry = {"file": rel, "quant": quant, "sha256": digest, "max_context": int(max_context)}
-    with open(man_path, encoding="utf-8") as f:  # read right before writing: others merge too
-        manifest = json.load(f)
-    manifest.setdefault("rk", {}).setdefault("rkllm", {})[target] = entry
-    manifest.setdefault("files", {})[rel] = digest
-    tmp = man_path + ".part"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, ensure_ascii=False)
-    os.replace(tmp, man_path)
+
+    def mutate(manifest: dict) -> None:
+        manifest.setdefault("rk", {}).setdefault("rkllm", {})[target] = entry
+        manifest.setdefault("files", {})[rel] = digest
+
+    update_manifest(bundle_dir, mutate)
     return entry
 
 

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -36,7 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from qwen3asr.audio import prepare_audio  # noqa: E402
-from qwen3asr.bundle import Bundle, BundleError  # noqa: E402
+from qwen3asr.bundle import Bundle, BundleError, update_manifest  # noqa: E402
+from qwen3asr.bundle import sha256_file as sha256  # noqa: E402
 from qwen3asr.encoder import AudioEncoder  # noqa: E402
 from qwen3asr.mel import log_mel, SAMPLE_RATE  # noqa: E402
 from qwen3asr.onnx_backend import OnnxEncoderRunner  # noqa: E402
@@ -61,12 +61,6 @@ class VerifyResult:
     tokens_onnx: int  # output rows of the ONNX Runtime path
     cosine: float  # cosine similarity of the flattened embeddings
     max_abs_diff: float
-
-
-def sha256(path: str) -> str:
-    from qwen3asr.bundle import sha256_file
-
-    return sha256_file(path)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -241,19 +235,18 @@ def convert_graph(bundle: Bundle, target: str, v: dict, out_dir: str, mels, min_
 
 
 def record(bundle_dir: str, target: str, entries: list[dict]) -> None:
-    """Merge ``entries`` into model.json's rk.rknn.<target> (re-read just before writing; other keys kept)."""
-    path = os.path.join(bundle_dir, "model.json")
-    with open(path, encoding="utf-8") as f:
-        manifest = json.load(f)
-    lst = manifest.setdefault("rk", {}).setdefault("rknn", {}).setdefault(target, [])
+    """Merge ``entries`` into model.json's rk.rknn.<target> and their checksums into "files"
+    (so Bundle.verify_checksums covers them); other keys kept."""
     key = lambda e: (e["form"], e["part"], int(e["n_chunks"]))  # noqa: E731
-    new = {key(e): e for e in entries}
-    lst[:] = [e for e in lst if key(e) not in new] + entries
-    lst.sort(key=lambda e: (e["form"], e["part"] != "frontend", int(e["n_chunks"])))
-    fd, tmp = tempfile.mkstemp(prefix=".model.json.", dir=bundle_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, ensure_ascii=False)
-    os.replace(tmp, path)
+
+    def mutate(manifest: dict) -> None:
+        lst = manifest.setdefault("rk", {}).setdefault("rknn", {}).setdefault(target, [])
+        new = {key(e): e for e in entries}
+        lst[:] = [e for e in lst if key(e) not in new] + entries
+        lst.sort(key=lambda e: (e["form"], e["part"] != "frontend", int(e["n_chunks"])))
+        manifest.setdefault("files", {}).update({e["file"]: e["sha256"] for e in entries})
+
+    update_manifest(bundle_dir, mutate)
 
 
 def convert(bundle_dir: str, target: str, forms=("merged", "split"), sizes=None, out_dir=None, verify=None,

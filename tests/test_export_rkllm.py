@@ -8,6 +8,7 @@ compares the logits of every position.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -143,20 +144,29 @@ def _engine_embeds(bundle_dir: str, path: str) -> np.ndarray:
     return engine.embed_prompt(engine.prompt(tokens_for_frames(mel.shape[1])), engine.encode(mel))
 
 
+def _engine_targets(bundle_dir: str) -> list[str]:
+    """The fp32 ONNX engine's raw output for AUDIO with the fixture's --calib-max-new-tokens 4."""
+    engine = Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="fp32")
+    return [engine.transcribe(path, max_new_tokens=4).raw_text for path in AUDIO]
+
+
 def test_calibration_json_is_the_engines_spliced_embeddings(exported):
     ck, bd, out = exported
     hidden = read_config(ck)["thinker_config"]["text_config"]["hidden_size"]
     data = json.load(open(os.path.join(out, "calib", "inputs.json")))
     assert len(data) == len(AUDIO)
-    for item, path in zip(data, AUDIO):
+    targets = _engine_targets(bd)
+    assert all(targets)
+    for item, path, target in zip(data, AUDIO, targets):
         assert set(item) == {"input_embed", "target"}
         x = np.asarray(item["input_embed"], dtype=np.float32)
         want = _engine_embeds(bd, path)
         assert x.shape == (1, want.shape[0], hidden)
         assert np.array_equal(x[0], want)  # JSON round trip of float32 is exact
-        assert isinstance(item["target"], str) and item["target"]
+        assert item["target"] == target
     index = json.load(open(os.path.join(out, "calib", "llm_inputs.json")))
     assert [e["token_nums"] for e in index] == [len(d["input_embed"][0]) for d in data]
+    assert [e["target"] for e in index] == targets
     with open(os.path.join(out, "calib", index[1]["sample"]), "rb") as f:
         sample = pickle.load(f)
     assert tuple(sample["inputs_embeds"].shape) == (1, index[1]["token_nums"], hidden)
@@ -218,8 +228,9 @@ def test_build_calls_and_manifest(exported, fake_toolkit, target, quant, cores, 
     assert fake_toolkit.calls[2][1] == os.path.join(bd, rel)
     man = json.load(open(os.path.join(bd, "model.json")))
     entry = man["rk"]["rkllm"][target]
-    assert entry == {"file": rel, "quant": quant, "sha256": export_rkllm.sha256(os.path.join(bd, rel)),
-                     "max_context": 2048}
+    with open(os.path.join(bd, rel), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    assert entry == {"file": rel, "quant": quant, "sha256": digest, "max_context": 2048}
     assert man["files"][rel] == entry["sha256"]
     # everything else is kept
     for key in before:

@@ -3,6 +3,7 @@ board runner's checks and call contract (with a test double for rknnlite, which 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -105,7 +106,9 @@ def test_metadata_in_custom_string_and_manifest(converted):
         for e in entries:
             path = os.path.join(d, e["file"])
             assert e["file"].startswith(f"rknn/{target}/")
-            assert e["sha256"] == onnx2rknn.sha256(path)
+            with open(path, "rb") as f:
+                assert e["sha256"] == hashlib.sha256(f.read()).hexdigest()
+            assert b.manifest["files"][e["file"]] == e["sha256"]
             with open(path, "rb") as f:
                 assert f.read(4) == b"RKNN"
             meta = rb.read_rknn_metadata(path)
@@ -143,8 +146,10 @@ def synthetic(tmp_path):
                     "encoder_sha256": rb.encoder_digest(b.manifest)}
             rel = f"rknn/{target}/{onnx2rknn.graph_name(v)}.rknn"
             _write_fake_rknn(os.path.join(d, rel), meta)
+            with open(os.path.join(d, rel), "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
             entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel,
-                            "sha256": onnx2rknn.sha256(os.path.join(d, rel))})
+                            "sha256": digest})
         onnx2rknn.record(d, target, entries)
     return d
 
@@ -261,9 +266,32 @@ def _first_file(bundle_dir: str, target="rk3588", part="merged") -> str:
 
 def test_missing_file(synthetic, fake_lite):
     os.remove(_first_file(synthetic))
-    with pytest.raises(BundleError, match=r"RKNN model missing: .*merged_2s\.rknn"):
+    with pytest.raises(BundleError, match=r"RKNN model missing: .*merged_2s\.rknn\. Convert it on an x86 PC with "
+                                          r"scripts/onnx2rknn\.py"):
         rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
     assert fake_lite.instances == []  # checked before any model was loaded
+
+
+def test_record_adds_rknn_files_to_checksums(synthetic):
+    """onnx2rknn.record lists every .rknn file in "files", so Bundle.verify_checksums covers them."""
+    b = Bundle.load(synthetic)
+    rels = [e["file"] for t in TARGETS for e in b.manifest["rk"]["rknn"][t]]
+    assert len(rels) == 10 and all(r.endswith(".rknn") for r in rels)
+    for rel in rels:
+        with open(os.path.join(synthetic, rel), "rb") as f:
+            assert b.manifest["files"][rel] == hashlib.sha256(f.read()).hexdigest()
+    bad = b.verify_checksums()  # the copy has no decoder files: those are reported, the .rknn files are not
+    assert bad and not set(bad) & set(rels)
+    with open(os.path.join(synthetic, rels[0]), "ab") as f:
+        f.write(b"corrupted")
+    assert set(Bundle.load(synthetic).verify_checksums()) - set(bad) == {rels[0]}
+    # a re-run for one target replaces its entries, keeps the other target's and the export's files
+    entries = b.manifest["rk"]["rknn"]["rk3588"][:1]
+    onnx2rknn.record(synthetic, "rk3588", [dict(entries[0], sha256="f" * 64)])
+    man = Bundle.load(synthetic).manifest
+    assert len(man["rk"]["rknn"]["rk3588"]) == 5 and man["rk"]["rknn"]["rk3576"] == b.manifest["rk"]["rknn"]["rk3576"]
+    assert man["files"] == dict(b.manifest["files"], **{entries[0]["file"]: "f" * 64})
+    assert not [n for n in os.listdir(synthetic) if n.startswith(".model.json")]  # no temporary file left
 
 
 def test_lfs_pointer(synthetic, fake_lite):

@@ -7,6 +7,8 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
+from typing import Callable
 
 import numpy as np
 
@@ -55,15 +57,42 @@ def is_lfs_pointer(path: str) -> bool:
         return False
 
 
-def check_file(path: str, what: str) -> str:
-    """Raise BundleError if ``path`` is missing or an LFS pointer; return it."""
+_REEXPORT_HINT = "Re-export the bundle (scripts/export_onnx.py) or copy it again."
+
+
+def check_file(path: str, what: str, hint: str = _REEXPORT_HINT) -> str:
+    """Raise BundleError if ``path`` is missing (message ends with ``hint``) or an LFS pointer; return it."""
     if not os.path.isfile(path):
-        raise BundleError(f"{what} missing: {path}. Re-export the bundle (scripts/export_onnx.py) or copy it again.")
+        raise BundleError(f"{what} missing: {path}. {hint}")
     if is_lfs_pointer(path):
         raise BundleError(
             f"{what} is a Git LFS pointer, not the file itself: {path}. Run `git lfs pull` in the repository "
             f"(or download the real file) and try again.")
     return path
+
+
+def update_manifest(bundle_dir: str, mutate: Callable[[dict], None]) -> dict:
+    """Apply ``mutate`` to ``bundle_dir/model.json`` in place and write it back atomically.
+
+    The manifest is read right before writing (converters for other SoCs or parts merge their
+    own keys) and replaced via a temporary file in the same directory, so a reader never sees
+    a half-written file. Returns the written manifest.
+    """
+    path = os.path.join(bundle_dir, "model.json")
+    with open(path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    mutate(manifest)
+    fd, tmp = tempfile.mkstemp(prefix=".model.json.", dir=bundle_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2, ensure_ascii=False)
+        os.chmod(tmp, os.stat(path).st_mode & 0o777)  # mkstemp makes it 0600
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return manifest
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 RKNN_MAGIC = b"RKNN"  # first 4 bytes of every .rknn file written by rknn-toolkit2 2.x
 META_PREFIX = "qwen3asr-rknn:"  # custom string = META_PREFIX + compact JSON (see model_metadata)
 META_VERSION = 1
-SUPPORTED_SOCS = ("rk3588", "rk3576")
+SUPPORTED_SOCS = ("rk3576", "rk3588")
 # NPU core masks (rknnlite's RKNNLite.NPU_CORE_* values)
 CORE_MASKS = {"auto": 0, "0": 1, "1": 2, "2": 4, "0_1": 3, "0_1_2": 7}
 DEFAULT_CORE_MASK = {"rk3588": 7, "rk3576": 3}  # all cores: NPU_CORE_0_1_2 / NPU_CORE_0_1
@@ -71,7 +71,8 @@ def read_rknn_metadata(path: str) -> dict:
       BundleError: the file is missing or a Git LFS pointer (with the ``git lfs pull`` hint).
       RknnModelError: not an RKNN model (wrong magic bytes), or no/invalid qwen3asr metadata.
     """
-    check_file(path, "RKNN model")
+    check_file(path, "RKNN model", hint="Convert it on an x86 PC with scripts/onnx2rknn.py (docs/board.md) or copy "
+                                         "it again.")
     with open(path, "rb") as f:
         head = f.read(len(RKNN_MAGIC))
         if head != RKNN_MAGIC:
