@@ -345,8 +345,10 @@ def test_forced_language_and_second_run_clears_cache(rk_bundle, shim, fake_rknnl
     assert shim.violations == []
 
 
-def test_sampling_options_reinitialise_the_runtime(rk_bundle, shim, fake_rknnlite):
+def test_sampling_options_reinitialise_the_runtime(rk_bundle, shim, fake_rknnlite, monkeypatch):
     engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    probes = []
+    monkeypatch.setattr(rkllm, "version_in_file", lambda path: probes.append(path))
     tok = engine.tokenizer
     shim.script(*runtime_script(tok, transcript_ids(tok, "hi")))
     decoder_file = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
@@ -355,6 +357,52 @@ def test_sampling_options_reinitialise_the_runtime(rk_bundle, shim, fake_rknnlit
     assert res.text == "hi"
     assert shim.violations == []
     assert shim.calls.count("rkllm_init") == 2 and shim.calls.count("rkllm_destroy") == 1
+    # the second init reuses the library and ABI found by the first: no second probe of the .so
+    assert probes == [] and engine._rk.runtime.abi == shim.abi
+    assert engine._rk.runtime.lib_path == os.environ[rkllm.ENV_LIB]
+
+
+def test_truncated_when_the_runtime_hits_max_new_tokens(rk_bundle, shim, fake_rknnlite):
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    ids = transcript_ids(tok, "one two three four five six seven")
+    assert len(ids) > 6
+    shim.script(*runtime_script(tok, ids + [tok.im_end]))
+    res = engine.transcribe(CLIP, max_new_tokens=6)
+    assert res.truncated and res.token_ids == tuple(ids[:6])
+    assert res.stats.runtime_perf["finish_reason"] == "length"
+    shim.script(*runtime_script(tok, ids + [tok.im_end]))
+    tokens, stats = engine.decode_embeddings(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=6))
+    assert tokens == ids[:6] and stats.finish_reason == "length"
+    assert shim.violations == []
+
+
+def test_rk_context_is_the_rkllm_models(base_bundle, tmp_path, fake_rknnlite, shim):
+    """The .rkllm model's max_context (not the ONNX decoder's) bounds one-pass audio and decode_embeddings."""
+    d = str(tmp_path / "bundle")
+    shutil.copytree(base_bundle, d)
+    add_rk_section(d, SOC, max_context=1024)
+    onnx = Qwen3ASREngine(d, backend="onnx", decoder_dtype="fp32")
+    engine = Qwen3ASREngine(d, backend="rk")
+    assert onnx.max_context == 4096 and engine.max_context == 1024
+    long_pcm = np.zeros(16000 * 70, dtype=np.float32)  # 70 s: about 910 audio tokens
+    assert onnx.fits_one_pass(long_pcm) and not engine.fits_one_pass(long_pcm)
+    assert engine.fits_one_pass(long_pcm[:16000 * 10])
+    with pytest.raises(ValueError, match="prompt of 1000 tokens \\+ max_new_tokens=128 exceeds the RKLLM decoder's "
+                                         "context of 1024 tokens"):
+        engine.decode_embeddings(engine.embeddings(np.arange(1000)), DecodingOptions(max_new_tokens=128))
+    assert "rkllm_run" not in shim.calls
+    engine._rk.close()
+
+
+def test_eos_ids_come_from_the_manifest(rk_bundle, monkeypatch):
+    from qwen3asr.bundle import Bundle
+
+    b = Bundle.load(rk_bundle)
+    assert rk_backend.eos_token_ids(b) == frozenset({151645, 151643})
+    del b.manifest["eos_token_ids"]
+    with pytest.raises(BundleError, match="no eos_token_ids; re-export the bundle"):
+        rk_backend.eos_token_ids(b)
 
 
 def test_runaway_repetition_is_aborted(rk_bundle, shim, fake_rknnlite):
@@ -416,7 +464,8 @@ def test_missing_and_lfs_decoder(rk_bundle, monkeypatch):
     with pytest.raises(BundleError, match="Git LFS pointer.*git lfs pull"):
         Qwen3ASREngine(rk_bundle, backend="rk")
     os.remove(path)
-    with pytest.raises(BundleError, match="RKLLM decoder for rk3588 is missing.*export_rkllm.py --target rk3588"):
+    with pytest.raises(BundleError, match=r"RKLLM decoder for rk3588 missing: .*rk/decoder_rk3588_w8a8\.rkllm\. "
+                                          "Copy it .*export_rkllm.py --target rk3588"):
         Qwen3ASREngine(rk_bundle, backend="rk")
 
 

@@ -41,14 +41,14 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .bundle import Bundle, BundleError, is_lfs_pointer
+from .bundle import Bundle, BundleError, check_file
 from .decoding import DecodingOptions, GenerationTimes
 from .encoder import AudioEncoder
-from .results import Transcription
+from .results import DecodeStats, Transcription
+from .rknn_backend import SUPPORTED_SOCS
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_SOCS = ("rk3576", "rk3588")
 ENV_SOC = "QWEN3ASR_SOC"  # "rk3576" / "rk3588": skip device-tree detection
 BASE_DOMAIN_ID = 1  # an RKNN model shares the process: the RKLLM model takes NPU IOMMU domain 1
 
@@ -152,11 +152,11 @@ class RKBackend:
     quant: str
     vocab_size: int
     hidden_size: int
+    eos_ids: frozenset = frozenset()  # end-of-sequence ids (manifest "eos_token_ids"), dropped from the output
     lib_path: Optional[str] = None
     abi: Optional[str] = None
     repetition: Any = None
     runtime: Any = None  # RKLLMRuntime, created by load_decoder()
-    runtime_eos: tuple = ()  # end-of-sequence ids, dropped from decode_embeddings' tokens
 
     def load_decoder(self, options: DecodingOptions = DecodingOptions()) -> None:
         """(Re)initialise the RKLLM runtime for ``options`` if its settings differ from the loaded ones."""
@@ -167,9 +167,33 @@ class RKBackend:
             if self.runtime.options == wanted:
                 return
             logger.info("re-initialising the RKLLM runtime for new sampling settings (the model is loaded again)")
+            # the library and its ABI stay those found at the first init: no second search or probe
+            self.lib_path, self.abi = self.runtime.lib_path, self.runtime.abi
             self.runtime.close()
             self.runtime = None
         self.runtime = RKLLMRuntime(self.decoder_file, lib_path=self.lib_path, abi=self.abi, options=wanted)
+
+    def _run(self, prompt_embeds: np.ndarray, n_prompt: int, options: DecodingOptions,
+             on_token: Optional[Callable[[int, str], None]]):
+        """One EMBED run with a cleared cache: (runtime result, ids without end-of-sequence,
+        GenerationTimes from the runtime's figures, or wall time if it gave none, wall ms)."""
+        self.load_decoder(options)
+        t0 = time.perf_counter()
+        self.runtime.clear_kv_cache()
+        res = self.runtime.run_embed(np.ascontiguousarray(prompt_embeds, dtype=np.float32), keep_history=False,
+                                     on_token=on_token)
+        wall_ms = (time.perf_counter() - t0) * 1000
+        tokens = [t for t in res.token_ids if t not in self.eos_ids]
+        if res.finish_reason == "repetition":
+            logger.warning("the RKLLM decoder looped (runaway repetition) and was stopped after %d tokens",
+                           len(res.token_ids))
+        perf = res.perf
+        times = GenerationTimes(
+            prefill_tokens=perf.prefill_tokens if perf else n_prompt,
+            prefill_ms=perf.prefill_time_ms if perf else 0.0,
+            decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
+            decode_ms=perf.generate_time_ms if perf else wall_ms)
+        return res, tokens, times, wall_ms
 
     def transcribe(self, engine, req, *, language: Optional[str] = None,
                    options: DecodingOptions = DecodingOptions(),
@@ -178,7 +202,6 @@ class RKBackend:
         against this decoder's context) on the RKLLM runtime; ``language`` is a resolved name or None."""
         from .engine import TextStreamer
 
-        self.load_decoder(options)
         on_token = None
         streamer = None
         if on_text is not None:
@@ -189,26 +212,12 @@ class RKBackend:
                 stream_tok.decoder.text = text
                 streamer.push(token_id)
 
-        t_dec = time.perf_counter()
-        self.runtime.clear_kv_cache()
-        res = self.runtime.run_embed(req.embeds, keep_history=False, on_token=on_token)
-        decode_wall_ms = (time.perf_counter() - t_dec) * 1000
+        res, tokens, times, wall_ms = self._run(req.embeds, len(req.prompt), options, on_token)
         if streamer is not None:
             streamer.finish()
-        eos = set(engine.tokenizer.eos_ids)
-        tokens = [t for t in res.token_ids if t not in eos]
-        if res.finish_reason == "repetition":
-            logger.warning("the RKLLM decoder looped (runaway repetition) and was stopped after %d tokens",
-                           len(res.token_ids))
-        perf = res.perf
-        times = GenerationTimes(
-            prefill_tokens=perf.prefill_tokens if perf else len(req.prompt),
-            prefill_ms=perf.prefill_time_ms if perf else 0.0,
-            decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
-            decode_ms=perf.generate_time_ms if perf else decode_wall_ms)
-        runtime_perf = dataclasses.asdict(perf) if perf else {}
+        runtime_perf = dataclasses.asdict(res.perf) if res.perf else {}
         runtime_perf.update({"finish_reason": res.finish_reason, "abi": self.runtime.abi, "soc": self.soc,
-                             "quant": self.quant, "wall_ms": decode_wall_ms})
+                             "quant": self.quant, "wall_ms": wall_ms})
         return engine.result(tokens, res.finish_reason == "length", language, req, times, runtime_perf)
 
     def decode_embeddings(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
@@ -218,30 +227,17 @@ class RKBackend:
 
         Returns (generated ids without end-of-sequence, DecodeStats) with the runtime's own timings.
         """
-        from .results import DecodeStats
-
         if len(prompt_embeds) + options.max_new_tokens > self.max_context:
             raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "
                              f"exceeds the RKLLM decoder's context of {self.max_context} tokens")
-        self.load_decoder(options)
-        eos = set(self.runtime_eos or ())
         cb = None
         if on_token is not None:
             def cb(token_id: int, text: str) -> None:
-                if token_id not in eos:
+                if token_id not in self.eos_ids:
                     on_token(token_id)
-        t0 = time.perf_counter()
-        self.runtime.clear_kv_cache()
-        res = self.runtime.run_embed(np.ascontiguousarray(prompt_embeds, dtype=np.float32), keep_history=False,
-                                     on_token=cb)
-        wall_ms = (time.perf_counter() - t0) * 1000
-        tokens = [t for t in res.token_ids if t not in eos]
-        perf = res.perf
+        res, tokens, t, _ = self._run(prompt_embeds, len(prompt_embeds), options, cb)
         reason = "length" if res.finish_reason == "length" else "eos"
-        return tokens, DecodeStats(perf.prefill_tokens if perf else len(prompt_embeds),
-                                   perf.prefill_time_ms if perf else 0.0,
-                                   perf.generate_tokens if perf else len(res.token_ids),
-                                   perf.generate_time_ms if perf else wall_ms, reason)
+        return tokens, DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms, reason)
 
     def close(self) -> None:
         """Free the NPU: destroy the RKLLM handle and release the RKNN models."""
@@ -255,14 +251,18 @@ class RKBackend:
 
 def decoder_path(bundle: Bundle, entry: dict, soc: str) -> str:
     """The ``.rkllm`` file of ``entry``; BundleError if missing or a Git LFS pointer."""
-    path = os.path.join(bundle.path, entry["file"])
-    if not os.path.isfile(path):
-        raise BundleError(f"the RKLLM decoder for {soc} is missing: {path}. Copy it from the PC that converted it, "
-                          f"or run scripts/export_rkllm.py --target {soc} again.")
-    if is_lfs_pointer(path):
-        raise BundleError(f"the RKLLM decoder {path} is a Git LFS pointer, not the model: run `git lfs pull` in the "
-                          f"repository it came from (or copy the real file) and try again.")
-    return path
+    return check_file(os.path.join(bundle.path, entry["file"]), f"RKLLM decoder for {soc}",
+                      hint=f"Copy it from the PC that converted it, or run scripts/export_rkllm.py --target {soc} "
+                           "again.")
+
+
+def eos_token_ids(bundle: Bundle) -> frozenset:
+    """The manifest's ``eos_token_ids`` (written by scripts/export_onnx.py); BundleError if absent."""
+    ids = bundle.manifest.get("eos_token_ids")
+    if not ids:
+        raise BundleError(f"{bundle.path}/model.json has no eos_token_ids; re-export the bundle with "
+                          "scripts/export_onnx.py")
+    return frozenset(int(i) for i in ids)
 
 
 def _check_machine(soc: Optional[str]) -> None:
@@ -303,8 +303,7 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
     encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=core_mask)
     backend = RKBackend(encoder=encoder, soc=soc, decoder_file=decoder_file, max_context=int(entry["max_context"]),
                         quant=str(entry["quant"]), vocab_size=int(t["vocab_size"]), hidden_size=int(t["hidden_size"]),
-                        lib_path=lib_path, abi=abi, repetition=repetition,
-                        runtime_eos=tuple(int(i) for i in bundle.manifest.get("eos_token_ids", ())))
+                        eos_ids=eos_token_ids(bundle), lib_path=lib_path, abi=abi, repetition=repetition)
     try:
         backend.load_decoder(options)
     except BaseException:
@@ -317,4 +316,4 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
 
 
 __all__ = ["BASE_DOMAIN_ID", "ENV_SOC", "RKBackend", "RKBackendError", "create_rk_backend", "decoder_path",
-           "rkllm_entry", "rkllm_options"]
+           "eos_token_ids", "rkllm_entry", "rkllm_options"]

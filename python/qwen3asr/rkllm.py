@@ -320,12 +320,11 @@ class AbiLayout:
     param: type
     input: type
     infer_param: type
-    multimodal_input: type
 
 
 LAYOUTS = {
-    "1.2": AbiLayout("1.2", RKLLMParam12, RKLLMInput12, RKLLMInferParam12, RKLLMMultiModalInput12),
-    "1.3": AbiLayout("1.3", RKLLMParam13, RKLLMInput13, RKLLMInferParam13, RKLLMMultiModalInput13),
+    "1.2": AbiLayout("1.2", RKLLMParam12, RKLLMInput12, RKLLMInferParam12),
+    "1.3": AbiLayout("1.3", RKLLMParam13, RKLLMInput13, RKLLMInferParam13),
 }
 
 
