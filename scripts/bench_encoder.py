@@ -50,10 +50,9 @@ class BenchResult:
 def make_encoder(bundle: Bundle, backend: str, form: str, size: int, core_mask: Optional[str],
                  threads: Optional[int]) -> AudioEncoder:
     if backend == "onnx":
-        from qwen3asr.onnx_backend import OnnxEncoderRunner
+        from qwen3asr.onnx_backend import create_onnx_encoder
 
-        return AudioEncoder(OnnxEncoderRunner(bundle.frontend_path(), threads), bundle.encoder_variants(form, [size]),
-                            bundle.manifest["encoder"]["window_tokens"], int(bundle.audio_config["num_mel_bins"]), form)
+        return create_onnx_encoder(bundle, form, [size], threads)
     from qwen3asr.rknn_backend import create_rknn_encoder
 
     return create_rknn_encoder(bundle, form, [size], core_mask=core_mask)
