@@ -223,3 +223,14 @@ def test_export_refuses_head_dim_gqa_cannot_run(tmp_path):
     (ck / "config.json").write_text(_json.dumps(cfg))
     with pytest.raises(CheckpointError, match="head_dim 40 is not a multiple of 16"):
         export_onnx.export(str(ck), str(tmp_path / "out"))
+
+
+def test_manifest_eos_ids_must_match_the_tokenizer(bundle_dir, tmp_path):
+    """Both backends stop on the manifest's end-of-sequence ids; a bundle whose ids disagree with its
+    tokenizer is refused at load."""
+    dst = _copy(bundle_dir, tmp_path)
+    man = json.loads((dst / "model.json").read_text())
+    man["eos_token_ids"] = [man["eos_token_ids"][0]]
+    (dst / "model.json").write_text(json.dumps(man))
+    with pytest.raises(RuntimeError, match="end-of-sequence ids .* differ from the tokenizer's"):
+        Qwen3ASREngine(str(dst), backend="onnx")

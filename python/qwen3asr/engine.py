@@ -128,6 +128,10 @@ class Qwen3ASREngine:
         for name, tid in self.bundle.special_tokens.items():
             if self.tokenizer.token_id(name) != tid:
                 raise RuntimeError(f"tokenizer and manifest disagree on {name}: {self.tokenizer.token_id(name)} vs {tid}")
+        eos = self.bundle.manifest.get("eos_token_ids")
+        if eos is None or set(eos) != set(self.tokenizer.eos_ids):
+            raise RuntimeError(f"manifest end-of-sequence ids {eos} differ from the tokenizer's "
+                               f"{list(self.tokenizer.eos_ids)}; re-export the bundle")
 
     # ------------------------------------------------------------------ stages
     def features(self, audio: np.ndarray) -> np.ndarray:
