@@ -10,24 +10,12 @@ import shutil
 import numpy as np
 import pytest
 
-import bundles
 from qwen3asr import AudioError, BundleError, DecodingOptions, Qwen3ASREngine
 from qwen3asr.engine import TextStreamer
 from qwen3asr.languages import LanguageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIP = os.path.join(ROOT, "audio", "en_1.wav")
-
-
-@pytest.fixture(scope="module")
-def bundle_dir():
-    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
-    return bundles.bundle("tiny-a", "bfloat16")[1]
-
-
-@pytest.fixture(scope="module")
-def engine(bundle_dir):
-    return Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="fp32")
 
 
 def test_transcription_fields_and_stats(engine):

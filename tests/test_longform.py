@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import bundles
 from qwen3asr import Qwen3ASREngine
 from qwen3asr import mel as melmod
 from qwen3asr.longform import clip_ceiling, select_audio
@@ -23,17 +22,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
 CLI = os.path.join(ROOT, "python", "transcribe.py")
 SR = 16000
-
-
-@pytest.fixture(scope="module")
-def bundle_dir():
-    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
-    return bundles.bundle("tiny-a", "bfloat16")[1]
-
-
-@pytest.fixture(scope="module")
-def engine(bundle_dir):
-    return Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="fp32")
 
 
 def test_chunked_segments_and_window(engine):

@@ -20,18 +20,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import bundles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIC = os.path.join(ROOT, "python", "mic_stream.py")
 SR = 16000
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-@pytest.fixture(scope="module")
-def bundle_dir():
-    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
-    return bundles.bundle("tiny-a", "bfloat16")[1]
 
 
 @pytest.fixture

@@ -5,16 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import bundles
 from qwen3asr import onnx_backend
 from qwen3asr.bundle import Bundle
 
 pytest.importorskip("torch", reason="building the random checkpoint needs torch (requirements-dev.txt)")
-
-
-@pytest.fixture(scope="module")
-def bundle_dir():
-    return bundles.bundle("tiny-a", "bfloat16")[1]
 
 
 def make_decoder(bundle_dir, **kw):

@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import bundles
-from qwen3asr import Qwen3ASREngine
 from qwen3asr import mel as melmod
 from qwen3asr.results import DecodeStats
 from qwen3asr.stream import StreamOptions, StreamSession, join_text
@@ -21,12 +19,6 @@ from qwen3asr.stream import StreamOptions, StreamSession, join_text
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
 SR = 16000
-
-
-@pytest.fixture(scope="module")
-def engine():
-    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
-    return Qwen3ASREngine(bundles.bundle("tiny-a", "bfloat16")[1], backend="onnx", decoder_dtype="fp32")
 
 
 @pytest.fixture(scope="module")
