@@ -10,9 +10,14 @@ same settings, so an interrupted run can be restarted):
 2. tokenizer: scripts/make_small_tokenizer.py on the training texts -> WORK/tokenizer/
 3. features:  official log-mel (qwen3asr.mel.log_mel) of every train/dev clip, once ->
               WORK/features_{split}.npz (float16, clips concatenated along time)
+3b. alignment: word timings of every training clip from libespeak-ng (espeak_align.py) ->
+              WORK/align_train.pkl: per clip, (token id, start s, end s) of its label tokens
 4. training:  ``Qwen3ASRForConditionalGeneration`` from the official code at the small
-              dimensions of ``MODEL``; AdamW, batches of similar length, loss only on the
-              answer tokens (``language X<asr_text>text<|im_end|>``); torch.set_num_threads(2)
+              dimensions of ``MODEL``. Phase 1 (``--pretrain-minutes``): the audio encoder
+              alone, with a frame-level cross-entropy through a training-only head (every
+              audio token labelled with the label token spoken at its centre, or blank).
+              Phase 2 (``--minutes``): the whole model, loss on the answer tokens
+              (``language X<asr_text>text<|im_end|>``) plus the frame loss as an auxiliary.
 5. checkpoint: ``save_pretrained`` + the official side files -> WORK/checkpoint/
 6. export:    scripts/export_onnx.py -> OUT (the committed bundle)
 
@@ -70,10 +75,13 @@ class TrainConfig:
     context_share: float = 0.1      # share of prompts with a (distracting) context text
     spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
     spec_time_masks: int = 2        # and of up to 5% of the frames
-    ctc_weight: float = 0.5         # auxiliary CTC loss on the encoder output (training only)
-    # One intra-op thread: on the shared 2-core machine two threads ran a step 3-4x slower
-    # than one (measured at load average 7), see docs/training.md.
-    threads: int = 1
+    frame_weight: float = 0.5       # auxiliary frame-level loss on the encoder output in phase 2
+    pretrain_minutes: float = 30.0  # phase 1: encoder alone on the frame-level loss; 0 = skip
+    pretrain_lr: float = 2e-3
+    pretrain_batch_frames: int = 4000
+    # Intra-op threads. Use 1 when other jobs share the machine: with helpers running (load
+    # average 7) two threads ran a step 3-4x slower than one (docs/training.md).
+    threads: int = 2
 
 
 # Small dimensions of the official architecture (see docs/training.md); text head_dim 32
@@ -101,7 +109,8 @@ def make_data(work: str, cfg: TrainConfig) -> str:
             return data
         log.info("data: %s has other settings (%s); regenerating", data, m.get("counts"))
     # Everything derived from the data would otherwise be reused with the new labels.
-    stale = [os.path.join(work, "tokenizer"), os.path.join(work, "snapshot.pt")] + \
+    stale = [os.path.join(work, "tokenizer"), os.path.join(work, "snapshot.pt"), os.path.join(work, "align_train.pkl"),
+             os.path.join(work, "encoder_snapshot.pt")] + \
         [os.path.join(work, f"features_{split}.npz") for split in ("train", "dev", "test")]
     for path in (p for p in stale if os.path.exists(p)):
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
@@ -150,6 +159,37 @@ def make_features(work: str, data: str, split: str) -> dict:
         log.info("features: %s, %d clips, %d frames in %.0f s", split, len(mels), offsets[-1], time.time() - t0)
     with np.load(path) as z:
         return {"mel": z["mel"], "offsets": z["offsets"]}
+
+
+def make_alignment(work: str, data: str, cfg: TrainConfig, tok_dir: str) -> list:
+    """Per training clip, [(token id, start s, end s)] of its label tokens (empty for no speech)."""
+    import pickle
+
+    import espeak_align
+    import make_dataset
+    from qwen3asr.tokenizer import Tokenizer
+
+    path = os.path.join(work, "align_train.pkl")
+    rows = read_manifest(os.path.join(data, "train"))
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            spans = pickle.load(f)
+        if len(spans) == len(rows):
+            return spans
+    tok = Tokenizer.from_dir(tok_dir)
+    specs = make_dataset.plan_split("train", cfg.n_train, cfg.seed)
+    t0 = time.time()
+    spans = []
+    for spec, row in zip(specs, rows):
+        if (spec.name, spec.text) != (row["audio"], row["text"]):
+            raise RuntimeError(f"the training manifest does not match make_dataset's plan at {row['audio']}; "
+                               f"delete {data} and run again")
+        spans.append(espeak_align.token_spans(tok, spec.text, espeak_align.clip_words(spec)) if spec.text else [])
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(spans, f)
+    os.replace(path + ".tmp", path)
+    log.info("alignment: %d clips in %.0f s", len(spans), time.time() - t0)
+    return spans
 
 
 # --------------------------------------------------------------------------- model
@@ -354,12 +394,27 @@ def spec_augment(mel, cfg: TrainConfig, gen):
     return mel
 
 
-def forward_loss(model, mels, input_ids, attn, labels, audio_token_id: int, ctc_head=None, ctc_targets=None):
-    """(cross-entropy over the answer tokens, auxiliary CTC loss or 0, number of answer tokens).
+def frame_loss(head, audio, mels, targets, blank: int):
+    """Frame-level cross-entropy of ``head(audio)`` against per-clip frame targets
+    (espeak_align.frame_labels); also returns (correct, total) on speech frames."""
+    import torch
+    import torch.nn.functional as F
+    from espeak_align import frame_labels
 
-    ctc_head: a training-only Linear(hidden, vocab + 1) on the audio encoder output (its last
-    row is the CTC blank); it is not part of the saved model. ctc_targets: per clip, the
-    token ids of the transcript (empty for no speech).
+    y = torch.from_numpy(np.concatenate([frame_labels(t, n_audio_tokens(m.shape[1]), blank)
+                                         for t, m in zip(targets, mels)]))
+    logits = head(audio)
+    speech = y != blank
+    correct = int((logits[speech].argmax(-1) == y[speech]).sum())
+    return F.cross_entropy(logits, y), correct, int(speech.sum())
+
+
+def forward_loss(model, mels, input_ids, attn, labels, audio_token_id: int, frame_head=None, frame_targets=None):
+    """(cross-entropy over the answer tokens, auxiliary frame loss or 0, number of answer tokens).
+
+    frame_head: a training-only Linear(hidden, vocab + 1) on the audio encoder output (its
+    last row is blank); it is not part of the saved model. frame_targets: per clip, the
+    (token id, start s, end s) spans of its label (empty for no speech).
     """
     import torch
     import torch.nn.functional as F
@@ -367,14 +422,9 @@ def forward_loss(model, mels, input_ids, attn, labels, audio_token_id: int, ctc_
     thinker = model.thinker
     emb = thinker.get_input_embeddings()(input_ids)
     audio = encode_audio(thinker.audio_tower, mels).to(emb.dtype)
-    ctc = torch.zeros(())
-    if ctc_head is not None:
-        lens = [n_audio_tokens(m.shape[1]) for m in mels]
-        logp = F.log_softmax(ctc_head(audio), dim=-1)
-        padded = torch.nn.utils.rnn.pad_sequence(list(logp.split(lens)))  # (T, B, V+1)
-        flat = torch.tensor([t for tgt in ctc_targets for t in tgt], dtype=torch.long)
-        ctc = F.ctc_loss(padded, flat, torch.tensor(lens), torch.tensor([len(t) for t in ctc_targets]),
-                         blank=logp.shape[-1] - 1, zero_infinity=True)
+    aux = torch.zeros(())
+    if frame_head is not None:
+        aux = frame_loss(frame_head, audio, mels, frame_targets, frame_head.out_features - 1)[0]
     mask = (input_ids == audio_token_id).unsqueeze(-1).expand_as(emb)
     emb = emb.masked_scatter(mask, audio)
     b, L = input_ids.shape
@@ -382,7 +432,7 @@ def forward_loss(model, mels, input_ids, attn, labels, audio_token_id: int, ctc_
     hidden = thinker.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=False)[0]
     sel = labels != -100
     logits = thinker.lm_head(hidden[sel])
-    return F.cross_entropy(logits, labels[sel]), ctc, int(sel.sum())
+    return F.cross_entropy(logits, labels[sel]), aux, int(sel.sum())
 
 
 # --------------------------------------------------------------------------- decoding (checks)
@@ -405,6 +455,63 @@ def greedy(model, tok, mel: np.ndarray, max_new: int = 40) -> str:
 
 
 # --------------------------------------------------------------------------- training
+
+
+def _param_groups(named, weight_decay: float):
+    decay, no_decay = [], []
+    for name, p in named:
+        (no_decay if p.ndim < 2 or "norm" in name or "ln_" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _cosine(step: int, p: float, peak: float, cfg: TrainConfig) -> float:
+    """Linear warm-up over the first cfg.warmup steps, then cosine decay over progress p."""
+    warm = min(1.0, (step + 1) / cfg.warmup)
+    return warm * peak * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def pretrain_encoder(work: str, model, head, samples, mel_all, off, spans, cfg: TrainConfig, log_every: int = 50):
+    """Phase 1: the audio encoder and ``head`` alone on the frame-level loss for
+    cfg.pretrain_minutes (about 4x more steps per minute than the whole model)."""
+    import torch
+
+    tower = model.thinker.audio_tower
+    params = [("audio_tower." + n, p) for n, p in tower.named_parameters()] + \
+        [("frame_head." + n, p) for n, p in head.named_parameters()]
+    opt = torch.optim.AdamW(_param_groups(params, cfg.weight_decay), lr=cfg.pretrain_lr, betas=(0.9, 0.98), eps=1e-8)
+    bcfg = TrainConfig(batch_frames=cfg.pretrain_batch_frames, max_batch=cfg.max_batch)
+    rng = random.Random(cfg.seed + 1)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    budget = 60.0 * cfg.pretrain_minutes
+    step, t0 = 0, time.time()
+    loss_sum, correct, total = 0.0, 0, 0
+    tower.train()
+    while time.time() - t0 < budget:
+        for batch in make_batches(samples, bcfg, rng):
+            p = (time.time() - t0) / budget
+            if p >= 1.0:
+                break
+            for g in opt.param_groups:
+                g["lr"] = _cosine(step, p, cfg.pretrain_lr, cfg)
+            mels = [spec_augment(torch.from_numpy(mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)),
+                                 cfg, gen) for s in batch]
+            audio = encode_audio(tower, mels)
+            loss, c, n = frame_loss(head, audio, mels, [spans[s.index] for s in batch], head.out_features - 1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([q for _, q in params], cfg.clip_norm)
+            opt.step()
+            step += 1
+            loss_sum, correct, total = loss_sum + loss.item(), correct + c, total + n
+            if step % log_every == 0:
+                log.info("encoder step %d progress %.3f frame loss %.3f speech-frame accuracy %.3f  %.0f s", step, p,
+                         loss_sum / log_every, correct / max(1, total), time.time() - t0)
+                loss_sum, correct, total = 0.0, 0, 0
+            if step % 1000 == 0:
+                torch.save({"step": step, "tower": tower.state_dict(), "head": head.state_dict()},
+                           os.path.join(work, "encoder_snapshot.pt"))
+    log.info("encoder pre-training done: %d steps, %.0f s", step, time.time() - t0)
+    return step
 
 
 def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, log_every: int = 50):
@@ -438,14 +545,15 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     dev_rows = read_manifest(os.path.join(data, "dev"))
     dev = make_features(work, data, "dev")
 
-    # Auxiliary CTC head on the encoder output (training only): without it the decoder first
-    # learns the text prior and ignored the audio for the whole of a 10-minute trial.
-    ctc_head = torch.nn.Linear(dims.hidden, vocab_rows + 1)
-    decay, no_decay = [], []
-    for name, p in list(model.named_parameters()) + [("ctc_head." + n, q) for n, q in ctc_head.named_parameters()]:
-        (no_decay if p.ndim < 2 or "norm" in name or "ln_" in name else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
+    # Frame-level head on the encoder output (training only). With utterance-level losses
+    # alone (answer cross-entropy, or CTC) the encoder stayed on the blank + prior plateau
+    # for whole 15- and 40-minute runs; word timings from espeak-ng give it a direct target.
+    spans = make_alignment(work, data, cfg, tok_dir)
+    frame_head = torch.nn.Linear(dims.hidden, vocab_rows + 1)
+    if cfg.pretrain_minutes > 0:
+        pretrain_encoder(work, model, frame_head, samples, mel_all, off, spans, cfg, log_every)
+    named = list(model.named_parameters()) + [("frame_head." + n, q) for n, q in frame_head.named_parameters()]
+    opt = torch.optim.AdamW(_param_groups(named, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
 
     def progress(step: int) -> float:
         """Fraction of the run done: by steps, or by the time budget when that comes first."""
@@ -455,15 +563,12 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
         return min(1.0, p)
 
     def lr_at(step: int) -> float:
-        # Linear warm-up over the first steps, then cosine decay over the remaining progress.
-        warm = min(1.0, (step + 1) / cfg.warmup)
-        p = progress(step)
-        return warm * cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+        return _cosine(step, progress(step), cfg.lr, cfg)
 
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     step, epoch, t0 = 0, 0, time.time()
-    loss_sum, tok_sum, ctc_sum, n_batches = 0.0, 0, 0.0, 0
+    loss_sum, tok_sum, aux_sum, n_batches = 0.0, 0, 0.0, 0
     model.train()
     done = False
     while not done:
@@ -477,23 +582,23 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
                                  cfg, gen) for s in batch]
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            ce, ctc, n_tok = forward_loss(model, mels, input_ids, attn, labels, ids["<|audio_pad|>"], ctc_head,
-                                          [list(s.text_ids) for s in batch])
-            loss = ce + cfg.ctc_weight * ctc
+            ce, aux, n_tok = forward_loss(model, mels, input_ids, attn, labels, ids["<|audio_pad|>"], frame_head,
+                                          [spans[s.index] for s in batch])
+            loss = ce + cfg.frame_weight * aux
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
             opt.step()
             step += 1
             loss_sum += ce.item() * n_tok
-            ctc_sum += ctc.item()
+            aux_sum += aux.item()
             n_batches += 1
             tok_sum += n_tok
             if step % log_every == 0:
-                log.info("step %d epoch %d progress %.3f loss %.4f ctc %.3f lr %.2e  %.0f s", step, epoch,
-                         progress(step), loss_sum / max(1, tok_sum), ctc_sum / max(1, n_batches), lr_at(step - 1),
+                log.info("step %d epoch %d progress %.3f loss %.4f frame %.3f lr %.2e  %.0f s", step, epoch,
+                         progress(step), loss_sum / max(1, tok_sum), aux_sum / max(1, n_batches), lr_at(step - 1),
                          time.time() - t0)
-                loss_sum, tok_sum, ctc_sum, n_batches = 0.0, 0, 0.0, 0
+                loss_sum, tok_sum, aux_sum, n_batches = 0.0, 0, 0.0, 0
             if step % 500 == 0 or step == 250:
                 torch.save({"step": step, "model": model.state_dict(), "config": cfg_dict},
                            os.path.join(work, "snapshot.pt"))
@@ -540,6 +645,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--steps", type=int, default=TrainConfig.steps, help="maximum optimizer steps")
     ap.add_argument("--minutes", type=float, default=TrainConfig.minutes,
                     help="training time budget in minutes (LR schedule follows it); 0 = by --steps only")
+    ap.add_argument("--pretrain-minutes", type=float, default=TrainConfig.pretrain_minutes,
+                    help="phase 1 budget: the audio encoder alone on the frame-level loss; 0 = skip")
+    ap.add_argument("--threads", type=int, default=TrainConfig.threads, help="torch intra-op threads")
     ap.add_argument("--n-train", type=int, default=TrainConfig.n_train)
     ap.add_argument("--seed", type=int, default=TrainConfig.seed)
     ap.add_argument("--no-export", action="store_true", help="stop after writing the checkpoint")
@@ -548,7 +656,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "periodic snapshot of an interrupted run")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train)
+    cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train,
+                      pretrain_minutes=args.pretrain_minutes, threads=args.threads)
     t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     data = make_data(args.work, cfg)
