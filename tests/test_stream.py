@@ -306,3 +306,21 @@ def test_vad_encodes_only_speech(engine, pcm):
     speech = sum((int(s.end_s * SR) - int(s.start_s * SR)) // 160 * 160 for s in segs) / SR
     assert ra.stats.encoded_seconds == pytest.approx(speech, abs=0.01 * len(segs))
     assert ra.stats.encoded_fraction < 0.9 and ra.stats.vad_ms > 0
+
+
+def test_a_looping_chunk_is_collapsed_when_committed_and_never_changes_after(engine, pcm, monkeypatch):
+    from qwen3asr.prompt import REPEAT_THRESHOLD, fix_repetitions
+
+    hdr = _ids(engine, "language English<asr_text>")
+    loop = _ids(engine, " open the") + _ids(engine, " door") * (REPEAT_THRESHOLD + 5)
+    end = _ids(engine, " now")
+    script = Script(engine, [hdr + loop, end, []])
+    script.vocab = set(hdr + loop + end)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    committed = []
+    s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, on_text=committed.append)
+    r1 = s.feed_audio(pcm[:2 * SR + 40])
+    looped = engine.tokenizer.decode(loop)
+    assert r1.committed == fix_repetitions(looped).strip() == "open the door"  # collapsed before it was sent
+    r = s.finish()
+    assert r.text == "open the door now" and "".join(committed) == r.text  # nothing sent was retracted

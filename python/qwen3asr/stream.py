@@ -400,7 +400,9 @@ class StreamSession:
         for c in list(self._window):
             self._commit(c)
         self._window.clear()
-        text = fix_repetitions(self._run_text + self._text.flush()).strip()
+        # Committed text never changes (on_text has sent it): the official repetition collapse
+        # ran on each piece when it was committed; only the flushed remainder is collapsed here.
+        text = (self._run_text + fix_repetitions(self._text.flush())).strip()
         self._held, self._held_text = [], ""
         if self.options.itn and text:
             from .itn import inverse_normalize
@@ -517,12 +519,12 @@ class StreamSession:
         return tokens[i + 1:]
 
     def _commit(self, chunk: _Chunk) -> None:
-        piece = "".join(self._push(t) for t in chunk.tokens)
+        piece = fix_repetitions("".join(self._push(t) for t in chunk.tokens))
         self._all_ids.extend(chunk.tokens)
         if not self._run_text:
             piece = piece.lstrip()
         self._run_text += piece
-        text = fix_repetitions(piece).strip()
+        text = piece.strip()
         if text:
             self._segments.append(Segment(chunk.start / SAMPLE_RATE, chunk.end / SAMPLE_RATE, text, chunk.language))
         before, self._committed = self._committed, join_text(self._done_text, self._run_text)
