@@ -63,7 +63,7 @@ class TrainConfig:
     n_test: int = 500
     vocab_size: int = 2000          # base BPE entries before the added tokens
     steps: int = 100000             # upper bound; the time budget below normally ends training
-    minutes: float = 15.0           # training time budget; 0 = none (schedule by steps only)
+    minutes: float = 45.0           # phase 2 (whole model) time budget; 0 = none (schedule by steps only)
     batch_frames: int = 6000        # mel frames per batch (about 60 s of audio)
     max_batch: int = 32             # clips per batch
     lr: float = 1e-3
@@ -76,7 +76,7 @@ class TrainConfig:
     spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
     spec_time_masks: int = 2        # and of up to 5% of the frames
     frame_weight: float = 0.5       # auxiliary frame-level loss on the encoder output in phase 2
-    pretrain_minutes: float = 30.0  # phase 1: encoder alone on the frame-level loss; 0 = skip
+    pretrain_minutes: float = 40.0  # phase 1: encoder alone on the frame-level loss; 0 = skip
     pretrain_lr: float = 2e-3
     pretrain_batch_frames: int = 4000
     # Intra-op threads. Use 1 when other jobs share the machine: with helpers running (load
@@ -644,7 +644,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "default"), help="bundle directory to write")
     ap.add_argument("--steps", type=int, default=TrainConfig.steps, help="maximum optimizer steps")
     ap.add_argument("--minutes", type=float, default=TrainConfig.minutes,
-                    help="training time budget in minutes (LR schedule follows it); 0 = by --steps only")
+                    help="phase 2 (whole model) time budget in minutes (LR schedule follows it); 0 = by --steps only")
     ap.add_argument("--pretrain-minutes", type=float, default=TrainConfig.pretrain_minutes,
                     help="phase 1 budget: the audio encoder alone on the frame-level loss; 0 = skip")
     ap.add_argument("--threads", type=int, default=TrainConfig.threads, help="torch intra-op threads")

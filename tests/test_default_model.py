@@ -3,13 +3,13 @@
 The model is the tiny Qwen3-ASR trained by scripts/train_tiny.py (docs/training.md); the
 demo clips use test-split texts and held-out voices (audio/README.md).
 
-The committed model does NOT meet the accuracy targets of issue 3 (docs/training.md,
-"Results"): it identifies the language and detects no speech, but misrecognises the words
-of the demo clips. The exact reference transcripts are therefore strict xfails (on an
-AssertionError only: a crash is a failure) and what the model outputs instead is pinned
-exactly per decoder dtype (``OUTPUTS``): a retrained model that gets a clip right turns its
-xfail into a failure (XPASS), and any change of output fails the pin, so both lists are
-updated, not forgotten. What the model does get right is asserted exactly.
+The committed model meets issue 3's English, language-ID and no-speech targets but not the
+Mandarin one (docs/training.md, "Results"): it gets en_1, en_2 and zh_1 exactly right and
+misrecognises a word of en_3, zh_2 and zh_3. Those three reference transcripts are strict
+xfails (on an AssertionError only: a crash is a failure) and what the model outputs is
+pinned exactly per decoder dtype (``OUTPUTS``): a retrained model that gets a clip right
+turns its xfail into a failure (XPASS), and any change of output fails the pin, so both
+lists are updated, not forgotten. What the model gets right is asserted exactly.
 """
 
 import json
@@ -31,18 +31,18 @@ SHORT_CLIPS = sorted(f for f, c in CLIPS.items() if c["language"] in ("English",
 # What the committed model outputs today for the short demo clips, per decoder dtype.
 OUTPUTS = {
     "int8": {
-        "en_1.wav": "turn on the kids room light",
-        "en_2.wav": "turn on the kids room light",
-        "en_3.wav": "set the volume to seventy",
-        "zh_1.wav": "一",
-        "zh_2.wav": "设一个五点整的闹钟",
-        "zh_3.wav": "设一个五点整的闹钟",
+        "en_1.wav": "open the back door",
+        "en_2.wav": "switch off the bedroom radio",
+        "en_3.wav": "please turn on the bedroom fan",
+        "zh_1.wav": "六点半",
+        "zh_2.wav": "把十二袋面包加到购物清单",
+        "zh_3.wav": "关掉走廊的灯",
     },
 }
-OUTPUTS["fp32"] = dict(OUTPUTS["int8"], **{"zh_1.wav": "五"})
+OUTPUTS["fp32"] = dict(OUTPUTS["int8"])
 # The clips whose output is not the reference transcript (with either dtype).
 MISRECOGNISED = sorted(n for n in SHORT_CLIPS if any(out[n] != CLIPS[n]["text"] for out in OUTPUTS.values()))
-DEMO_CLI_OUTPUT = "turn on the kids room light"  # `make demo`: en_1.wav, default options
+DEMO_CLI_OUTPUT = "open the back door"  # `make demo`: en_1.wav, default options
 
 
 def _expect(name):
