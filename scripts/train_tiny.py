@@ -73,6 +73,10 @@ class TrainConfig:
     clip_norm: float = 1.0
     forced_language: float = 0.1    # share of speech prompts with the language forced
     context_share: float = 0.1      # share of prompts with a (distracting) context text
+    # Share of speech examples given as a streaming window continues them: the assistant
+    # turn already holds the header and the first k text tokens (as StreamSession's prefix
+    # after a rollback) and the loss is on the rest only. 0 in the committed run.
+    prefix_share: float = 0.0
     spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
     spec_time_masks: int = 2        # and of up to 5% of the frames
     frame_weight: float = 0.5       # auxiliary frame-level loss on the encoder output in phase 2
@@ -353,12 +357,17 @@ class Collator:
         return self.prefix_ids[language]
 
     def ids(self, s: Sample, rng: random.Random):
+        """(prompt ids, answer ids): the loss is on the answer only."""
         n = n_audio_tokens(s.frames)
         context = rng.choice(self.context_pool) if rng.random() < self.cfg.context_share else ""
         forced = s.language if (s.language != "None" and rng.random() < self.cfg.forced_language) else None
-        prompt = self.build_prompt(self.tok, n, context=context, language=forced)
-        answer = ([] if forced else self.answer_prefix(s.language)) + list(s.text_ids) + [self.tok.im_end]
-        return list(prompt.ids), answer
+        prompt = list(self.build_prompt(self.tok, n, context=context, language=forced).ids)
+        header = [] if forced else self.answer_prefix(s.language)
+        text = list(s.text_ids)
+        if len(text) > 1 and rng.random() < self.cfg.prefix_share:
+            k = rng.randint(1, len(text) - 1)
+            return prompt + header + text[:k], text[k:] + [self.tok.im_end]
+        return prompt, header + text + [self.tok.im_end]
 
     def __call__(self, batch: List[Sample], rng: random.Random):
         import torch
@@ -647,6 +656,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="phase 2 (whole model) time budget in minutes (LR schedule follows it); 0 = by --steps only")
     ap.add_argument("--pretrain-minutes", type=float, default=TrainConfig.pretrain_minutes,
                     help="phase 1 budget: the audio encoder alone on the frame-level loss; 0 = skip")
+    ap.add_argument("--prefix-share", type=float, default=TrainConfig.prefix_share,
+                    help="share of speech examples whose assistant turn starts with part of the transcript")
     ap.add_argument("--threads", type=int, default=TrainConfig.threads, help="torch intra-op threads")
     ap.add_argument("--n-train", type=int, default=TrainConfig.n_train)
     ap.add_argument("--seed", type=int, default=TrainConfig.seed)
@@ -657,7 +668,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train,
-                      pretrain_minutes=args.pretrain_minutes, threads=args.threads)
+                      pretrain_minutes=args.pretrain_minutes, threads=args.threads,
+                      prefix_share=args.prefix_share)
     t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     data = make_data(args.work, cfg)
