@@ -77,6 +77,11 @@ class TrainConfig:
     # turn already holds the header and the first k text tokens (as StreamSession's prefix
     # after a rollback) and the loss is on the rest only. 0 in the committed run.
     prefix_share: float = 0.0
+    # Phase 3: the whole model again from phase 2's end, fresh optimizer, this LR and
+    # prefix_share, answer loss only. 0 minutes = no phase 3.
+    finetune_minutes: float = 15.0
+    finetune_lr: float = 3e-4
+    finetune_prefix_share: float = 0.5
     spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
     spec_time_masks: int = 2        # and of up to 5% of the frames
     frame_weight: float = 0.5       # auxiliary frame-level loss on the encoder output in phase 2
@@ -523,7 +528,10 @@ def pretrain_encoder(work: str, model, head, samples, mel_all, off, spans, cfg: 
     return step
 
 
-def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, log_every: int = 50):
+def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, log_every: int = 50,
+          init_state: Optional[dict] = None, snapshot: str = "snapshot.pt"):
+    """Phases 1 and 2, or with ``init_state`` (a state dict) only the whole-model loop from
+    those weights (phase 3); periodic and final snapshots go to WORK/``snapshot``."""
     import torch
     from qwen3asr.tokenizer import Tokenizer
 
@@ -540,6 +548,8 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     cfg_dict = config_dict(dims, vocab_size=vocab_rows, token_ids=ids)
     model = build_model(cfg_dict, cfg.seed)
     init_audio_stem(model, cfg.seed)
+    if init_state is not None:
+        model.load_state_dict(init_state)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %d parameters (%s); vocab rows %d (tokenizer %d)", n_params, dims, vocab_rows, tok.vocab_size)
 
@@ -559,7 +569,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     # for whole 15- and 40-minute runs; word timings from espeak-ng give it a direct target.
     spans = make_alignment(work, data, cfg, tok_dir)
     frame_head = torch.nn.Linear(dims.hidden, vocab_rows + 1)
-    if cfg.pretrain_minutes > 0:
+    if cfg.pretrain_minutes > 0 and init_state is None:
         pretrain_encoder(work, model, frame_head, samples, mel_all, off, spans, cfg, log_every)
     named = list(model.named_parameters()) + [("frame_head." + n, q) for n, q in frame_head.named_parameters()]
     opt = torch.optim.AdamW(_param_groups(named, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
@@ -610,7 +620,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
                 loss_sum, tok_sum, aux_sum, n_batches = 0.0, 0, 0.0, 0
             if step % 500 == 0 or step == 250:
                 torch.save({"step": step, "model": model.state_dict(), "config": cfg_dict},
-                           os.path.join(work, "snapshot.pt"))
+                           os.path.join(work, snapshot))
                 model.eval()
                 with torch.no_grad():
                     errs = 0
@@ -626,7 +636,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
                     log.info("step %d: %d/%d dev clips exact", step, n_check - errs, n_check)
                 model.train()
     model.eval()
-    torch.save({"step": step, "model": model.state_dict(), "config": cfg_dict}, os.path.join(work, "snapshot.pt"))
+    torch.save({"step": step, "model": model.state_dict(), "config": cfg_dict}, os.path.join(work, snapshot))
     log.info("training done: %d steps, %d epochs, %.0f s", step, epoch, time.time() - t0)
     return model, step, time.time() - t0
 
@@ -658,6 +668,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="phase 1 budget: the audio encoder alone on the frame-level loss; 0 = skip")
     ap.add_argument("--prefix-share", type=float, default=TrainConfig.prefix_share,
                     help="share of speech examples whose assistant turn starts with part of the transcript")
+    ap.add_argument("--finetune-minutes", type=float, default=TrainConfig.finetune_minutes,
+                    help="phase 3 budget (0 = none): the whole model from phase 2's weights with prefix examples; "
+                         "with --from-snapshot it starts from WORK/snapshot.pt")
     ap.add_argument("--threads", type=int, default=TrainConfig.threads, help="torch intra-op threads")
     ap.add_argument("--n-train", type=int, default=TrainConfig.n_train)
     ap.add_argument("--seed", type=int, default=TrainConfig.seed)
@@ -669,7 +682,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train,
                       pretrain_minutes=args.pretrain_minutes, threads=args.threads,
-                      prefix_share=args.prefix_share)
+                      prefix_share=args.prefix_share, finetune_minutes=args.finetune_minutes)
     t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     data = make_data(args.work, cfg)
@@ -685,6 +698,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.info("checkpoint from the snapshot of step %d", steps_done)
     else:
         model, steps_done, train_s = train(args.work, data, tok_dir, cfg, MODEL)
+    if cfg.finetune_minutes > 0:
+        from dataclasses import replace
+
+        log.info("phase 3: %.0f min from the phase-2 weights, LR %.1e, prefix share %.2f", cfg.finetune_minutes,
+                 cfg.finetune_lr, cfg.finetune_prefix_share)
+        ft = replace(cfg, minutes=cfg.finetune_minutes, lr=cfg.finetune_lr, prefix_share=cfg.finetune_prefix_share,
+                     frame_weight=0.0, steps=TrainConfig.steps)
+        model, steps3, train3 = train(args.work, data, tok_dir, ft, MODEL, init_state=model.state_dict(),
+                                      snapshot="snapshot_phase3.pt")
+        steps_done, train_s = (steps_done, steps3), train_s + train3
     info = {"train_config": asdict(cfg), "dims": asdict(MODEL), "steps_done": steps_done,
             "train_seconds": None if math.isnan(train_s) else round(train_s)}
     ckpt = save_checkpoint(model, tok_dir, os.path.join(args.work, "checkpoint"), info)

@@ -4,9 +4,9 @@ The model is the tiny Qwen3-ASR trained by scripts/train_tiny.py (docs/training.
 demo clips use test-split texts and held-out voices (audio/README.md).
 
 The committed model meets issue 3's English, language-ID and no-speech targets but not the
-Mandarin one (docs/training.md, "Results"): it gets en_1, en_2 and zh_1 exactly right and
-misrecognises a word of en_3, zh_2 and zh_3. Those three reference transcripts are strict
-xfails (on an AssertionError only: a crash is a failure) and what the model outputs is
+Mandarin one (docs/training.md, "Results"): it gets five demo clips exactly right and
+misrecognises a word of zh_3. That reference transcript is a strict
+xfail (on an AssertionError only: a crash is a failure) and what the model outputs is
 pinned exactly per decoder dtype (``OUTPUTS``): a retrained model that gets a clip right
 turns its xfail into a failure (XPASS), and any change of output fails the pin, so both
 lists are updated, not forgotten. What the model gets right is asserted exactly.
@@ -33,9 +33,9 @@ OUTPUTS = {
     "int8": {
         "en_1.wav": "open the back door",
         "en_2.wav": "switch off the bedroom radio",
-        "en_3.wav": "please turn on the bedroom fan",
+        "en_3.wav": "please turn on the living room fan",
         "zh_1.wav": "六点半",
-        "zh_2.wav": "把十二袋面包加到购物清单",
+        "zh_2.wav": "把十二瓶牛奶加到购物清单",
         "zh_3.wav": "关掉走廊的灯",
     },
 }
