@@ -18,6 +18,8 @@ same settings, so an interrupted run can be restarted):
               audio token labelled with the label token spoken at its centre, or blank).
               Phase 2 (``--minutes``): the whole model, loss on the answer tokens
               (``language X<asr_text>text<|im_end|>``) plus the frame loss as an auxiliary.
+              Phase 3 (``--finetune-minutes``): the whole model again, lower LR, half the
+              examples with part of the transcript already in the assistant turn.
 5. checkpoint: ``save_pretrained`` + the official side files -> WORK/checkpoint/
 6. export:    scripts/export_onnx.py -> OUT (the committed bundle)
 
@@ -119,7 +121,7 @@ def make_data(work: str, cfg: TrainConfig) -> str:
         log.info("data: %s has other settings (%s); regenerating", data, m.get("counts"))
     # Everything derived from the data would otherwise be reused with the new labels.
     stale = [os.path.join(work, "tokenizer"), os.path.join(work, "snapshot.pt"), os.path.join(work, "align_train.pkl"),
-             os.path.join(work, "encoder_snapshot.pt")] + \
+             os.path.join(work, "encoder_snapshot.pt"), os.path.join(work, "snapshot_phase3.pt")] + \
         [os.path.join(work, f"features_{split}.npz") for split in ("train", "dev", "test")]
     for path in (p for p in stale if os.path.exists(p)):
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
@@ -530,8 +532,8 @@ def pretrain_encoder(work: str, model, head, samples, mel_all, off, spans, cfg: 
 
 def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, log_every: int = 50,
           init_state: Optional[dict] = None, snapshot: str = "snapshot.pt"):
-    """Phases 1 and 2, or with ``init_state`` (a state dict) only the whole-model loop from
-    those weights (phase 3); periodic and final snapshots go to WORK/``snapshot``."""
+    """Phase 1 (if cfg.pretrain_minutes) and the whole-model loop, from ``init_state`` (a
+    state dict) when given (phase 3); periodic and final snapshots go to WORK/``snapshot``."""
     import torch
     from qwen3asr.tokenizer import Tokenizer
 
@@ -569,9 +571,12 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     # for whole 15- and 40-minute runs; word timings from espeak-ng give it a direct target.
     spans = make_alignment(work, data, cfg, tok_dir)
     frame_head = torch.nn.Linear(dims.hidden, vocab_rows + 1)
-    if cfg.pretrain_minutes > 0 and init_state is None:
+    if cfg.pretrain_minutes > 0:
         pretrain_encoder(work, model, frame_head, samples, mel_all, off, spans, cfg, log_every)
-    named = list(model.named_parameters()) + [("frame_head." + n, q) for n, q in frame_head.named_parameters()]
+    if cfg.frame_weight == 0:
+        frame_head = None  # no auxiliary loss: do not compute it
+    named = list(model.named_parameters()) + \
+        ([("frame_head." + n, q) for n, q in frame_head.named_parameters()] if frame_head is not None else [])
     opt = torch.optim.AdamW(_param_groups(named, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
 
     def progress(step: int) -> float:
@@ -704,7 +709,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.info("phase 3: %.0f min from the phase-2 weights, LR %.1e, prefix share %.2f", cfg.finetune_minutes,
                  cfg.finetune_lr, cfg.finetune_prefix_share)
         ft = replace(cfg, minutes=cfg.finetune_minutes, lr=cfg.finetune_lr, prefix_share=cfg.finetune_prefix_share,
-                     frame_weight=0.0, steps=TrainConfig.steps)
+                     frame_weight=0.0, pretrain_minutes=0.0, steps=TrainConfig.steps)
         model, steps3, train3 = train(args.work, data, tok_dir, ft, MODEL, init_state=model.state_dict(),
                                       snapshot="snapshot_phase3.pt")
         steps_done, train_s = (steps_done, steps3), train_s + train3

@@ -401,8 +401,8 @@ class StreamSession:
             self._commit(c)
         self._window.clear()
         # Committed text never changes (on_text has sent it): the official repetition collapse
-        # ran on each piece when it was committed; only the flushed remainder is collapsed here.
-        text = (self._run_text + fix_repetitions(self._text.flush())).strip()
+        # ran on each piece when it was committed (_commit).
+        text = (self._run_text + self._text.flush()).strip()
         self._held, self._held_text = [], ""
         if self.options.itn and text:
             from .itn import inverse_normalize
