@@ -353,10 +353,6 @@ def build_rkllm(hf_dir: str, out_file: str, target: str, quant: str, dataset: Op
         raise ExportError(f"rkllm-toolkit export_rkllm returned 0 but wrote no {out_file}")
 
 
-def sha256(path: str) -> str:
-    from qwen3asr.bundle import sha256_file
-
-    return sha256_file(path)
 
 
 def record_in_manifest(bundle_dir: str, rkllm_file: str, target: str, quant: str, max_context: int) -> dict:
@@ -367,7 +363,9 @@ def record_in_manifest(bundle_dir: str, rkllm_file: str, target: str, quant: str
     rel = os.path.relpath(rkllm_file, bundle_dir).replace(os.sep, "/")
     if rel.startswith("../"):
         raise ExportError(f"{rkllm_file} is outside the bundle {bundle_dir}")
-    digest = sha256(rkllm_file)
+    from qwen3asr.bundle import sha256_file
+
+    digest = sha256_file(rkllm_file)
     entry = {"file": rel, "quant": quant, "sha256": digest, "max_context": int(max_context)}
 
     def mutate(manifest: dict) -> None:
@@ -384,7 +382,9 @@ def check_bundle_matches(bundle_dir: str, ckpt_dir: str) -> None:
 
     bundle = Bundle.load(bundle_dir)
     want = bundle.manifest.get("source", {}).get("config_sha256")
-    have = sha256(os.path.join(ckpt_dir, "config.json"))
+    from qwen3asr.bundle import sha256_file
+
+    have = sha256_file(os.path.join(ckpt_dir, "config.json"))
     if want and want != have:
         raise ExportError(f"the bundle {bundle_dir} was exported from another checkpoint (config.json checksum "
                           f"differs from {ckpt_dir}); export the bundle from this checkpoint first")
