@@ -38,7 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from make_random_checkpoint import Preset, config_dict, write_side_files  # noqa: E402
 from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK  # noqa: E402
 from qwen3asr.encoder import tokens_for_frames as n_audio_tokens  # noqa: E402  (official formula)
+from qwen3asr.mel import DYNAMIC_RANGE  # noqa: E402
 
 log = logging.getLogger("train_tiny")
 
@@ -60,12 +61,12 @@ N_MELS = 128
 class TrainConfig:
     """Optimisation settings of one run."""
     seed: int = 0
-    n_train: int = 14000            # training clips generated
+    n_train: int = 32000            # training clips generated
     n_dev: int = 300
     n_test: int = 500
     vocab_size: int = 2000          # base BPE entries before the added tokens
     steps: int = 100000             # upper bound; the time budget below normally ends training
-    minutes: float = 45.0           # phase 2 (whole model) time budget; 0 = none (schedule by steps only)
+    minutes: float = 55.0           # phase 2 (whole model) time budget; 0 = none (schedule by steps only)
     batch_frames: int = 6000        # mel frames per batch (about 60 s of audio)
     max_batch: int = 32             # clips per batch
     lr: float = 1e-3
@@ -79,9 +80,14 @@ class TrainConfig:
     # turn already holds the header and the first k text tokens (as StreamSession's prefix
     # after a rollback) and the loss is on the rest only. 0 in the committed run.
     prefix_share: float = 0.0
+    # Share of training clips joined (2-4 at a time, up to concat_max_frames) into one
+    # multi-utterance example, as a streaming window or a 30 s chunk of a long file holds
+    # several utterances and pauses; all phases.
+    concat_share: float = 0.3
+    concat_max_frames: int = 3000
     # Phase 3: the whole model again from phase 2's end, fresh optimizer, this LR and
     # prefix_share, answer loss only. 0 minutes = no phase 3.
-    finetune_minutes: float = 15.0
+    finetune_minutes: float = 20.0
     finetune_lr: float = 3e-4
     finetune_prefix_share: float = 0.5
     spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
@@ -325,6 +331,71 @@ class Sample:
     text: str
     language: str       # "English", "Chinese", "None"
     text_ids: tuple     # token ids of ``text`` (empty for no speech), encoded once
+    parts: tuple = ()   # clip indices of a multi-utterance example (then ``index`` is the first)
+
+    @property
+    def clips(self) -> tuple:
+        return self.parts or (self.index,)
+
+
+def compose(samples: List[Sample], cfg: TrainConfig, rng: random.Random, tok) -> List[Sample]:
+    """One epoch's examples: a ``cfg.concat_share`` share of the clips joined 2-4 at a time
+    (at most ``cfg.concat_max_frames`` frames) into multi-utterance examples, the rest alone.
+
+    A joined example reads its parts' transcripts in order (joined as StreamSession joins
+    text: a space between two non-CJK words) under the language of its first speech part
+    (a window's header stays while its language changes); all no speech gives "None".
+    Every clip appears exactly once per epoch.
+    """
+    from qwen3asr.stream import join_text
+
+    if cfg.concat_share <= 0:
+        return list(samples)
+    order = list(samples)
+    rng.shuffle(order)
+    out, i = [], 0
+    while i < len(order):
+        # Start a joined example of k = 2-4 parts (mean 3) with probability q, so that a
+        # share c = 3q / (3q + 1 - q) of the clips ends up in one: q = c / (3 - 2c).
+        if rng.random() >= cfg.concat_share / (3.0 - 2.0 * cfg.concat_share):
+            out.append(order[i])
+            i += 1
+            continue
+        k = rng.randint(2, 4)
+        parts = [order[i]]
+        while len(parts) < k and i + len(parts) < len(order) and \
+                sum(p.frames for p in parts) + order[i + len(parts)].frames <= cfg.concat_max_frames:
+            parts.append(order[i + len(parts)])
+        i += len(parts)
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        text = ""
+        for p in parts:
+            text = join_text(text, p.text)
+        language = next((p.language for p in parts if p.language != "None"), "None")
+        out.append(Sample(parts[0].index, sum(p.frames for p in parts), text, language,
+                          tuple(tok.encode(text)) if text else (), tuple(p.index for p in parts)))
+    return out
+
+
+def sample_mel(mel_all: np.ndarray, off: np.ndarray, s: Sample) -> np.ndarray:
+    """(128, frames) float32 log-mel of a sample. Parts are joined along time and clamped
+    again at the joined maximum - 8 (2 after scaling), as the whole audio would be: each
+    clip was clamped at its own maximum."""
+    if not s.parts:
+        return mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)
+    m = np.concatenate([mel_all[:, off[i]:off[i + 1]] for i in s.parts], axis=1).astype(np.float32)
+    return np.maximum(m, m.max() - DYNAMIC_RANGE / 4.0)
+
+
+def sample_spans(spans: list, off: np.ndarray, s: Sample) -> list:
+    """(token id, start s, end s) frame targets of a sample, parts shifted by their start."""
+    out, t = [], 0.0
+    for i in s.clips:
+        out += [(tid, a + t, b + t) for tid, a, b in spans[i]]
+        t += (off[i + 1] - off[i]) / 100.0
+    return out
 
 
 def make_batches(samples: List[Sample], cfg: TrainConfig, rng: random.Random) -> List[List[Sample]]:
@@ -394,7 +465,8 @@ class Collator:
 
 
 def spec_augment(mel, cfg: TrainConfig, gen):
-    """Zero (the official padding value) up to 2 mel bands of <= 12 bins and 2 time spans of <= 5%."""
+    """Zero (the official padding value) up to 2 mel bands of <= 12 bins and 2 time spans of
+    <= 5% (at most 40 frames)."""
     import torch
 
     mel = mel.clone()
@@ -403,8 +475,8 @@ def spec_augment(mel, cfg: TrainConfig, gen):
         w = int(torch.randint(0, 13, (1,), generator=gen))
         f0 = int(torch.randint(0, N_MELS - w + 1, (1,), generator=gen))
         mel[f0:f0 + w, :] = 0.0
-    for _ in range(cfg.spec_time_masks):
-        w = int(torch.randint(0, max(1, t // 20) + 1, (1,), generator=gen))
+    for _ in range(cfg.spec_time_masks):  # at most 0.4 s, so no mask hides a whole word of a long example
+        w = int(torch.randint(0, min(max(1, t // 20), 40) + 1, (1,), generator=gen))
         t0 = int(torch.randint(0, t - w + 1, (1,), generator=gen))
         mel[:, t0:t0 + w] = 0.0
     return mel
@@ -486,7 +558,8 @@ def _cosine(step: int, p: float, peak: float, cfg: TrainConfig) -> float:
     return warm * peak * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def pretrain_encoder(work: str, model, head, samples, mel_all, off, spans, cfg: TrainConfig, log_every: int = 50):
+def pretrain_encoder(work: str, model, head, samples, mel_all, off, spans, cfg: TrainConfig, tok,
+                     log_every: int = 50):
     """Phase 1: the audio encoder and ``head`` alone on the frame-level loss for
     cfg.pretrain_minutes (about 4x more steps per minute than the whole model)."""
     import torch
@@ -495,7 +568,7 @@ def pretrain_encoder(work: str, model, head, samples, mel_all, off, spans, cfg: 
     params = [("audio_tower." + n, p) for n, p in tower.named_parameters()] + \
         [("frame_head." + n, p) for n, p in head.named_parameters()]
     opt = torch.optim.AdamW(_param_groups(params, cfg.weight_decay), lr=cfg.pretrain_lr, betas=(0.9, 0.98), eps=1e-8)
-    bcfg = TrainConfig(batch_frames=cfg.pretrain_batch_frames, max_batch=cfg.max_batch)
+    bcfg = replace(cfg, batch_frames=cfg.pretrain_batch_frames)
     rng = random.Random(cfg.seed + 1)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     budget = 60.0 * cfg.pretrain_minutes
@@ -503,16 +576,16 @@ def pretrain_encoder(work: str, model, head, samples, mel_all, off, spans, cfg: 
     loss_sum, correct, total = 0.0, 0, 0
     tower.train()
     while time.time() - t0 < budget:
-        for batch in make_batches(samples, bcfg, rng):
+        for batch in make_batches(compose(samples, cfg, rng, tok), bcfg, rng):
             p = (time.time() - t0) / budget
             if p >= 1.0:
                 break
             for g in opt.param_groups:
                 g["lr"] = _cosine(step, p, cfg.pretrain_lr, cfg)
-            mels = [spec_augment(torch.from_numpy(mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)),
-                                 cfg, gen) for s in batch]
+            mels = [spec_augment(torch.from_numpy(sample_mel(mel_all, off, s)), cfg, gen) for s in batch]
             audio = encode_audio(tower, mels)
-            loss, c, n = frame_loss(head, audio, mels, [spans[s.index] for s in batch], head.out_features - 1)
+            loss, c, n = frame_loss(head, audio, mels, [sample_spans(spans, off, s) for s in batch],
+                                    head.out_features - 1)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_([q for _, q in params], cfg.clip_norm)
@@ -572,7 +645,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     spans = make_alignment(work, data, cfg, tok_dir)
     frame_head = torch.nn.Linear(dims.hidden, vocab_rows + 1)
     if cfg.pretrain_minutes > 0:
-        pretrain_encoder(work, model, frame_head, samples, mel_all, off, spans, cfg, log_every)
+        pretrain_encoder(work, model, frame_head, samples, mel_all, off, spans, cfg, tok, log_every)
     if cfg.frame_weight == 0:
         frame_head = None  # no auxiliary loss: do not compute it
     named = list(model.named_parameters()) + \
@@ -597,17 +670,16 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     done = False
     while not done:
         epoch += 1
-        for batch in make_batches(samples, cfg, rng):
+        for batch in make_batches(compose(samples, cfg, rng, tok), cfg, rng):
             done = progress(step) >= 1.0
             if done:
                 break
             input_ids, attn, labels = collate(batch, rng)
-            mels = [spec_augment(torch.from_numpy(mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)),
-                                 cfg, gen) for s in batch]
+            mels = [spec_augment(torch.from_numpy(sample_mel(mel_all, off, s)), cfg, gen) for s in batch]
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             ce, aux, n_tok = forward_loss(model, mels, input_ids, attn, labels, ids["<|audio_pad|>"], frame_head,
-                                          [spans[s.index] for s in batch])
+                                          [sample_spans(spans, off, s) for s in batch])
             loss = ce + cfg.frame_weight * aux
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -704,8 +776,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         model, steps_done, train_s = train(args.work, data, tok_dir, cfg, MODEL)
     if cfg.finetune_minutes > 0:
-        from dataclasses import replace
-
         log.info("phase 3: %.0f min from the phase-2 weights, LR %.1e, prefix share %.2f", cfg.finetune_minutes,
                  cfg.finetune_lr, cfg.finetune_prefix_share)
         ft = replace(cfg, minutes=cfg.finetune_minutes, lr=cfg.finetune_lr, prefix_share=cfg.finetune_prefix_share,

@@ -3,6 +3,7 @@
 import os
 import random
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -71,3 +72,82 @@ def test_no_speech_and_one_token_texts_are_never_cut(tok):
     assert len(one.text_ids) == 1
     _, _, labels = collate([one], random.Random(0))
     assert _decode(tok, labels[0][labels[0] != -100]) == "language Chinese<asr_text>三<|im_end|>"
+
+
+# ----------------------------------------------------------------- multi-utterance examples
+
+def _pool(tok, n=400):
+    texts = [("turn on the light", "English"), ("关掉客厅的灯", "Chinese"), ("", "None"), ("three four", "English")]
+    return [train_tiny.Sample(i, 200 + 37 * (i % 11), texts[i % 4][0], texts[i % 4][1],
+                              tuple(tok.encode(texts[i % 4][0]))) for i in range(n)]
+
+
+def test_compose_uses_every_clip_once_and_joins_the_share_asked(tok):
+    samples = _pool(tok)
+    cfg = train_tiny.TrainConfig(concat_share=0.3, concat_max_frames=3000)
+    out = train_tiny.compose(samples, cfg, random.Random(3), tok)
+    clips = [i for s in out for i in s.clips]
+    assert sorted(clips) == list(range(len(samples)))
+    joined = [s for s in out if s.parts]
+    share = sum(len(s.parts) for s in joined) / len(samples)
+    assert 0.2 < share < 0.4, share
+    assert all(2 <= len(s.parts) <= 4 and s.frames <= 3000 for s in joined)
+    assert all(s.frames == sum(samples[i].frames for i in s.parts) for s in joined)
+    # Off means off.
+    none = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=0.0), random.Random(3), tok)
+    assert none == samples
+
+
+def test_joined_example_reads_its_parts_in_order_under_the_first_speech_language(tok):
+    samples = _pool(tok)
+    out = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=1.0), random.Random(5), tok)
+    seen = set()
+    for s in (s for s in out if s.parts):
+        parts = [samples[i] for i in s.parts]
+        speech = [p for p in parts if p.language != "None"]
+        assert s.language == (speech[0].language if speech else "None")
+        assert s.text.replace(" ", "") == "".join(p.text for p in parts).replace(" ", "")
+        assert s.text_ids == tuple(tok.encode(s.text))
+        seen.add(tuple(p.language for p in parts))
+        # Spaces only between two English words, none next to Chinese.
+        assert "  " not in s.text and " 关" not in s.text and "灯 " not in s.text
+        if [p.language for p in parts][:2] == ["English", "English"]:
+            assert s.text.startswith(parts[0].text + " " + parts[1].text)
+    assert any("Chinese" in langs and "English" in langs for langs in seen)
+
+
+def test_joined_mel_is_the_mel_of_the_joined_audio(tok):
+    """Log-mels of two real clips joined by sample_mel equal the log-mel of the joined
+    waveform, but for the STFT frames that straddle the joint."""
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr.mel import log_mel
+
+    a = prepare_audio(os.path.join(ROOT, "audio", "en_1.wav"))
+    b = 0.05 * prepare_audio(os.path.join(ROOT, "audio", "zh_1.wav"))  # much quieter: clamps differ
+    b = b[:len(b) // 160 * 160]
+    a = a[:len(a) // 160 * 160]
+    ma, mb = log_mel(a, 128), log_mel(b, 128)
+    feats = np.concatenate([ma, mb], axis=1).astype(np.float16)
+    off = np.array([0, ma.shape[1], ma.shape[1] + mb.shape[1]])
+    s = train_tiny.Sample(0, int(off[-1]), "x", "English", (), (0, 1))
+    got = train_tiny.sample_mel(feats, off, s)
+    want = log_mel(np.concatenate([a, b]), 128)
+    n = min(got.shape[1], want.shape[1])
+    keep = np.r_[0:ma.shape[1] - 2, ma.shape[1] + 2:n]
+    assert np.abs(got[:, keep] - want[:, keep]).max() < 0.01
+    # Without the second clamp the quiet clip keeps values below the joined floor.
+    plain = feats.astype(np.float32)
+    assert np.abs(plain[:, keep] - want[:, keep]).max() > 0.1
+    # A single clip is its own slice.
+    one = train_tiny.sample_mel(feats, off, train_tiny.Sample(1, int(off[2] - off[1]), "x", "Chinese", ()))
+    assert np.array_equal(one, feats[:, off[1]:off[2]].astype(np.float32))
+
+
+def test_joined_frame_targets_are_shifted_by_the_earlier_parts():
+    spans = [[(5, 0.2, 0.5)], [], [(7, 0.1, 0.3), (8, 0.3, 0.6)]]
+    off = np.array([0, 150, 250, 400])
+    s = train_tiny.Sample(0, 400, "x", "English", (), (0, 1, 2))
+    got = train_tiny.sample_spans(spans, off, s)
+    assert [t for t, _, _ in got] == [5, 7, 8]
+    assert np.allclose([(a, b) for _, a, b in got], [(0.2, 0.5), (2.6, 2.8), (2.8, 3.1)])
+    assert train_tiny.sample_spans(spans, off, train_tiny.Sample(2, 150, "x", "English", ())) == spans[2]
