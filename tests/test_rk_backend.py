@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
 import json
 import os
 import shutil
@@ -183,6 +184,7 @@ def fake_rknnlite(monkeypatch):
     api.RKNNLite = FakeRKNNLite
     pkg = types.ModuleType("rknnlite")
     pkg.api = api
+    pkg.__spec__ = importlib.machinery.ModuleSpec("rknnlite", None)  # find_spec() sees it installed
     monkeypatch.setitem(sys.modules, "rknnlite", pkg)
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
     FakeRKNNLite.files, FakeRKNNLite.instances, FakeRKNNLite.violations = {}, [], []
@@ -395,14 +397,37 @@ def test_rk_context_is_the_rkllm_models(base_bundle, tmp_path, fake_rknnlite, sh
     engine._rk.close()
 
 
-def test_eos_ids_come_from_the_manifest(rk_bundle, monkeypatch):
+def test_every_end_of_sequence_id_ends_the_text(rk_bundle, shim, fake_rknnlite):
+    """The runtime may hand back <|endoftext|> as well as <|im_end|>: both are the manifest's
+    end-of-sequence ids and neither reaches the transcript."""
     from qwen3asr.bundle import Bundle
 
     b = Bundle.load(rk_bundle)
-    assert rk_backend.eos_token_ids(b) == frozenset({151645, 151643})
+    assert b.eos_token_ids == frozenset({151645, 151643})
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    for end in (tok.endoftext, tok.im_end):
+        shim.script(*runtime_script(tok, transcript_ids(tok, "one two") + [end]))
+        res = engine.transcribe(CLIP)
+        assert res.text == "one two" and end not in res.token_ids
+    engine._rk.close()
     del b.manifest["eos_token_ids"]
     with pytest.raises(BundleError, match="no eos_token_ids; re-export the bundle"):
-        rk_backend.eos_token_ids(b)
+        b.eos_token_ids
+
+
+def test_auto_backend_detects_the_soc_once(rk_bundle, shim, fake_rknnlite, monkeypatch):
+    """backend="auto" on a board: the SoC read from the device tree picks the rk backend and is
+    handed to it (one detection, and no "not a board" check against the machine name)."""
+    from qwen3asr import rknn_backend
+
+    monkeypatch.delenv(rk_backend.ENV_SOC, raising=False)
+    calls = []
+    monkeypatch.setattr(rknn_backend, "detect_soc", lambda *a: calls.append(a) or SOC)
+    engine = Qwen3ASREngine(rk_bundle, backend="auto")
+    assert engine.backend == "rk" and engine._rk.soc == SOC
+    assert len(calls) == 1
+    engine._rk.close()
 
 
 def test_runaway_repetition_is_aborted(rk_bundle, shim, fake_rknnlite):

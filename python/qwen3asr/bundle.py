@@ -139,6 +139,15 @@ class Bundle:
         return dict(self.manifest["special_tokens"])
 
     @property
+    def eos_token_ids(self) -> frozenset:
+        """End-of-sequence ids both backends stop on (written by scripts/export_onnx.py)."""
+        ids = self.manifest.get("eos_token_ids")
+        if not ids:
+            raise BundleError(f"{self.path}/model.json has no eos_token_ids; re-export the bundle with "
+                              "scripts/export_onnx.py")
+        return frozenset(int(i) for i in ids)
+
+    @property
     def max_context(self) -> int:
         return int(self.manifest["decoder"]["max_context"])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 
@@ -97,13 +97,15 @@ class Qwen3ASREngine:
         self.embeddings = EmbeddingTable(self.bundle)
         self.n_mels = int(self.bundle.audio_config["num_mel_bins"])
         self.max_context = self.bundle.max_context
+        soc = None
         if backend == "auto":
-            backend = _auto_backend(self.bundle)
+            backend, soc = _auto_backend(self.bundle)
         self.backend = backend
         if backend == "rk":
             from .rk_backend import create_rk_backend  # lazy: needs the board SDKs
 
-            self._rk = create_rk_backend(self.bundle, encoder_form=encoder_form, encoder_sizes=encoder_sizes)
+            self._rk = create_rk_backend(self.bundle, encoder_form=encoder_form, encoder_sizes=encoder_sizes,
+                                         soc=soc)
             self.encoder = self._rk.encoder
             self.decoder = None
             self.max_context = self._rk.max_context  # the .rkllm model's own KV-cache length
@@ -128,9 +130,9 @@ class Qwen3ASREngine:
         for name, tid in self.bundle.special_tokens.items():
             if self.tokenizer.token_id(name) != tid:
                 raise RuntimeError(f"tokenizer and manifest disagree on {name}: {self.tokenizer.token_id(name)} vs {tid}")
-        eos = self.bundle.manifest.get("eos_token_ids")
-        if eos is None or set(eos) != set(self.tokenizer.eos_ids):
-            raise RuntimeError(f"manifest end-of-sequence ids {eos} differ from the tokenizer's "
+        eos = self.bundle.eos_token_ids
+        if eos != set(self.tokenizer.eos_ids):
+            raise RuntimeError(f"manifest end-of-sequence ids {sorted(eos)} differ from the tokenizer's "
                                f"{list(self.tokenizer.eos_ids)}; re-export the bundle")
 
     # ------------------------------------------------------------------ stages
@@ -312,9 +314,9 @@ class Qwen3ASREngine:
                              token_ids=tuple(int(t) for t in tokens), raw_text=raw, truncated=truncated, stats=stats)
 
 
-def _auto_backend(bundle: Bundle) -> str:
-    """"rk" on an RK3576/RK3588 with rknn-toolkit-lite2 and a bundle holding RK models for that SoC;
-    else "onnx". (A missing librkllmrt.so is then reported by the rk backend itself.)"""
+def _auto_backend(bundle: Bundle) -> Tuple[str, Optional[str]]:
+    """("rk", SoC) on an RK3576/RK3588 with rknn-toolkit-lite2 and a bundle holding RK models for
+    that SoC; else ("onnx", None). (A missing librkllmrt.so is then reported by the rk backend.)"""
     import importlib.util
     import os
 
@@ -324,12 +326,12 @@ def _auto_backend(bundle: Bundle) -> str:
     try:
         soc = os.environ.get(ENV_SOC) or detect_soc()
     except RuntimeError:
-        return "onnx"  # not a (supported) Rockchip board
+        return "onnx", None  # not a (supported) Rockchip board
     rkllm = bundle.manifest.get("rk", {}).get("rkllm", {})
     if soc not in rkllm:
         logger.info("%s board found but the bundle has no RKLLM decoder for it; using ONNX Runtime on the CPU", soc)
-        return "onnx"
+        return "onnx", None
     if importlib.util.find_spec("rknnlite") is None:
         logger.warning("%s board found but rknn-toolkit-lite2 is not installed; using the CPU backend", soc)
-        return "onnx"
-    return "rk"
+        return "onnx", None
+    return "rk", soc

@@ -256,15 +256,6 @@ def decoder_path(bundle: Bundle, entry: dict, soc: str) -> str:
                            "again.")
 
 
-def eos_token_ids(bundle: Bundle) -> frozenset:
-    """The manifest's ``eos_token_ids`` (written by scripts/export_onnx.py); BundleError if absent."""
-    ids = bundle.manifest.get("eos_token_ids")
-    if not ids:
-        raise BundleError(f"{bundle.path}/model.json has no eos_token_ids; re-export the bundle with "
-                          "scripts/export_onnx.py")
-    return frozenset(int(i) for i in ids)
-
-
 def _check_machine(soc: Optional[str]) -> None:
     if soc is None and platform.machine() not in ("aarch64", "arm64"):
         raise RKBackendError(
@@ -303,7 +294,7 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
     encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=core_mask)
     backend = RKBackend(encoder=encoder, soc=soc, decoder_file=decoder_file, max_context=int(entry["max_context"]),
                         quant=str(entry["quant"]), vocab_size=int(t["vocab_size"]), hidden_size=int(t["hidden_size"]),
-                        eos_ids=eos_token_ids(bundle), lib_path=lib_path, abi=abi, repetition=repetition)
+                        eos_ids=bundle.eos_token_ids, lib_path=lib_path, abi=abi, repetition=repetition)
     try:
         backend.load_decoder(options)
     except BaseException:
@@ -316,4 +307,4 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
 
 
 __all__ = ["BASE_DOMAIN_ID", "ENV_SOC", "RKBackend", "RKBackendError", "create_rk_backend", "decoder_path",
-           "eos_token_ids", "rkllm_entry", "rkllm_options"]
+           "rkllm_entry", "rkllm_options"]
