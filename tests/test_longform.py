@@ -44,6 +44,15 @@ def test_max_chunks_stops_early(engine):
     assert r.stats.encoder_calls == 3 and r.stats.audio_seconds == pytest.approx(6.0) and r.truncated
 
 
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
+def test_bad_max_chunks_is_refused_before_any_work(engine, bad, monkeypatch):
+    from qwen3asr import longform
+
+    monkeypatch.setattr(longform, "clip_ceiling", lambda *a: pytest.fail("scanned the audio first"))
+    with pytest.raises(ValueError, match=r"max_chunks must be an integer >= 1 or None \(got "):
+        engine.transcribe(LONG, chunk_size=2.0, max_chunks=bad)
+
+
 def test_single_pass_unchanged_with_one_segment(engine):
     clip = os.path.join(ROOT, "audio", "en_2.wav")
     r = engine.transcribe(clip, max_new_tokens=4)

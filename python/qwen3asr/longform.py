@@ -17,6 +17,7 @@ utterances are one segment each), with times in seconds of the file.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import time
@@ -78,12 +79,10 @@ def transcribe_long(engine, pcm: np.ndarray, *, offset: float = 0.0, language: O
     """Transcribe (n,) float32 16 kHz audio of any length in chunks; returns a Transcription
     with ``segments`` (times in seconds + ``offset``). ``max_chunks`` stops early (truncated)."""
     t0 = time.perf_counter()
-    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
-                                   or max_chunks < 1):
-        raise ValueError(f"max_chunks must be an integer >= 1 or None, got {max_chunks!r}")
     opts = StreamOptions(language=language, context=context, chunk_size=chunk_size, memory_num=memory_num,
                          rollback_tokens=rollback_tokens, max_new_tokens=max_new_tokens, vad=vad, itn=itn,
-                         mel_ceiling=clip_ceiling(pcm, engine.n_mels), max_chunks=max_chunks)
+                         max_chunks=max_chunks)  # checked before the scan of the whole audio below
+    opts = dataclasses.replace(opts, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
     stopped = False
     if max_chunks is not None and opts.vad is None and pcm.shape[0] > max_chunks * opts.chunk_samples:
         pcm = pcm[:max_chunks * opts.chunk_samples]  # the audio the session's cap lets through
