@@ -3,6 +3,7 @@
 import dataclasses
 import io
 import math
+import os
 import shutil
 import subprocess
 
@@ -105,11 +106,24 @@ def test_missing_model_path_names_the_fix(tmp_path):
         SileroVAD(tmp_path / "nothere.onnx")
 
 
-def test_model_takes_explicit_path(model, tmp_path):
+def test_model_takes_explicit_path(model, speech, tmp_path):
+    """The file at an explicit path is the one loaded: a copy of the packaged model gives the
+    same probabilities; a broken file or another ONNX model there is refused by name."""
+    pcm = speech[0][:SAMPLE_RATE * 3]
     copy = tmp_path / "silero_copy.onnx"
     shutil.copyfile(model.model_path, copy)
     other = SileroVAD(copy)
     assert other.model_path == str(copy) != model.model_path
+    model.reset()
+    assert np.array_equal(other.probabilities(pcm), model.probabilities(pcm))
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(open(model.model_path, "rb").read()[:1000])
+    with pytest.raises(RuntimeError, match=r"broken\.onnx is not a readable ONNX model"):
+        SileroVAD(broken)
+    foreign = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "default",
+                           "decoder", "decoder_int8.onnx")
+    with pytest.raises(RuntimeError, match=r"decoder_int8\.onnx is not the Silero VAD v5 model"):
+        SileroVAD(foreign)
 
 
 def test_window_probabilities_on_speech_and_silence(model, speech):

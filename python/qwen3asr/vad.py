@@ -111,7 +111,12 @@ class SileroVAD:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = num_threads
         opts.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(self.model_path, sess_options=opts, providers=["CPUExecutionProvider"])
+        try:
+            self._session = ort.InferenceSession(self.model_path, sess_options=opts,
+                                                 providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own types for unreadable files
+            raise RuntimeError(f"{self.model_path} is not a readable ONNX model ({type(exc).__name__}); "
+                               f"{_INSTALL_HINT}") from None
         names = [i.name for i in self._session.get_inputs()]
         if names != ["input", "state", "sr"]:
             raise RuntimeError(
