@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     if "encoded_fraction" in out["vad"]:
         print(f"| VAD: encoded fraction / reference speech fraction | {pct(out['vad']['encoded_fraction'])} / "
               f"{pct(speech)} |")
-        print(f"| VAD: streaming MER / offline (VAD-first segments) MER | {pct(out['vad']['mer'])} / "
+        print(f"| VAD: streaming MER / offline MER (VAD-first segments, 30 s chunks) | {pct(out['vad']['mer'])} / "
               f"{pct(out['vad']['offline_mer'])} |")
     print(f"| prefill tokens / audio s: streaming / offline (ratio) | {s['prefill_tokens_per_second']:.1f} / "
           f"{minimum:.1f} ({out['prefill_ratio']:.2f}x) |")

@@ -349,7 +349,9 @@ def compose(samples: List[Sample], cfg: TrainConfig, rng: random.Random, tok) ->
     """
     from qwen3asr.stream import join_text
 
-    if cfg.concat_share <= 0:
+    if not 0.0 <= cfg.concat_share <= 1.0:
+        raise ValueError(f"concat_share must be between 0 and 1, got {cfg.concat_share}")
+    if cfg.concat_share == 0:
         return list(samples)
     order = list(samples)
     rng.shuffle(order)
@@ -390,7 +392,11 @@ def sample_mel(mel_all: np.ndarray, off: np.ndarray, s: Sample) -> np.ndarray:
 
 
 def sample_spans(spans: list, off: np.ndarray, s: Sample) -> list:
-    """(token id, start s, end s) frame targets of a sample, parts shifted by their start."""
+    """(token id, start s, end s) frame targets of a sample, parts shifted by their start.
+
+    Each part keeps its own clip's tokens: where the joined answer tokenizes a later part's
+    first word with a leading space (" three" vs "three"), the frame target is the form
+    without it. The frame loss is auxiliary, so that small mismatch is left alone."""
     out, t = [], 0.0
     for i in s.clips:
         out += [(tid, a + t, b + t) for tid, a, b in spans[i]]
@@ -745,6 +751,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="phase 1 budget: the audio encoder alone on the frame-level loss; 0 = skip")
     ap.add_argument("--prefix-share", type=float, default=TrainConfig.prefix_share,
                     help="share of speech examples whose assistant turn starts with part of the transcript")
+    ap.add_argument("--concat-share", type=float, default=TrainConfig.concat_share,
+                    help="share of clips joined into multi-utterance examples (all phases); 0 = none")
     ap.add_argument("--finetune-minutes", type=float, default=TrainConfig.finetune_minutes,
                     help="phase 3 budget (0 = none): the whole model from phase 2's weights with prefix examples; "
                          "with --from-snapshot it starts from WORK/snapshot.pt")
@@ -759,7 +767,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train,
                       pretrain_minutes=args.pretrain_minutes, threads=args.threads,
-                      prefix_share=args.prefix_share, finetune_minutes=args.finetune_minutes)
+                      prefix_share=args.prefix_share, finetune_minutes=args.finetune_minutes,
+                      concat_share=args.concat_share)
     t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     data = make_data(args.work, cfg)

@@ -397,7 +397,7 @@ def test_rk_context_is_the_rkllm_models(base_bundle, tmp_path, fake_rknnlite, sh
     engine._rk.close()
 
 
-def test_every_end_of_sequence_id_ends_the_text(rk_bundle, shim, fake_rknnlite):
+def test_every_end_of_sequence_id_is_dropped_from_the_text(rk_bundle, shim, fake_rknnlite):
     """The runtime may hand back <|endoftext|> as well as <|im_end|>: both are the manifest's
     end-of-sequence ids and neither reaches the transcript."""
     from qwen3asr.bundle import Bundle

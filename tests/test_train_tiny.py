@@ -93,6 +93,14 @@ def test_compose_uses_every_clip_once_and_joins_the_share_asked(tok):
     assert 0.2 < share < 0.4, share
     assert all(2 <= len(s.parts) <= 4 and s.frames <= 3000 for s in joined)
     assert all(s.frames == sum(samples[i].frames for i in s.parts) for s in joined)
+    # The frame cap: no joined example longer, every clip still used once.
+    capped = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=1.0, concat_max_frames=700),
+                                random.Random(3), tok)
+    assert sorted(i for s in capped for i in s.clips) == list(range(len(samples)))
+    assert all(s.frames <= 700 for s in capped if s.parts) and any(s.parts for s in capped)
+    assert any(not s.parts for s in capped)  # with share 1 only the cap leaves a clip alone
+    with pytest.raises(ValueError, match="concat_share must be between 0 and 1"):
+        train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=1.5), random.Random(3), tok)
     # Off means off.
     none = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=0.0), random.Random(3), tok)
     assert none == samples

@@ -3,7 +3,7 @@
 import dataclasses
 import io
 import math
-import os
+import pathlib
 import shutil
 import subprocess
 
@@ -107,8 +107,8 @@ def test_missing_model_path_names_the_fix(tmp_path):
 
 
 def test_model_takes_explicit_path(model, speech, tmp_path):
-    """The file at an explicit path is the one loaded: a copy of the packaged model gives the
-    same probabilities; a broken file or another ONNX model there is refused by name."""
+    """An explicit path is used: a copy of the packaged model works like it, and a broken file or
+    another ONNX model at that path is refused by name (so it is that file that gets loaded)."""
     pcm = speech[0][:SAMPLE_RATE * 3]
     copy = tmp_path / "silero_copy.onnx"
     shutil.copyfile(model.model_path, copy)
@@ -117,11 +117,15 @@ def test_model_takes_explicit_path(model, speech, tmp_path):
     model.reset()
     assert np.array_equal(other.probabilities(pcm), model.probabilities(pcm))
     broken = tmp_path / "broken.onnx"
-    broken.write_bytes(open(model.model_path, "rb").read()[:1000])
+    broken.write_bytes(pathlib.Path(model.model_path).read_bytes()[:1000])
     with pytest.raises(RuntimeError, match=r"broken\.onnx is not a readable ONNX model"):
         SileroVAD(broken)
-    foreign = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "default",
-                           "decoder", "decoder_int8.onnx")
+    foreign = tmp_path / "decoder_int8.onnx"  # any other ONNX graph: one Identity node
+    onnx = pytest.importorskip("onnx")
+    node = onnx.helper.make_node("Identity", ["x"], ["y"])
+    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), str(foreign))
     with pytest.raises(RuntimeError, match=r"decoder_int8\.onnx is not the Silero VAD v5 model"):
         SileroVAD(foreign)
 

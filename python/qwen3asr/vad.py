@@ -115,8 +115,9 @@ class SileroVAD:
             self._session = ort.InferenceSession(self.model_path, sess_options=opts,
                                                  providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types for unreadable files
-            raise RuntimeError(f"{self.model_path} is not a readable ONNX model ({type(exc).__name__}); "
-                               f"{_INSTALL_HINT}") from None
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RuntimeError(f"{self.model_path} is not a readable ONNX model ({reason}); "
+                               f"{_INSTALL_HINT}") from exc
         names = [i.name for i in self._session.get_inputs()]
         if names != ["input", "state", "sr"]:
             raise RuntimeError(
