@@ -3,13 +3,13 @@
 The model is the tiny Qwen3-ASR trained by scripts/train_tiny.py (docs/training.md); the
 demo clips use test-split texts and held-out voices (audio/README.md).
 
-The committed model meets issue 3's English, language-ID and no-speech targets but not the
-Mandarin one (docs/training.md, "Results"): it gets five demo clips exactly right and
-misrecognises a word of zh_3. That reference transcript is a strict
-xfail (on an AssertionError only: a crash is a failure) and what the model outputs is
-pinned exactly per decoder dtype (``OUTPUTS``): a retrained model that gets a clip right
-turns its xfail into a failure (XPASS), and any change of output fails the pin, so both
-lists are updated, not forgotten. What the model gets right is asserted exactly.
+The committed model meets issue 3's English, language-ID and no-speech targets but not yet
+the Mandarin one (docs/training.md, "Results"); it gets all six demo clips exactly right.
+What the model outputs is pinned exactly per decoder dtype (``OUTPUTS``). A clip whose
+pinned output differs from its reference transcript (none today) gets that reference as a
+strict xfail (on an AssertionError only: a crash is a failure), so a retrained model that
+gets it right fails as XPASS, and any change of output fails the pin: both lists are
+updated, not forgotten.
 """
 
 import json
@@ -36,7 +36,7 @@ OUTPUTS = {
         "en_3.wav": "please turn on the living room fan",
         "zh_1.wav": "六点半",
         "zh_2.wav": "把十二瓶牛奶加到购物清单",
-        "zh_3.wav": "关掉走廊的灯",
+        "zh_3.wav": "关掉走廊的风扇",
     },
 }
 OUTPUTS["fp32"] = dict(OUTPUTS["int8"])
