@@ -20,6 +20,8 @@ same settings, so an interrupted run can be restarted):
               (``language X<asr_text>text<|im_end|>``) plus the frame loss as an auxiliary.
               Phase 3 (``--finetune-minutes``): the whole model again, lower LR, half the
               examples with part of the transcript already in the assistant turn.
+              In every phase a share of the clips (``--concat-share``) is joined 2-4 at a
+              time into multi-utterance examples (``compose``).
 5. checkpoint: ``save_pretrained`` + the official side files -> WORK/checkpoint/
 6. export:    scripts/export_onnx.py -> OUT (the committed bundle)
 
