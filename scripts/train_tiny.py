@@ -366,10 +366,11 @@ def compose(samples: List[Sample], cfg: TrainConfig, rng: random.Random, tok) ->
             i += 1
             continue
         k = rng.randint(2, 4)
-        parts = [order[i]]
+        parts, frames = [order[i]], order[i].frames
         while len(parts) < k and i + len(parts) < len(order) and \
-                sum(p.frames for p in parts) + order[i + len(parts)].frames <= cfg.concat_max_frames:
+                frames + order[i + len(parts)].frames <= cfg.concat_max_frames:
             parts.append(order[i + len(parts)])
+            frames += parts[-1].frames
         i += len(parts)
         if len(parts) == 1:
             out.append(parts[0])
@@ -378,7 +379,7 @@ def compose(samples: List[Sample], cfg: TrainConfig, rng: random.Random, tok) ->
         for p in parts:
             text = join_text(text, p.text)
         language = next((p.language for p in parts if p.language != "None"), "None")
-        out.append(Sample(parts[0].index, sum(p.frames for p in parts), text, language,
+        out.append(Sample(parts[0].index, frames, text, language,
                           tuple(tok.encode(text)) if text else (), tuple(p.index for p in parts)))
     return out
 

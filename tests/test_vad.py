@@ -120,13 +120,13 @@ def test_model_takes_explicit_path(model, speech, tmp_path):
     broken.write_bytes(pathlib.Path(model.model_path).read_bytes()[:1000])
     with pytest.raises(RuntimeError, match=r"broken\.onnx is not a readable ONNX model"):
         SileroVAD(broken)
-    foreign = tmp_path / "decoder_int8.onnx"  # any other ONNX graph: one Identity node
+    foreign = tmp_path / "identity.onnx"  # any other ONNX graph: one Identity node
     onnx = pytest.importorskip("onnx")
     node = onnx.helper.make_node("Identity", ["x"], ["y"])
     graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
                                    [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
     onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), str(foreign))
-    with pytest.raises(RuntimeError, match=r"decoder_int8\.onnx is not the Silero VAD v5 model"):
+    with pytest.raises(RuntimeError, match=r"identity\.onnx is not the Silero VAD v5 model"):
         SileroVAD(foreign)
 
 
