@@ -47,11 +47,17 @@ FORMAT_TEXTS = (["system", "user", "assistant", "\n"]
 FORMAT_REPEAT = 200
 
 
-def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[str] = ()):
+def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[str] = (),
+              isolated_chars: Iterable[str] = ()):
     """Train the byte-level BPE; returns (vocab {token: id}, merges [(a, b)]).
 
     required_chars: characters that must each end up as one token; raises RuntimeError
     naming them if the vocabulary is too small for that.
+    isolated_chars: characters never merged with anything else (each stays a token of its
+    own in every text): merges producing a longer token that holds one are dropped, with
+    every merge built on a dropped token, and the ids renumbered. The vocabulary ends up
+    smaller than ``vocab_size`` by the number dropped. Raises RuntimeError if a text still
+    encodes such a character inside a longer token.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -75,7 +81,66 @@ def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[st
     if not_single:
         raise RuntimeError(f"{len(not_single)} required characters are not single tokens with vocab_size "
                            f"{vocab_size} (e.g. {''.join(not_single[:10])}); raise --vocab-size")
+    isolated = sorted(set(isolated_chars))
+    if isolated:
+        vocab, merges = _isolate(vocab, merges, isolated)
+        tok.model = models.BPE(vocab=vocab, merges=merges, unk_token=None, fuse_unk=False, byte_fallback=False)
+        for text in texts:
+            pieces = [_piece_bytes(t) for t in tok.encode(text).tokens]
+            for c in isolated:
+                if c in text and text.count(c) != pieces.count(c.encode("utf-8")):
+                    raise RuntimeError(f"{c!r} is not a token of its own in the encoding of {text!r}")
     return vocab, merges
+
+
+def _bytes_of_piece():
+    from tokenizers import pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    # GPT-2 byte-to-unicode table: printable bytes map to themselves, the rest to 256 + k.
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    table, k = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + k)] = b
+            k += 1
+    if sorted(table) != alphabet:
+        raise RuntimeError("unexpected byte-level alphabet")
+    return table
+
+
+_BYTE_OF: Dict[str, int] = {}
+
+
+def _piece_bytes(piece: str) -> bytes:
+    if not _BYTE_OF:
+        _BYTE_OF.update(_bytes_of_piece())
+    return bytes(_BYTE_OF[ch] for ch in piece)
+
+
+def _piece_text(piece: str) -> str:
+    return _piece_bytes(piece).decode("utf-8", errors="replace")
+
+
+def _isolate(vocab: Dict[str, int], merges: List[tuple], isolated: Sequence[str]):
+    """Drop the merges whose token holds an isolated character and more, and those built on a
+    dropped token; renumber the vocabulary contiguously in the old order."""
+    needles = [c.encode("utf-8") for c in isolated]
+    dropped, kept = set(), []
+    for a, b in merges:
+        piece = a + b
+        raw = _piece_bytes(piece)
+        if a in dropped or b in dropped or any(n in raw and raw != n for n in needles):
+            dropped.add(piece)
+        else:
+            kept.append((a, b))
+    order = sorted((i, p) for p, i in vocab.items() if p not in dropped)
+    new_vocab = {p: k for k, (_, p) in enumerate(order)}
+    logger.info("isolated %d characters: %d merges dropped", len(isolated), len(dropped))
+    return new_vocab, kept
 
 
 def small_tokenizer_config(base_size: int) -> dict:
@@ -87,9 +152,9 @@ def small_tokenizer_config(base_size: int) -> dict:
 
 
 def write_small_tokenizer(out_dir: str, texts: Sequence[str], vocab_size: int = DEFAULT_VOCAB_SIZE,
-                          required_chars: Iterable[str] = ()) -> None:
+                          required_chars: Iterable[str] = (), isolated_chars: Iterable[str] = ()) -> None:
     """Write vocab.json, merges.txt, tokenizer_config.json, chat_template.json into ``out_dir``."""
-    vocab, merges = train_bpe(texts, vocab_size, required_chars)
+    vocab, merges = train_bpe(texts, vocab_size, required_chars, isolated_chars)
     base = len(vocab)
     if sorted(vocab.values()) != list(range(base)):
         raise RuntimeError("trained vocabulary ids are not contiguous")

@@ -45,6 +45,9 @@ _EN_ONES = ("zero one two three four five six seven eight nine ten eleven twelve
             "fourteen fifteen sixteen seventeen eighteen nineteen").split()
 _EN_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 _ZH_DIGITS = "零一二三四五六七八九"
+# Characters that spell numbers; the tiny model's tokenizer keeps each a token of its own
+# (digit strings read one by one are then one token per spoken digit).
+ZH_NUMERALS = _ZH_DIGITS + "十百千万两"
 
 
 def en_number(n: int) -> str:

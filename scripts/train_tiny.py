@@ -31,6 +31,7 @@ See docs/training.md for the numbers of the committed run.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
@@ -67,8 +68,11 @@ class TrainConfig:
     n_dev: int = 300
     n_test: int = 500
     vocab_size: int = 2000          # base BPE entries before the added tokens
+    # Mandarin numeral characters never merged into longer tokens: with "零四", "八一" ... as
+    # tokens, digit strings lost or doubled repeated digits (session-3 model, docs/training.md).
+    isolate_numerals: bool = True
     steps: int = 100000             # upper bound; the time budget below normally ends training
-    minutes: float = 55.0           # phase 2 (whole model) time budget; 0 = none (schedule by steps only)
+    minutes: float = 50.0           # phase 2 (whole model) time budget; 0 = none (schedule by steps only)
     batch_frames: int = 6000        # mel frames per batch (about 60 s of audio)
     max_batch: int = 32             # clips per batch
     lr: float = 1e-3
@@ -87,6 +91,17 @@ class TrainConfig:
     # several utterances and pauses; all phases.
     concat_share: float = 0.3
     concat_max_frames: int = 3000
+    # Chance that an example is a long one instead: 8-40 clips up to long_max_frames (about
+    # 5 % of the clips end up in one), as a 60 s window of a long file (30 s chunks, memory 2)
+    # or a whole 77 s recording decoded in one pass.
+    long_share: float = 0.004
+    long_max_frames: int = 8000
+    # Share of speech examples cut to a random window [a, b) of their audio, as a streaming
+    # window without VAD begins and ends anywhere inside utterances. The answer holds the
+    # tokens whose aligned middle lies inside the window (phases 2 and 3; with prefix_share
+    # the assistant turn starts with part of it, as a continued window does).
+    crop_share: float = 0.25
+    crop_min_frames: int = 150
     # Phase 3: the whole model again from phase 2's end, fresh optimizer, this LR and
     # prefix_share, answer loss only. 0 minutes = no phase 3.
     finetune_minutes: float = 20.0
@@ -95,7 +110,7 @@ class TrainConfig:
     spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
     spec_time_masks: int = 2        # and of up to 5% of the frames
     frame_weight: float = 0.5       # auxiliary frame-level loss on the encoder output in phase 2
-    pretrain_minutes: float = 40.0  # phase 1: encoder alone on the frame-level loss; 0 = skip
+    pretrain_minutes: float = 30.0  # phase 1: encoder alone on the frame-level loss; 0 = skip
     pretrain_lr: float = 2e-3
     pretrain_batch_frames: int = 4000
     # Intra-op threads. Use 1 when other jobs share the machine: with helpers running (load
@@ -146,11 +161,18 @@ def make_tokenizer(work: str, data: str, cfg: TrainConfig) -> str:
     from make_small_tokenizer import write_small_tokenizer
 
     out = os.path.join(work, "tokenizer")
-    if os.path.isfile(os.path.join(out, "tokenizer_config.json")):
-        log.info("tokenizer: %s exists", out)
-        return out
+    settings = {"vocab_size": cfg.vocab_size, "isolate_numerals": cfg.isolate_numerals}
+    marker = os.path.join(work, "tokenizer_settings.json")
+    if os.path.isfile(os.path.join(out, "tokenizer_config.json")) and os.path.isfile(marker):
+        with open(marker, encoding="utf-8") as f:
+            if json.load(f) == settings:
+                log.info("tokenizer: %s exists", out)
+                return out
     texts = [r["text"] for r in read_manifest(os.path.join(data, "train")) if r["text"]]
-    write_small_tokenizer(out, texts, cfg.vocab_size, textgen.CHINESE_CHARSET)
+    write_small_tokenizer(out, texts, cfg.vocab_size, textgen.CHINESE_CHARSET,
+                          textgen.ZH_NUMERALS if cfg.isolate_numerals else ())
+    with open(marker, "w", encoding="utf-8") as f:
+        json.dump(settings, f)
     return out
 
 
@@ -190,11 +212,14 @@ def make_alignment(work: str, data: str, cfg: TrainConfig, tok_dir: str) -> list
 
     path = os.path.join(work, "align_train.pkl")
     rows = read_manifest(os.path.join(data, "train"))
+    # The spans hold token ids: they belong to one tokenizer.
+    with open(os.path.join(tok_dir, "merges.txt"), "rb") as f:
+        key = hashlib.sha256(f.read()).hexdigest()
     if os.path.isfile(path):
         with open(path, "rb") as f:
-            spans = pickle.load(f)
-        if len(spans) == len(rows):
-            return spans
+            cached = pickle.load(f)
+        if isinstance(cached, dict) and cached.get("tokenizer") == key and len(cached["spans"]) == len(rows):
+            return cached["spans"]
     tok = Tokenizer.from_dir(tok_dir)
     specs = make_dataset.plan_split("train", cfg.n_train, cfg.seed)
     t0 = time.time()
@@ -205,7 +230,7 @@ def make_alignment(work: str, data: str, cfg: TrainConfig, tok_dir: str) -> list
                                f"delete {data} and run again")
         spans.append(espeak_align.token_spans(tok, spec.text, espeak_align.clip_words(spec)) if spec.text else [])
     with open(path + ".tmp", "wb") as f:
-        pickle.dump(spans, f)
+        pickle.dump({"tokenizer": key, "spans": spans}, f)
     os.replace(path + ".tmp", path)
     log.info("alignment: %d clips in %.0f s", len(spans), time.time() - t0)
     return spans
@@ -334,6 +359,7 @@ class Sample:
     language: str       # "English", "Chinese", "None"
     text_ids: tuple     # token ids of ``text`` (empty for no speech), encoded once
     parts: tuple = ()   # clip indices of a multi-utterance example (then ``index`` is the first)
+    crop: tuple = ()    # (first, end) frame of a window cut from the (joined) example
 
     @property
     def clips(self) -> tuple:
@@ -353,22 +379,25 @@ def compose(samples: List[Sample], cfg: TrainConfig, rng: random.Random, tok) ->
 
     if not 0.0 <= cfg.concat_share <= 1.0:
         raise ValueError(f"concat_share must be between 0 and 1, got {cfg.concat_share}")
-    if cfg.concat_share == 0:
+    if cfg.concat_share == 0 and cfg.long_share == 0:
         return list(samples)
     order = list(samples)
     rng.shuffle(order)
     out, i = [], 0
     while i < len(order):
+        if rng.random() < cfg.long_share:
+            k, cap = rng.randint(8, 40), cfg.long_max_frames
         # Start a joined example of k = 2-4 parts (mean 3) with probability q, so that a
         # share c = 3q / (3q + 1 - q) of the clips ends up in one: q = c / (3 - 2c).
-        if rng.random() >= cfg.concat_share / (3.0 - 2.0 * cfg.concat_share):
+        elif rng.random() >= cfg.concat_share / (3.0 - 2.0 * cfg.concat_share):
             out.append(order[i])
             i += 1
             continue
-        k = rng.randint(2, 4)
+        else:
+            k, cap = rng.randint(2, 4), cfg.concat_max_frames
         parts, frames = [order[i]], order[i].frames
         while len(parts) < k and i + len(parts) < len(order) and \
-                frames + order[i + len(parts)].frames <= cfg.concat_max_frames:
+                frames + order[i + len(parts)].frames <= cap:
             parts.append(order[i + len(parts)])
             frames += parts[-1].frames
         i += len(parts)
@@ -389,9 +418,11 @@ def sample_mel(mel_all: np.ndarray, off: np.ndarray, s: Sample) -> np.ndarray:
     again at the joined maximum - 8 (2 after scaling), as the whole audio would be: each
     clip was clamped at its own maximum."""
     if not s.parts:
-        return mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)
-    m = np.concatenate([mel_all[:, off[i]:off[i + 1]] for i in s.parts], axis=1).astype(np.float32)
-    return np.maximum(m, m.max() - DYNAMIC_RANGE / 4.0)
+        m = mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)
+    else:
+        m = np.concatenate([mel_all[:, off[i]:off[i + 1]] for i in s.parts], axis=1).astype(np.float32)
+        m = np.maximum(m, m.max() - DYNAMIC_RANGE / 4.0)
+    return m[:, s.crop[0]:s.crop[1]] if s.crop else m
 
 
 def sample_spans(spans: list, off: np.ndarray, s: Sample) -> list:
@@ -404,6 +435,51 @@ def sample_spans(spans: list, off: np.ndarray, s: Sample) -> list:
     for i in s.clips:
         out += [(tid, a + t, b + t) for tid, a, b in spans[i]]
         t += (off[i + 1] - off[i]) / 100.0
+    if s.crop:
+        a0, b0 = s.crop[0] / 100.0, s.crop[1] / 100.0
+        out = [(tid, max(a, a0) - a0, min(b, b0) - a0) for tid, a, b in out if a0 <= (a + b) / 2 < b0]
+    return out
+
+
+def crop_examples(examples: List[Sample], cfg: TrainConfig, rng: random.Random, tok, spans: list, off: np.ndarray,
+                  languages: Sequence[str]) -> List[Sample]:
+    """A ``cfg.crop_share`` share of the speech examples cut to a random window of at least
+    ``cfg.crop_min_frames`` frames (uniform length, then uniform start).
+
+    The window's answer: per part, the tokens whose aligned middle lies inside the window,
+    decoded and stripped, the parts joined as in ``compose``; its language is that of the
+    first part with text in the window ("None" if none has). A window that would cut a
+    character's bytes apart keeps the whole example."""
+    from qwen3asr.stream import join_text
+
+    if cfg.crop_share == 0:
+        return examples
+    out = []
+    for s in examples:
+        if not s.text_ids or s.frames <= cfg.crop_min_frames or rng.random() >= cfg.crop_share:
+            out.append(s)
+            continue
+        length = rng.randint(cfg.crop_min_frames, s.frames)
+        a = rng.randint(0, s.frames - length)
+        a0, b0 = a / 100.0, (a + length) / 100.0
+        text, language, t, ok = "", "None", 0.0, True
+        for i in s.clips:
+            ids = [tid for tid, x, y in spans[i] if a0 <= t + (x + y) / 2 < b0]
+            t += (off[i + 1] - off[i]) / 100.0
+            if not ids:
+                continue
+            piece = tok.decode(ids).strip()
+            if "\ufffd" in piece:
+                ok = False
+                break
+            if piece and not text:
+                language = languages[i]
+            text = join_text(text, piece)
+        if not ok:
+            out.append(s)
+            continue
+        out.append(Sample(s.index, length, text, language if text else "None",
+                          tuple(tok.encode(text)) if text else (), s.parts, (a, a + length)))
     return out
 
 
@@ -642,6 +718,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     mel_all, off = feats["mel"], feats["offsets"]
     samples = [Sample(i, int(off[i + 1] - off[i]), r["text"], r["language"], tuple(tok.encode(r["text"])))
                for i, r in enumerate(rows)]
+    languages = [r["language"] for r in rows]
     contexts = [r["text"] for r in rows if r["text"]][:2000]
     collate = Collator(tok, cfg, contexts)
 
@@ -679,7 +756,8 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     done = False
     while not done:
         epoch += 1
-        for batch in make_batches(compose(samples, cfg, rng, tok), cfg, rng):
+        examples = crop_examples(compose(samples, cfg, rng, tok), cfg, rng, tok, spans, off, languages)
+        for batch in make_batches(examples, cfg, rng):
             done = progress(step) >= 1.0
             if done:
                 break
@@ -756,6 +834,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="share of speech examples whose assistant turn starts with part of the transcript")
     ap.add_argument("--concat-share", type=float, default=TrainConfig.concat_share,
                     help="share of clips joined into multi-utterance examples (all phases); 0 = none")
+    ap.add_argument("--crop-share", type=float, default=TrainConfig.crop_share,
+                    help="share of speech examples cut to a random window (phases 2 and 3); 0 = none")
+    ap.add_argument("--long-share", type=float, default=TrainConfig.long_share,
+                    help="chance that an example joins 8-40 clips (up to 80 s); 0 = none")
     ap.add_argument("--finetune-minutes", type=float, default=TrainConfig.finetune_minutes,
                     help="phase 3 budget (0 = none): the whole model from phase 2's weights with prefix examples; "
                          "with --from-snapshot it starts from WORK/snapshot.pt")
@@ -771,7 +853,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train,
                       pretrain_minutes=args.pretrain_minutes, threads=args.threads,
                       prefix_share=args.prefix_share, finetune_minutes=args.finetune_minutes,
-                      concat_share=args.concat_share)
+                      concat_share=args.concat_share, crop_share=args.crop_share, long_share=args.long_share)
     t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     data = make_data(args.work, cfg)

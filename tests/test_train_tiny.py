@@ -84,7 +84,7 @@ def _pool(tok, n=400):
 
 def test_compose_uses_every_clip_once_and_joins_the_share_asked(tok):
     samples = _pool(tok)
-    cfg = train_tiny.TrainConfig(concat_share=0.3, concat_max_frames=3000)
+    cfg = train_tiny.TrainConfig(concat_share=0.3, concat_max_frames=3000, long_share=0.0)
     out = train_tiny.compose(samples, cfg, random.Random(3), tok)
     clips = [i for s in out for i in s.clips]
     assert sorted(clips) == list(range(len(samples)))
@@ -94,16 +94,33 @@ def test_compose_uses_every_clip_once_and_joins_the_share_asked(tok):
     assert all(2 <= len(s.parts) <= 4 and s.frames <= 3000 for s in joined)
     assert all(s.frames == sum(samples[i].frames for i in s.parts) for s in joined)
     # The frame cap: no joined example longer, every clip still used once.
-    capped = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=1.0, concat_max_frames=700),
-                                random.Random(3), tok)
+    capped = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=1.0, concat_max_frames=700,
+                                                                long_share=0.0), random.Random(3), tok)
     assert sorted(i for s in capped for i in s.clips) == list(range(len(samples)))
     assert all(s.frames <= 700 for s in capped if s.parts) and any(s.parts for s in capped)
     assert any(not s.parts for s in capped)  # with share 1 only the cap leaves a clip alone
     with pytest.raises(ValueError, match="concat_share must be between 0 and 1"):
         train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=1.5), random.Random(3), tok)
     # Off means off.
-    none = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=0.0), random.Random(3), tok)
+    none = train_tiny.compose(samples, train_tiny.TrainConfig(concat_share=0.0, long_share=0.0), random.Random(3),
+                              tok)
     assert none == samples
+
+
+def test_long_examples_join_8_to_40_clips_up_to_their_own_cap(tok):
+    samples = _pool(tok, 2000)
+    cfg = train_tiny.TrainConfig(concat_share=0.3, long_share=0.05, long_max_frames=8000)
+    out = train_tiny.compose(samples, cfg, random.Random(4), tok)
+    assert sorted(i for s in out for i in s.clips) == list(range(len(samples)))
+    long = [s for s in out if len(s.parts) > 4]
+    assert long and all(s.frames <= 8000 and len(s.parts) <= 40 for s in long)
+    assert max(s.frames for s in long) > 3000  # beyond the short examples' cap
+    assert all(s.frames <= 3000 for s in out if 2 <= len(s.parts) <= 4 and s not in long)
+    assert all(s.text_ids == tuple(tok.encode(s.text)) for s in long)
+    # The default chance puts about 5 % of the clips into long examples.
+    default = train_tiny.compose(samples, train_tiny.TrainConfig(), random.Random(4), tok)
+    share = sum(len(s.parts) for s in default if len(s.parts) > 4) / len(samples)
+    assert 0.01 < share < 0.15, share
 
 
 def test_joined_example_reads_its_parts_in_order_under_the_first_speech_language(tok):
@@ -159,3 +176,64 @@ def test_joined_frame_targets_are_shifted_by_the_earlier_parts():
     assert [t for t, _, _ in got] == [5, 7, 8]
     assert np.allclose([(a, b) for _, a, b in got], [(0.2, 0.5), (2.6, 2.8), (2.8, 3.1)])
     assert train_tiny.sample_spans(spans, off, train_tiny.Sample(2, 150, "x", "English", ())) == spans[2]
+
+
+def _crop_pool(tok):
+    """Three clips of 3 s with aligned tokens: English, no speech, Chinese."""
+    en, zh = tok.encode("turn on the light"), tok.encode("关掉客厅的灯")
+    spans = [[(t, 0.5 + 0.5 * k, 1.0 + 0.5 * k) for k, t in enumerate(en)], [],
+             [(t, 0.4 + 2.0 * k / len(zh), 0.4 + 2.0 * (k + 1) / len(zh)) for k, t in enumerate(zh)]]
+    off = np.array([0, 300, 600, 900])
+    texts = [("turn on the light", "English"), ("", "None"), ("关掉客厅的灯", "Chinese")]
+    samples = [train_tiny.Sample(i, 300, t, lang, tuple(tok.encode(t))) for i, (t, lang) in enumerate(texts)]
+    return samples, spans, off, [lang for _, lang in texts]
+
+
+def _expected_window(tok, spans, off, parts, a, b):
+    from qwen3asr.stream import join_text
+
+    text, language, t = "", "None", 0.0
+    for i in parts:
+        ids = [tid for tid, x, y in spans[i] if a <= 100 * t + 100 * (x + y) / 2 < b]
+        t += (off[i + 1] - off[i]) / 100.0
+        piece = tok.decode(ids).strip() if ids else ""
+        if piece and not text:
+            language = ["English", "None", "Chinese"][i]
+        text = join_text(text, piece)
+    return text, language
+
+
+def test_crop_keeps_the_tokens_whose_middle_is_in_the_window(tok):
+    samples, spans, off, langs = _crop_pool(tok)
+    joined = train_tiny.Sample(0, 900, "", "English", (1,), (0, 1, 2))  # text unused by the crop
+    cfg = train_tiny.TrainConfig(crop_share=1.0, crop_min_frames=100)
+    seen_cut, seen_lang = False, set()
+    for seed in range(60):
+        out = train_tiny.crop_examples([joined, samples[0], samples[1]], cfg, random.Random(seed), tok, spans, off,
+                                       langs)
+        w, single, silent = out
+        assert silent is samples[1]  # no speech: never cut
+        a, b = w.crop
+        assert 100 <= b - a == w.frames and 0 <= a and b <= 900 and w.parts == (0, 1, 2)
+        text, language = _expected_window(tok, spans, off, (0, 1, 2), a, b)
+        assert (w.text, w.language) == (text, language)
+        assert w.text_ids == (tuple(tok.encode(text)) if text else ())
+        seen_lang.add(w.language)
+        seen_cut |= bool(w.text) and w.text not in ("turn on the light", "关掉客厅的灯", "turn on the light关掉客厅的灯")
+        assert single.crop and single.text == _expected_window(tok, spans, off, (0,), *single.crop)[0]
+        # The mel and frame targets are the window's.
+        feats = np.random.default_rng(seed).normal(size=(128, 900)).astype(np.float16)
+        full = train_tiny.sample_mel(feats, off, joined)
+        assert np.array_equal(train_tiny.sample_mel(feats, off, w), full[:, a:b])
+        got = train_tiny.sample_spans(spans, off, w)
+        assert [t for t, _, _ in got] == [t for t, x, y in train_tiny.sample_spans(spans, off, joined)
+                                          if a <= 100 * (x + y) / 2 < b]
+        assert all(0 <= x <= y <= w.frames / 100 + 1e-9 for _, x, y in got)
+    assert seen_cut and {"English", "Chinese", "None"} <= seen_lang
+    # Off means off; the share asked is the share cut.
+    assert train_tiny.crop_examples(samples, train_tiny.TrainConfig(crop_share=0.0), random.Random(0), tok, spans,
+                                    off, langs) == samples
+    many = [samples[0]] * 1000
+    cut = train_tiny.crop_examples(many, train_tiny.TrainConfig(crop_share=0.25), random.Random(1), tok, spans, off,
+                                   langs)
+    assert 0.2 < sum(bool(s.crop) for s in cut) / 1000 < 0.3
