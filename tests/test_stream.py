@@ -178,6 +178,21 @@ def test_prefix_rollback_commit_and_header(engine, pcm, monkeypatch):
     assert [(seg.start, seg.end) for seg in r4.segments] == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
 
 
+def test_an_answer_begun_afresh_is_spaced_from_the_committed_text(engine, pcm, monkeypatch):
+    """With an empty window prefix the model starts its answer without a leading space; the
+    committed text must not glue two words ("cookerclose", seen on the trained model)."""
+    hdr = _ids(engine, "language English<asr_text>")
+    zh = _ids(engine, "language Chinese<asr_text>")
+    outputs = [hdr + _ids(engine, "start the rice cooker"), hdr + _ids(engine, "close the"),
+               zh + _ids(engine, "六点半"), hdr + _ids(engine, "door"), hdr + _ids(engine, " open")]
+    monkeypatch.setattr(engine, "decode_embeddings", Script(engine, outputs))
+    committed = []
+    s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, on_text=committed.append)
+    r = _feed_random(s, pcm[:5 * SR + 40], 0)
+    assert r.text == "start the rice cooker close the六点半door open"
+    assert "".join(committed) == r.text
+
+
 def test_language_none_and_no_header_restart(engine, pcm, monkeypatch):
     none = _ids(engine, "language None<asr_text>")
     zh = _ids(engine, "language Chinese<asr_text>")

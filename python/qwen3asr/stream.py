@@ -197,6 +197,11 @@ def join_text(a: str, b: str) -> str:
     return a + b
 
 
+def _word_char(ch: str) -> bool:
+    """A character that wants a space before a following word (not CJK, not a space)."""
+    return _spaced(ch) and not ch.isspace()
+
+
 def _spaced(ch: str) -> bool:
     o = ord(ch)
     cjk = 0x2E80 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFFEF
@@ -210,6 +215,7 @@ class _Chunk:
     embeds: np.ndarray  # (tokens, hidden) float32
     tokens: List[int]  # generated text tokens attributed to this chunk
     language: Optional[str]
+    fresh: bool = False  # decoded with no text prefix: its tokens begin an answer (no leading space)
 
 
 class StreamSession:
@@ -467,6 +473,7 @@ class StreamSession:
         if not forced and not header:
             tokens = self._split_header(tokens)
         chunk.tokens = list(tokens)
+        chunk.fresh = not prefix
         chunk.language = forced or self._header_lang
         if chunk.language:
             self._language = chunk.language
@@ -523,6 +530,10 @@ class StreamSession:
         self._all_ids.extend(chunk.tokens)
         if not self._run_text:
             piece = piece.lstrip()
+        elif chunk.fresh and piece and _word_char(piece[0]) and _word_char(self._run_text[-1]):
+            # An answer begun afresh (empty window prefix) has no leading space: without one
+            # here "... rice cooker" + "close the ..." would read "cookerclose".
+            piece = " " + piece
         self._run_text += piece
         text = piece.strip()
         if text:
