@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from make_tokenizer_files import ADDED_TOKENS, FIRST_ADDED_ID, tokenizer_config, write_tokenizer_dir  # noqa: E402
 from qwen3asr.languages import SUPPORTED_LANGUAGES  # noqa: E402
-from qwen3asr.tokenizer import PRETOKENIZE_REGEX  # noqa: E402  (the runtime's pre-tokenizer)
+from qwen3asr.tokenizer import PRETOKENIZE_REGEX, bytes_to_unicode  # noqa: E402  (the runtime's pre-tokenizer)
 
 logger = logging.getLogger(__name__)
 
@@ -93,36 +93,11 @@ def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[st
     return vocab, merges
 
 
-def _bytes_of_piece():
-    from tokenizers import pre_tokenizers
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    # GPT-2 byte-to-unicode table: printable bytes map to themselves, the rest to 256 + k.
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    table, k = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[chr(b)] = b
-        else:
-            table[chr(256 + k)] = b
-            k += 1
-    if sorted(table) != alphabet:
-        raise RuntimeError("unexpected byte-level alphabet")
-    return table
-
-
-_BYTE_OF: Dict[str, int] = {}
+_BYTE_OF = {c: b for b, c in bytes_to_unicode().items()}  # byte-level alphabet -> byte
 
 
 def _piece_bytes(piece: str) -> bytes:
-    if not _BYTE_OF:
-        _BYTE_OF.update(_bytes_of_piece())
     return bytes(_BYTE_OF[ch] for ch in piece)
-
-
-def _piece_text(piece: str) -> str:
-    return _piece_bytes(piece).decode("utf-8", errors="replace")
 
 
 def _isolate(vocab: Dict[str, int], merges: List[tuple], isolated: Sequence[str]):

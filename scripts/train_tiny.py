@@ -162,7 +162,7 @@ def make_tokenizer(work: str, data: str, cfg: TrainConfig) -> str:
 
     out = os.path.join(work, "tokenizer")
     settings = {"vocab_size": cfg.vocab_size, "isolate_numerals": cfg.isolate_numerals}
-    marker = os.path.join(work, "tokenizer_settings.json")
+    marker = os.path.join(out, "train_tiny_settings.json")
     if os.path.isfile(os.path.join(out, "tokenizer_config.json")) and os.path.isfile(marker):
         with open(marker, encoding="utf-8") as f:
             if json.load(f) == settings:
@@ -442,14 +442,14 @@ def sample_spans(spans: list, off: np.ndarray, s: Sample) -> list:
 
 
 def crop_examples(examples: List[Sample], cfg: TrainConfig, rng: random.Random, tok, spans: list, off: np.ndarray,
-                  languages: Sequence[str]) -> List[Sample]:
+                  clips: Sequence[Sample]) -> List[Sample]:
     """A ``cfg.crop_share`` share of the speech examples cut to a random window of at least
     ``cfg.crop_min_frames`` frames (uniform length, then uniform start).
 
     The window's answer: per part, the tokens whose aligned middle lies inside the window,
     decoded and stripped, the parts joined as in ``compose``; its language is that of the
-    first part with text in the window ("None" if none has). A window that would cut a
-    character's bytes apart keeps the whole example."""
+    first part (``clips[i]``, the training clips) with text in the window ("None" if none
+    has). A window that would cut a character's bytes apart keeps the whole example."""
     from qwen3asr.stream import join_text
 
     if cfg.crop_share == 0:
@@ -462,24 +462,20 @@ def crop_examples(examples: List[Sample], cfg: TrainConfig, rng: random.Random, 
         length = rng.randint(cfg.crop_min_frames, s.frames)
         a = rng.randint(0, s.frames - length)
         a0, b0 = a / 100.0, (a + length) / 100.0
-        text, language, t, ok = "", "None", 0.0, True
+        text, language, t = "", "None", 0.0
         for i in s.clips:
             ids = [tid for tid, x, y in spans[i] if a0 <= t + (x + y) / 2 < b0]
             t += (off[i + 1] - off[i]) / 100.0
-            if not ids:
-                continue
-            piece = tok.decode(ids).strip()
+            piece = tok.decode(ids).strip() if ids else ""
             if "\ufffd" in piece:
-                ok = False
+                out.append(s)
                 break
             if piece and not text:
-                language = languages[i]
+                language = clips[i].language
             text = join_text(text, piece)
-        if not ok:
-            out.append(s)
-            continue
-        out.append(Sample(s.index, length, text, language if text else "None",
-                          tuple(tok.encode(text)) if text else (), s.parts, (a, a + length)))
+        else:
+            out.append(Sample(s.index, length, text, language, tuple(tok.encode(text)) if text else (), s.parts,
+                              (a, a + length)))
     return out
 
 
@@ -718,7 +714,6 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     mel_all, off = feats["mel"], feats["offsets"]
     samples = [Sample(i, int(off[i + 1] - off[i]), r["text"], r["language"], tuple(tok.encode(r["text"])))
                for i, r in enumerate(rows)]
-    languages = [r["language"] for r in rows]
     contexts = [r["text"] for r in rows if r["text"]][:2000]
     collate = Collator(tok, cfg, contexts)
 
@@ -756,7 +751,7 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     done = False
     while not done:
         epoch += 1
-        examples = crop_examples(compose(samples, cfg, rng, tok), cfg, rng, tok, spans, off, languages)
+        examples = crop_examples(compose(samples, cfg, rng, tok), cfg, rng, tok, spans, off, samples)
         for batch in make_batches(examples, cfg, rng):
             done = progress(step) >= 1.0
             if done:

@@ -109,13 +109,13 @@ def test_compose_uses_every_clip_once_and_joins_the_share_asked(tok):
 
 def test_long_examples_join_8_to_40_clips_up_to_their_own_cap(tok):
     samples = _pool(tok, 2000)
-    cfg = train_tiny.TrainConfig(concat_share=0.3, long_share=0.05, long_max_frames=8000)
+    cfg = train_tiny.TrainConfig(concat_share=0.3, concat_max_frames=700, long_share=0.05, long_max_frames=8000)
     out = train_tiny.compose(samples, cfg, random.Random(4), tok)
     assert sorted(i for s in out for i in s.clips) == list(range(len(samples)))
     long = [s for s in out if len(s.parts) > 4]
     assert long and all(s.frames <= 8000 and len(s.parts) <= 40 for s in long)
     assert max(s.frames for s in long) > 3000  # beyond the short examples' cap
-    assert all(s.frames <= 3000 for s in out if 2 <= len(s.parts) <= 4 and s not in long)
+    assert all(s.frames <= 700 for s in out if 2 <= len(s.parts) <= 4)
     assert all(s.text_ids == tuple(tok.encode(s.text)) for s in long)
     # The default chance puts about 5 % of the clips into long examples.
     default = train_tiny.compose(samples, train_tiny.TrainConfig(), random.Random(4), tok)
@@ -186,7 +186,7 @@ def _crop_pool(tok):
     off = np.array([0, 300, 600, 900])
     texts = [("turn on the light", "English"), ("", "None"), ("关掉客厅的灯", "Chinese")]
     samples = [train_tiny.Sample(i, 300, t, lang, tuple(tok.encode(t))) for i, (t, lang) in enumerate(texts)]
-    return samples, spans, off, [lang for _, lang in texts]
+    return samples, spans, off
 
 
 def _expected_window(tok, spans, off, parts, a, b):
@@ -204,13 +204,13 @@ def _expected_window(tok, spans, off, parts, a, b):
 
 
 def test_crop_keeps_the_tokens_whose_middle_is_in_the_window(tok):
-    samples, spans, off, langs = _crop_pool(tok)
+    samples, spans, off = _crop_pool(tok)
     joined = train_tiny.Sample(0, 900, "", "English", (1,), (0, 1, 2))  # text unused by the crop
     cfg = train_tiny.TrainConfig(crop_share=1.0, crop_min_frames=100)
     seen_cut, seen_lang = False, set()
     for seed in range(60):
         out = train_tiny.crop_examples([joined, samples[0], samples[1]], cfg, random.Random(seed), tok, spans, off,
-                                       langs)
+                                       samples)
         w, single, silent = out
         assert silent is samples[1]  # no speech: never cut
         a, b = w.crop
@@ -232,8 +232,8 @@ def test_crop_keeps_the_tokens_whose_middle_is_in_the_window(tok):
     assert seen_cut and {"English", "Chinese", "None"} <= seen_lang
     # Off means off; the share asked is the share cut.
     assert train_tiny.crop_examples(samples, train_tiny.TrainConfig(crop_share=0.0), random.Random(0), tok, spans,
-                                    off, langs) == samples
+                                    off, samples) == samples
     many = [samples[0]] * 1000
     cut = train_tiny.crop_examples(many, train_tiny.TrainConfig(crop_share=0.25), random.Random(1), tok, spans, off,
-                                   langs)
+                                   samples)
     assert 0.2 < sum(bool(s.crop) for s in cut) / 1000 < 0.3

@@ -197,12 +197,10 @@ def join_text(a: str, b: str) -> str:
     return a + b
 
 
-def _word_char(ch: str) -> bool:
-    """A character that wants a space before a following word (not CJK, not a space)."""
-    return _spaced(ch) and not ch.isspace()
-
-
 def _spaced(ch: str) -> bool:
+    """A character that wants a space between it and a neighbouring word: not CJK, not a space."""
+    if ch.isspace():
+        return False
     o = ord(ch)
     cjk = 0x2E80 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFFEF
     return not cjk
@@ -530,7 +528,7 @@ class StreamSession:
         self._all_ids.extend(chunk.tokens)
         if not self._run_text:
             piece = piece.lstrip()
-        elif chunk.fresh and piece and _word_char(piece[0]) and _word_char(self._run_text[-1]):
+        elif chunk.fresh and piece and _spaced(piece[0]) and _spaced(self._run_text[-1]):
             # An answer begun afresh (empty window prefix) has no leading space: without one
             # here "... rice cooker" + "close the ..." would read "cookerclose".
             piece = " " + piece
