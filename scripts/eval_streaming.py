@@ -70,6 +70,36 @@ def boundaries_inside_words(segments, chunk_size, total):
     return inside, n
 
 
+def more_clips(n: int, work: str) -> list:
+    """(pcm, reference) of n more long clips like audio/long_mixed.wav: ``make_dataset.py
+    --demo-clips --seed k`` for k = 1..n (other test-split texts, pauses and voice draws),
+    made once under ``work`` (needs espeak-ng and sox)."""
+    import subprocess
+
+    from qwen3asr.audio import prepare_audio
+
+    out = []
+    for k in range(1, n + 1):
+        d = os.path.join(work, f"seed{k}")
+        if not os.path.isfile(os.path.join(d, "transcripts.json")):
+            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_dataset.py"), "--demo-clips", d,
+                            "--seed", str(k)], check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(d, "transcripts.json"), encoding="utf-8") as f:
+            ref = next(c for c in json.load(f)["clips"] if c["file"] == "long_mixed.wav")["text"]
+        out.append((prepare_audio(os.path.join(d, "long_mixed.wav")), ref))
+    return out
+
+
+def pooled(engine, clips: list, run) -> tuple:
+    """(pooled MER, per-clip MERs) of ``run(pcm) -> result`` over (pcm, reference) clips."""
+    errs, per = 0.0, []
+    for pcm, ref in clips:
+        m = mer(ref, run(pcm).text)
+        errs += m * len(units(ref))
+        per.append(m)
+    return errs / sum(len(units(ref)) for _, ref in clips), per
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="bundle (default: $QWEN3ASR_MODEL or models/default)")
@@ -78,6 +108,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-size", type=float, default=4.0, help="streaming chunk (default %(default)s)")
     ap.add_argument("--memory-num", type=int, default=2)
     ap.add_argument("--json", default=None, help="also write the numbers here")
+    ap.add_argument("--more-clips", type=int, default=0,
+                    help="also pool the error rates over this many more long clips (made with make_dataset.py "
+                         "--demo-clips --seed 1..N under build/eval_clips)")
     args = ap.parse_args(argv)
     from qwen3asr import Qwen3ASREngine
     from qwen3asr.audio import prepare_audio
@@ -130,6 +163,21 @@ def main(argv=None) -> int:
     out["prefill_ratio"] = st.stats.prefill_tokens_per_second / minimum
     out["offline_prefill_per_second"] = minimum
 
+    if args.more_clips:
+        clips = [(pcm, ref)] + more_clips(args.more_clips, os.path.join(ROOT, "build", "eval_clips"))
+        runs = {"offline, one pass": lambda x: engine.transcribe(x, max_new_tokens=512),
+                "offline, 30 s chunks, memory 2, rollback 5": lambda x: engine.transcribe(x, chunk_size=30.0),
+                "offline, VAD-first segments": lambda x: engine.transcribe(x, vad=True, max_new_tokens=512)}
+        for vad in (None, True):
+            for c in (1.5, 2.0, 4.0):
+                for r in (0, 2, 5):
+                    runs[f"stream{', VAD' if vad else ''}, chunk {c} s, rollback {r}"] = \
+                        lambda x, c=c, r=r, vad=vad: stream(engine, x, **dict(base, chunk_size=c), rollback_tokens=r,
+                                                            vad=vad)
+        out["pooled"] = {"clips": len(clips), "units": sum(len(units(r)) for _, r in clips)}
+        for name, run in runs.items():
+            out["pooled"][name] = pooled(engine, clips, run)
+
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
     s = out["stream"]["stats"]
     print(f"model {out['model']}, {dur:.1f} s clip, stream chunk {args.chunk_size} s x memory {args.memory_num}\n")
@@ -149,6 +197,12 @@ def main(argv=None) -> int:
     print(f"| decode tokens / audio s (streaming) | {s['decode_tokens_per_second']:.1f} |")
     print(f"| audio encoded twice | {out['stream']['audio_encoded_twice']} (encoder calls {s['encoder_calls']}, "
           f"{s['encoded_seconds']:.1f} s of {dur:.1f} s) |")
+    if args.more_clips:
+        p = out["pooled"]
+        print(f"\nPooled over {p['clips']} long clips ({p['units']} reference units): MER, then per clip\n")
+        print("| run | pooled MER | per clip |\n|---|---|---|")
+        for name, (m, per) in ((k, v) for k, v in p.items() if isinstance(v, tuple)):
+            print(f"| {name} | {pct(m)} | {' / '.join(f'{100 * x:.1f}' for x in per)} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, ensure_ascii=False, indent=1)
