@@ -107,6 +107,14 @@ class TrainConfig:
     finetune_minutes: float = 20.0
     finetune_lr: float = 3e-4
     finetune_prefix_share: float = 0.5
+    # Phase 4: the whole model again from phase 3's end with many long examples (chance
+    # ``long_phase_share`` per example, about a third of the clips), cut windows and prefixes as
+    # in phase 3: the first three phases leave long audio to 5 % of the clips, and the
+    # session-4 model looped or skipped on a whole 77 s clip (71 % MER) and on 30 s chunks
+    # with memory 2 (70 %). 0 minutes = no phase 4.
+    long_phase_minutes: float = 40.0
+    long_phase_share: float = 0.03
+    long_phase_lr: float = 2e-4
     spec_freq_masks: int = 2        # SpecAugment: masks of up to 12 mel bins
     spec_time_masks: int = 2        # and of up to 5% of the frames
     frame_weight: float = 0.5       # auxiliary frame-level loss on the encoder output in phase 2
@@ -117,6 +125,13 @@ class TrainConfig:
     # average 7) two threads ran a step 3-4x slower than one (docs/training.md).
     threads: int = 2
 
+
+# What the bundle declares as the longest audio its model decodes well in one pass
+# (model.json limits.one_pass_seconds; the CLI segments longer audio, with VAD when it can).
+# Measured on the session-5 model over 5 long clips cut at pauses into pieces of at most L s:
+# one-pass MER 7.1 % at 10 s, 13.4 % at 20 s, 18.5 % at 30 s, 27.7 % at 45 s, against 2.8 %
+# for VAD segments (docs/training.md).
+ONE_PASS_SECONDS = 10.0
 
 # Small dimensions of the official architecture (see docs/training.md); text head_dim 32
 # because ONNX Runtime's GroupQueryAttention needs a multiple of 16.
@@ -144,7 +159,8 @@ def make_data(work: str, cfg: TrainConfig) -> str:
         log.info("data: %s has other settings (%s); regenerating", data, m.get("counts"))
     # Everything derived from the data would otherwise be reused with the new labels.
     stale = [os.path.join(work, "tokenizer"), os.path.join(work, "snapshot.pt"), os.path.join(work, "align_train.pkl"),
-             os.path.join(work, "encoder_snapshot.pt"), os.path.join(work, "snapshot_phase3.pt")] + \
+             os.path.join(work, "encoder_snapshot.pt"), os.path.join(work, "snapshot_phase3.pt"),
+             os.path.join(work, "snapshot_phase4.pt")] + \
         [os.path.join(work, f"features_{split}.npz") for split in ("train", "dev", "test")]
     for path in (p for p in stale if os.path.exists(p)):
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
@@ -800,6 +816,18 @@ def train(work: str, data: str, tok_dir: str, cfg: TrainConfig, dims: Preset, lo
     return model, step, time.time() - t0
 
 
+def phase_config(cfg: TrainConfig, phase: int) -> TrainConfig:
+    """The settings of phase 3 (prefixes, answer loss only) or 4 (that plus many long examples),
+    each from the previous phase's weights with a fresh optimizer."""
+    ft = replace(cfg, minutes=cfg.finetune_minutes, lr=cfg.finetune_lr, prefix_share=cfg.finetune_prefix_share,
+                 frame_weight=0.0, pretrain_minutes=0.0, steps=TrainConfig.steps)
+    if phase == 3:
+        return ft
+    if phase == 4:
+        return replace(ft, minutes=cfg.long_phase_minutes, lr=cfg.long_phase_lr, long_share=cfg.long_phase_share)
+    raise ValueError(f"phase {phase}: only phases 3 and 4 derive their settings")
+
+
 def save_checkpoint(model, tok_dir: str, out: str, info: dict) -> str:
     """Official layout: config.json, model.safetensors, tokenizer files, preprocessor/generation configs."""
     from qwen3asr.tokenizer import Tokenizer
@@ -836,6 +864,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--finetune-minutes", type=float, default=TrainConfig.finetune_minutes,
                     help="phase 3 budget (0 = none): the whole model from phase 2's weights with prefix examples; "
                          "with --from-snapshot it starts from WORK/snapshot.pt")
+    ap.add_argument("--long-phase-minutes", type=float, default=TrainConfig.long_phase_minutes,
+                    help="phase 4 budget (0 = none): the whole model from phase 3's weights with many long examples")
+    ap.add_argument("--phase4-only", action="store_true",
+                    help="skip phases 1-3: run phase 4 from WORK/snapshot_phase3.pt (a finished phase 3)")
     ap.add_argument("--threads", type=int, default=TrainConfig.threads, help="torch intra-op threads")
     ap.add_argument("--n-train", type=int, default=TrainConfig.n_train)
     ap.add_argument("--seed", type=int, default=TrainConfig.seed)
@@ -848,30 +880,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = TrainConfig(seed=args.seed, steps=args.steps, minutes=args.minutes, n_train=args.n_train,
                       pretrain_minutes=args.pretrain_minutes, threads=args.threads,
                       prefix_share=args.prefix_share, finetune_minutes=args.finetune_minutes,
-                      concat_share=args.concat_share, crop_share=args.crop_share, long_share=args.long_share)
+                      concat_share=args.concat_share, crop_share=args.crop_share, long_share=args.long_share,
+                      long_phase_minutes=args.long_phase_minutes)
     t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     data = make_data(args.work, cfg)
     tok_dir = make_tokenizer(args.work, data, cfg)
-    if args.from_snapshot:
+    if args.from_snapshot or args.phase4_only:
         import torch
 
-        snap = torch.load(os.path.join(args.work, "snapshot.pt"), weights_only=False)
+        name = "snapshot_phase3.pt" if args.phase4_only else "snapshot.pt"
+        snap = torch.load(os.path.join(args.work, name), weights_only=False)
         model = build_model(snap["config"], cfg.seed)
         model.load_state_dict(snap["model"])
         model.eval()
         train_s, steps_done = float("nan"), snap["step"]
-        log.info("checkpoint from the snapshot of step %d", steps_done)
+        log.info("starting from %s (step %d)", name, steps_done)
     else:
         model, steps_done, train_s = train(args.work, data, tok_dir, cfg, MODEL)
-    if cfg.finetune_minutes > 0:
+    if cfg.finetune_minutes > 0 and not args.phase4_only:
         log.info("phase 3: %.0f min from the phase-2 weights, LR %.1e, prefix share %.2f", cfg.finetune_minutes,
                  cfg.finetune_lr, cfg.finetune_prefix_share)
-        ft = replace(cfg, minutes=cfg.finetune_minutes, lr=cfg.finetune_lr, prefix_share=cfg.finetune_prefix_share,
-                     frame_weight=0.0, pretrain_minutes=0.0, steps=TrainConfig.steps)
-        model, steps3, train3 = train(args.work, data, tok_dir, ft, MODEL, init_state=model.state_dict(),
-                                      snapshot="snapshot_phase3.pt")
+        model, steps3, train3 = train(args.work, data, tok_dir, phase_config(cfg, 3), MODEL,
+                                      init_state=model.state_dict(), snapshot="snapshot_phase3.pt")
         steps_done, train_s = (steps_done, steps3), train_s + train3
+    if cfg.long_phase_minutes > 0:
+        log.info("phase 4: %.0f min from the phase-3 weights, LR %.1e, long share %.3f", cfg.long_phase_minutes,
+                 cfg.long_phase_lr, cfg.long_phase_share)
+        model, steps4, train4 = train(args.work, data, tok_dir, phase_config(cfg, 4), MODEL,
+                                      init_state=model.state_dict(), snapshot="snapshot_phase4.pt")
+        steps_done = (steps_done if isinstance(steps_done, tuple) else (steps_done,)) + (steps4,)
+        train_s = train4 if math.isnan(train_s) else train_s + train4
     info = {"train_config": asdict(cfg), "dims": asdict(MODEL), "steps_done": steps_done,
             "train_seconds": None if math.isnan(train_s) else round(train_s)}
     ckpt = save_checkpoint(model, tok_dir, os.path.join(args.work, "checkpoint"), info)
@@ -881,6 +920,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if os.path.isdir(args.out):
             shutil.rmtree(args.out)
         export(ckpt, args.out, durations=DEFAULT_DURATIONS, forms=("merged", "split"), decoder_dtypes=("fp32", "int8"))
+        from qwen3asr.bundle import update_manifest
+
+        update_manifest(args.out, lambda m: m.setdefault("limits", {}).update(one_pass_seconds=ONE_PASS_SECONDS))
     log.info("all done in %.0f s (training %.0f s)", time.time() - t0, train_s)
     return 0
 

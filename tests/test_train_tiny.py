@@ -237,3 +237,12 @@ def test_crop_keeps_the_tokens_whose_middle_is_in_the_window(tok):
     cut = train_tiny.crop_examples(many, train_tiny.TrainConfig(crop_share=0.25), random.Random(1), tok, spans, off,
                                    samples)
     assert 0.2 < sum(bool(s.crop) for s in cut) / 1000 < 0.3
+
+
+def test_phase_settings():
+    cfg = train_tiny.TrainConfig()
+    p3, p4 = train_tiny.phase_config(cfg, 3), train_tiny.phase_config(cfg, 4)
+    assert p3.prefix_share == p4.prefix_share == cfg.finetune_prefix_share > 0
+    assert (p3.minutes, p3.lr, p3.long_share) == (cfg.finetune_minutes, cfg.finetune_lr, cfg.long_share)
+    assert (p4.minutes, p4.lr, p4.long_share) == (cfg.long_phase_minutes, cfg.long_phase_lr, cfg.long_phase_share)
+    assert p4.long_share > 5 * cfg.long_share and p3.frame_weight == p4.frame_weight == 0.0
