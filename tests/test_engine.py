@@ -222,3 +222,23 @@ def test_manifest_eos_ids_must_match_the_tokenizer(bundle_dir, tmp_path):
     (dst / "model.json").write_text(json.dumps(man))
     with pytest.raises(RuntimeError, match="end-of-sequence ids .* differ from the tokenizer's"):
         Qwen3ASREngine(str(dst), backend="onnx")
+
+
+def test_one_pass_limit_is_read_and_checked(bundle_dir, tmp_path):
+    """model.json ``limits.one_pass_seconds``: absent = None (as long as the context holds)."""
+    from qwen3asr.bundle import Bundle
+
+    assert Bundle.load(bundle_dir).one_pass_seconds is None
+    dst = _copy(bundle_dir, tmp_path)
+    man = json.loads((dst / "model.json").read_text())
+    for bad in (0, -3, "10", True, None):
+        man["limits"] = {"one_pass_seconds": bad}
+        (dst / "model.json").write_text(json.dumps(man))
+        if bad is None:
+            assert Bundle.load(str(dst)).one_pass_seconds is None
+            continue
+        with pytest.raises(BundleError, match=r"limits.one_pass_seconds must be a positive number"):
+            Qwen3ASREngine(str(dst), backend="onnx")
+    man["limits"] = {"one_pass_seconds": 12}
+    (dst / "model.json").write_text(json.dumps(man))
+    assert Bundle.load(str(dst)).one_pass_seconds == 12.0

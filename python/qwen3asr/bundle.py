@@ -121,7 +121,9 @@ class Bundle:
         if fmt != BUNDLE_FORMAT:
             raise BundleError(f"{man_path} has format {fmt!r}; this version reads {BUNDLE_FORMAT!r}. "
                               f"Re-export with this version's scripts/export_onnx.py.")
-        return cls(path, manifest)
+        bundle = cls(path, manifest)
+        bundle.one_pass_seconds  # a malformed limit is refused at load, not mid-job
+        return bundle
 
     def file(self, rel: str, what: str = "model file") -> str:
         return check_file(os.path.join(self.path, rel), what)
@@ -150,6 +152,18 @@ class Bundle:
     @property
     def max_context(self) -> int:
         return int(self.manifest["decoder"]["max_context"])
+
+    @property
+    def one_pass_seconds(self) -> float | None:
+        """Longest audio the model transcribes well in one pass, when its maker says so
+        (``model.json`` ``limits.one_pass_seconds``); None: as long as the context holds (the
+        official model decodes up to 1200 s at once). Tools segment longer audio."""
+        v = self.manifest.get("limits", {}).get("one_pass_seconds")
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise BundleError(f"{self.path}/model.json: limits.one_pass_seconds must be a positive number, got {v!r}")
+        return float(v)
 
     def encoder_variants(self, form: str, sizes=None) -> list[EncoderVariant]:
         """Encoder graphs of ``form`` (merged: whole graphs; split: back ends), optionally only ``sizes`` seconds."""
