@@ -175,3 +175,40 @@ def test_cli_json_noise_is_no_speech():
     data = json.loads(_cli("--audio", os.path.join(AUDIO_DIR, "noise.wav"), "--format", "json"))
     assert data["language"] is None
     assert data["text"] == ""
+
+
+def test_the_default_bundle_declares_its_one_pass_limit():
+    """The tiny model loses its place in multi-utterance audio (docs/training.md): its bundle
+    says so, and the CLI segments longer audio."""
+    from qwen3asr.bundle import Bundle
+
+    assert Bundle.load(MODEL_DIR).one_pass_seconds == 10.0
+
+
+def test_cli_long_clip_is_cut_at_speech_beyond_the_one_pass_limit():
+    """`transcribe.py --audio long_mixed.wav` (77 s, 21 utterances) with default options: VAD
+    segments, and the reference text within 5 % MER; ``--no-vad``: fixed 30 s chunks."""
+    pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
+    from eval_streaming import mer
+    from qwen3asr.vad import find_model
+
+    try:
+        find_model()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    env = {k: v for k, v in os.environ.items() if k != "QWEN3ASR_MODEL"}
+    base = [sys.executable, os.path.join(ROOT, "python", "transcribe.py"), "--audio",
+            os.path.join(AUDIO_DIR, "long_mixed.wav"), "--no-itn", "--format", "json", "-v"]
+    runs = {}
+    for extra in ((), ("--no-vad",)):
+        proc = subprocess.run(base + list(extra), capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        runs[extra] = (json.loads(proc.stdout), proc.stderr)
+    data, err = runs[()]
+    assert "decoding VAD speech segments" in err
+    assert mer(CLIPS["long_mixed.wav"]["text"], data["text"]) <= 0.05
+    speech = CLIPS["long_mixed.wav"]["segments"]
+    assert data["segments"] and data["segments"][0]["start"] >= speech[0]["start"] - 0.5
+    data, err = runs[("--no-vad",)]
+    assert "decoding fixed 30 s chunks" in err
+    assert [s["start"] for s in data["segments"]][:1] == [0.0]
