@@ -161,6 +161,8 @@ def main(argv=None) -> int:
 
     minimum = off.stats.prefill_tokens / dur  # offline prefill per audio second
     out["prefill_ratio"] = st.stats.prefill_tokens_per_second / minimum
+    one = stream(engine, pcm, rollback_tokens=2, **dict(base, memory_num=1))
+    out["memory1"] = {"mer": mer(ref, one.text), "prefill_ratio": one.stats.prefill_tokens_per_second / minimum}
     out["offline_prefill_per_second"] = minimum
 
     if args.more_clips:
@@ -174,6 +176,9 @@ def main(argv=None) -> int:
                     runs[f"stream{', VAD' if vad else ''}, chunk {c} s, rollback {r}"] = \
                         lambda x, c=c, r=r, vad=vad: stream(engine, x, **dict(base, chunk_size=c), rollback_tokens=r,
                                                             vad=vad)
+        for vad in (None, True):
+            runs[f"stream{', VAD' if vad else ''}, chunk 4.0 s, memory 1"] = \
+                lambda x, vad=vad: stream(engine, x, **dict(base, memory_num=1), rollback_tokens=2, vad=vad)
         out["pooled"] = {"clips": len(clips), "units": sum(len(units(r)) for _, r in clips)}
         for name, run in runs.items():
             out["pooled"][name] = pooled(engine, clips, run)
@@ -194,6 +199,8 @@ def main(argv=None) -> int:
               f"{pct(out['vad']['offline_mer'])} |")
     print(f"| prefill tokens / audio s: streaming / offline (ratio) | {s['prefill_tokens_per_second']:.1f} / "
           f"{minimum:.1f} ({out['prefill_ratio']:.2f}x) |")
+    print(f"| memory_num=1 instead: streaming MER, prefill ratio | {pct(out['memory1']['mer'])}, "
+          f"{out['memory1']['prefill_ratio']:.2f}x |")
     print(f"| decode tokens / audio s (streaming) | {s['decode_tokens_per_second']:.1f} |")
     print(f"| audio encoded twice | {out['stream']['audio_encoded_twice']} (encoder calls {s['encoder_calls']}, "
           f"{s['encoded_seconds']:.1f} s of {dur:.1f} s) |")
