@@ -90,7 +90,7 @@ def main(argv=None) -> int:
             def on_text(piece: str) -> None:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
-        from qwen3asr.audio import prepare_audio
+        from qwen3asr.audio import SAMPLE_RATE, prepare_audio
 
         pcm = prepare_audio(args.audio)  # decoded and resampled once; the engine takes the array
         chunk_size, vad = args.chunk_size, args.vad
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
             part = select_audio(pcm, args.start, args.duration) if args.start or args.duration is not None else pcm
             limit = engine.bundle.one_pass_seconds
             if not engine.fits_one_pass(part, args.context, args.language, args.max_new_tokens) or \
-                    (limit is not None and part.shape[0] / 16000 > limit):
+                    (limit is not None and part.shape[0] / SAMPLE_RATE > limit):
                 # Too long for one pass (the context, or what the bundle says its model handles).
                 # VAD-first segments when the Silero model is there: on the bundled model's long
                 # clips they gave 2.8 % MER against 32.7 % for fixed 30 s chunks
