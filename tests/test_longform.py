@@ -29,9 +29,11 @@ def test_chunked_segments_and_window(engine):
     r = engine.transcribe(LONG, chunk_size=4.0, start_second=10.0, duration=10.5, max_new_tokens=3,
                           language="English", progress=lambda d, t: seen.append((d, t)))
     assert r.stats.audio_seconds == pytest.approx(10.5)
-    # 3 chunks of 4 s (the last 2.5 s): every chunk generates 3 tokens and commits 3 - 5 -> its rest
+    # 3 chunks of 4 s (the last 2.5 s), each generating 3 tokens. Segment times are file times
+    # on chunk boundaries. (The last chunk may commit nothing: its window is decoded afresh and
+    # the random weights repeat the words carried by the chunk before, which are dropped.)
     assert r.stats.encoder_calls == 3
-    assert [(s.start, s.end) for s in r.segments][-1][1] == pytest.approx(20.5)
+    assert r.segments and all((s.start, s.end) in ((10.0, 14.0), (14.0, 18.0), (18.0, 20.5)) for s in r.segments)
     assert all(10.0 <= s.start < s.end <= 20.5 for s in r.segments)
     assert r.truncated  # random weights run out of tokens
     assert seen[-1] == (pytest.approx(10.5), pytest.approx(10.5))
