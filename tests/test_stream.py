@@ -375,3 +375,18 @@ def test_a_fresh_window_does_not_read_the_carried_words_again(engine, pcm, monke
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=2)
     s.feed_audio(pcm[:3 * SR + 40])
     assert s.finish().text == "call mom at ten forty six"
+
+
+def test_a_rollback_leaves_at_least_one_token_of_the_older_text(engine, pcm, monkeypatch):
+    """rollback_tokens >= the older chunk's own tokens: one stays, so the prefix is never
+    emptied by the rollback (an empty prefix has the window decoded afresh)."""
+    hdr = _ids(engine, "language English<asr_text>")
+    a = _ids(engine, "open the")
+    script = Script(engine, [hdr + a, a[1:] + _ids(engine, " door")])
+    script.vocab = set(hdr + a)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=len(a) + 3)
+    r = s.feed_audio(pcm[:2 * SR + 40])
+    assert r.chunks[1].prefix_tokens == len(hdr) + 1
+    assert script.tail_ids(1, len(hdr) + 1) == hdr + a[:1]
+    assert s.finish().text == "open the door"
