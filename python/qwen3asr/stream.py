@@ -521,14 +521,14 @@ class StreamSession:
         for t in ids:
             dec.push(t)
             whole.append(not dec.pending)
-        most = len(ids) - (min(older[0].carried, len(older[0].tokens)) if older else 0)  # not carried
+        most = len(ids) - (older[0].carried if older else 0)  # the tokens not carried (carried <= tokens)
         while most > 0 and not whole[len(ids) - most]:
             most -= 1  # nor does the prefix start inside a character
         # At least one token of the older chunks' own text stays: a rollback never empties the
         # prefix, which would have the window decoded afresh from its start.
         cut = min(self.options.rollback_tokens, max(0, most - 1))
-        up = next((k for k in range(cut, most + 1) if whole[len(ids) - k]), None)
-        cut = up if up is not None else next((k for k in range(cut, -1, -1) if whole[len(ids) - k]), 0)
+        while cut < most and not whole[len(ids) - cut]:
+            cut += 1  # never end the prefix inside a character (as the official code)
         remove = cut
         for c in reversed(older):
             k = min(remove, len(c.tokens))
