@@ -16,7 +16,9 @@ Audio arrives in pieces of any length. It is cut into chunks of ``chunk_size`` s
 
 When a chunk leaves the window its tokens are *committed* (never change again); the tokens
 of the chunks still in the window are the *unstable tail*. The end of a speech segment (VAD)
-or ``finish()`` commits everything and empties the window. The official streaming
+or ``finish()`` commits everything and empties the window; a chunk boundary in a pause (quiet
+audio either side, ``StreamOptions.pause_db``) commits the older chunks and the new chunk
+starts a fresh window. The official streaming
 algorithm re-encodes all audio at every chunk; here every audio sample is encoded once.
 
 The language header: with a forced language it is part of the prompt. Otherwise the model
@@ -52,6 +54,7 @@ LEFT_CONTEXT = 2 * HOP  # 320 samples of real audio before a chunk: its first fr
 LOOKAHEAD = melmod.N_FFT // 2 - HOP  # 40 samples after a chunk needed by its last frame (2.5 ms)
 PREROLL_SECONDS = 10.0  # audio kept while waiting for a VAD speech start (reported late)
 HEADER_TOKENS = 8  # most tokens of a detected ``language X<asr_text>`` header kept before the prefix
+EDGE_FRAMES = 6  # 10 ms frames each side of a chunk boundary that decide whether it lies in a pause
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +67,11 @@ class StreamOptions:
     memory_num: int = 2  # chunks whose embeddings the decoder sees (the newest included)
     unfixed_chunks: int = 0  # first chunks of a segment decoded without text prefix (< memory_num)
     rollback_tokens: int = 2  # tokens at the end of the window's text that are decoded again
+    # A chunk boundary whose 60 ms either side stay this many dB below the loudest 10 ms frame
+    # of the stream so far lies in a pause: it cuts no word, so the window ends there (its text
+    # is committed) and the new chunk starts a fresh one, as at the end of a VAD speech
+    # segment. None: the window only ever slides.
+    pause_db: Optional[float] = 30.0
     max_new_tokens: int = 128  # generation budget per chunk
     vad: Optional[VADOptions] = None  # Silero VAD settings (True = defaults); None decodes all audio
     itn: bool = False  # inverse text normalisation of finished text (off: committed text never changes)
@@ -84,6 +92,10 @@ class StreamOptions:
         mc = self.max_chunks
         if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
             problems.append(f"max_chunks must be an integer >= 1 or None (got {mc!r})")
+        pd = self.pause_db
+        if pd is not None and (isinstance(pd, bool) or not isinstance(pd, (int, float)) or not math.isfinite(pd)
+                               or pd <= 0):
+            problems.append(f"pause_db must be a number of dB > 0 or None (got {pd!r})")
         if not problems and self.unfixed_chunks >= self.memory_num:
             problems.append(f"unfixed_chunks must be < memory_num ({self.memory_num}), got {self.unfixed_chunks}")
         if self.vad is True:
@@ -218,6 +230,8 @@ class _Chunk:
     # audio lies, at least partly, in the chunk before, so once that chunk has left the window
     # they are never rolled back again (nothing left in the window could re-decode them).
     carried: int = 0
+    head_db: float = 0.0  # loudest 10 ms frame of the chunk's first EDGE_FRAMES (dB full scale)
+    tail_db: float = 0.0  # loudest of its last EDGE_FRAMES
 
 
 class StreamSession:
@@ -275,6 +289,7 @@ class StreamSession:
         self._totals = dict.fromkeys(_SUMMED, 0)  # running sums of the ChunkStats fields
         self._encoded = 0  # samples encoded
         self._vad_ms = 0.0
+        self._peak_db = -math.inf  # loudest 10 ms frame encoded so far (dB full scale)
         self._ceiling = -math.inf if self.options.mel_ceiling is None else float(self.options.mel_ceiling)
         self._language: Optional[str] = self.options.language
         self._truncated = False
@@ -457,9 +472,14 @@ class StreamSession:
         enc_ms = (time.perf_counter() - t0) * 1000
         self._encoded += c1 - c0
         chunk = _Chunk(c0, c1, embeds, [], None)
+        self._levels(chunk)
         self._window.append(chunk)
         while len(self._window) > self.options.memory_num:
             self._commit(self._window.popleft())
+        if self._pause_before():
+            while len(self._window) > 1:
+                self._commit(self._window.popleft())
+            self._new_segment()
         prefix, carried = self._prefix()
         forced = self.options.language
         header = [] if forced or not prefix else list(self._header)
@@ -493,6 +513,32 @@ class StreamSession:
             self._totals[k] += getattr(st, k)
         logger.debug("chunk %.2f-%.2f s: window %d, prefix %d, generated %d", c0 / SAMPLE_RATE, c1 / SAMPLE_RATE,
                      len(self._window), len(extra), len(tokens))
+
+    def _levels(self, chunk: _Chunk) -> None:
+        """Loudness of the chunk's edges (for ``_pause_before``); raises the stream's peak."""
+        x = self._audio(chunk.start, chunk.end)
+        frames = x[:x.shape[0] // HOP * HOP].reshape(-1, HOP).astype(np.float64)
+        if frames.shape[0] == 0:  # a final piece under 10 ms
+            chunk.head_db = chunk.tail_db = 0.0
+            return
+        db = 10.0 * np.log10(np.mean(frames * frames, axis=1) + 1e-10)
+        self._peak_db = max(self._peak_db, float(db.max()))
+        chunk.head_db, chunk.tail_db = float(db[:EDGE_FRAMES].max()), float(db[-EDGE_FRAMES:].max())
+
+    def _pause_before(self) -> bool:
+        """Whether the boundary before the newest chunk of the window lies in a pause
+        (``StreamOptions.pause_db``): quiet audio on both sides.
+
+        Five long clips, trained model, without VAD, rollback 2 / 0: 9.1 / 6.1 -> 4.7 / 4.4 % MER
+        at 1.5 s chunks, 7.8 / 6.5 -> 5.1 / 4.8 % at 2 s, 5.5 / 7.5 -> 5.0 / 7.0 % at 4 s; prefill
+        2.38x -> 1.77x the offline minimum at the defaults; with VAD unchanged. Only rolling
+        nothing back at such a boundary (the window still sliding) gave 7.3 / 6.8 / 5.0 % for
+        rollback 2: re-decoding whole words after a pause dropped or repeated some."""
+        pause = self.options.pause_db
+        if pause is None or len(self._window) < 2:
+            return False
+        before, after = self._window[-2], self._window[-1]
+        return max(before.tail_db, after.head_db) < self._peak_db - pause
 
     def _prefix(self) -> Tuple[List[int], int]:
         """(prefix, rolled back): the text tokens of the window's older chunks minus the last
