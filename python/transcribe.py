@@ -71,6 +71,12 @@ def _progress_bar(done: float, total: float) -> None:
     sys.stderr.flush()
 
 
+def _write_piece(piece: str) -> None:
+    """--stream with text output: each committed piece as it comes."""
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -85,11 +91,7 @@ def main(argv=None) -> int:
     try:
         engine = Qwen3ASREngine(args.model, backend=args.backend, encoder_form=args.encoder_form,
                                 decoder_dtype=args.decoder_dtype, threads=args.threads)
-        on_text = None
-        if args.stream and args.format == "text":
-            def on_text(piece: str) -> None:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        on_text = _write_piece if args.stream and args.format == "text" else None
         from qwen3asr.audio import SAMPLE_RATE, prepare_audio
 
         pcm = prepare_audio(args.audio)  # decoded and resampled once; the engine takes the array
