@@ -427,6 +427,23 @@ def test_a_boundary_in_a_pause_ends_the_window(engine, monkeypatch, gap, pause_d
     assert s.finish().text == "open the back door"
 
 
+def test_a_click_does_not_make_speech_look_like_a_pause_for_long(engine, monkeypatch):
+    """Quiet speech (-40 dB) after a full-scale click: pauses are judged against a quantile
+    (LEVEL_QUANTILE) of the last LEVEL_SECONDS of frames, so once the click's 3 frames are
+    under 1 % of them (3 s) speech is speech again, and a real gap 30 dB under the speech is
+    still a pause. Against the stream's peak every later boundary would be a "pause"."""
+    hdr = _ids(engine, "language English<asr_text>")
+    a = _ids(engine, " open the")
+    script = Script(engine, [hdr + a] + [a[-1:]] * 5)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    x = (0.01 * np.random.default_rng(1).standard_normal(6 * SR + 40)).astype(np.float32)
+    x[3200:3680] = np.sign(np.sin(np.arange(480) * 0.3)).astype(np.float32) * 0.99  # 30 ms click at 0.2 s
+    x[5 * SR - 1200:5 * SR + 1200] *= 0.03  # a gap at the 5.0 s boundary
+    s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=1)
+    r = s.feed_audio(x)
+    assert [c.window_chunks for c in r.chunks][3:] == [2, 2, 1]
+
+
 def test_pause_db_is_checked():
     for bad in (0, -3.0, float("nan"), "30", True):
         with pytest.raises(ValueError, match=r"pause_db must be a number of dB > 0 or None"):

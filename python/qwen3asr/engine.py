@@ -213,12 +213,12 @@ class Qwen3ASREngine:
     def create_stream(self, language: Optional[str] = None, context: str = "", chunk_size: float = 4.0,
                       memory_num: int = 2, unfixed_chunks: int = 0, rollback_tokens: int = 2,
                       max_new_tokens: int = 128, on_text: Optional[Callable[[str], None]] = None, vad=None,
-                      itn: bool = False, pause_db: Optional[float] = 30.0):
+                      itn: bool = False, pause_db: Optional[float] = 25.0):
         """A StreamSession for live audio (see qwen3asr.stream and docs/streaming.md).
 
         vad: None/False (decode everything), True (Silero VAD with default VADOptions) or VADOptions.
         on_text: called with each newly committed piece of text (never retracted).
-        pause_db: a chunk boundary this many dB below the loudest audio so far lies in a pause:
+        pause_db: a chunk boundary this many dB below the recent speech level lies in a pause:
           the window's text is committed there and the next chunk starts afresh (None: never);
           see StreamOptions.
         """

@@ -55,6 +55,8 @@ LOOKAHEAD = melmod.N_FFT // 2 - HOP  # 40 samples after a chunk needed by its la
 PREROLL_SECONDS = 10.0  # audio kept while waiting for a VAD speech start (reported late)
 HEADER_TOKENS = 8  # most tokens of a detected ``language X<asr_text>`` header kept before the prefix
 EDGE_FRAMES = 6  # 10 ms frames each side of a chunk boundary that decide whether it lies in a pause
+LEVEL_SECONDS = 60.0  # pauses are judged against the loud end of this much recent encoded audio
+LEVEL_QUANTILE = 0.99  # that loud end: this quantile of its 10 ms frame levels (a click soon stops counting)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +69,12 @@ class StreamOptions:
     memory_num: int = 2  # chunks whose embeddings the decoder sees (the newest included)
     unfixed_chunks: int = 0  # first chunks of a segment decoded without text prefix (< memory_num)
     rollback_tokens: int = 2  # tokens at the end of the window's text that are decoded again
-    # A chunk boundary whose 60 ms either side stay this many dB below the loudest 10 ms frame
-    # of the stream so far lies in a pause: it cuts no word, so the window ends there (its text
-    # is committed) and the new chunk starts a fresh one, as at the end of a VAD speech
-    # segment. None: the window only ever slides.
-    pause_db: Optional[float] = 30.0
+    # A chunk boundary whose 60 ms either side stay this many dB below the recent speech level
+    # (LEVEL_QUANTILE of the 10 ms frame levels of the last LEVEL_SECONDS of encoded audio)
+    # lies in a pause: it cuts no word, so the window ends there (its text is committed) and
+    # the new chunk starts a fresh one, as at the end of a VAD speech segment. None: the
+    # window only ever slides.
+    pause_db: Optional[float] = 25.0
     max_new_tokens: int = 128  # generation budget per chunk
     vad: Optional[VADOptions] = None  # Silero VAD settings (True = defaults); None decodes all audio
     itn: bool = False  # inverse text normalisation of finished text (off: committed text never changes)
@@ -289,7 +292,8 @@ class StreamSession:
         self._totals = dict.fromkeys(_SUMMED, 0)  # running sums of the ChunkStats fields
         self._encoded = 0  # samples encoded
         self._vad_ms = 0.0
-        self._peak_db = -math.inf  # loudest 10 ms frame encoded so far (dB full scale)
+        self._levels_db: collections.deque = collections.deque()  # 10 ms frame levels of recent chunks (dB)
+        self._speech_db = -math.inf  # LEVEL_QUANTILE of those levels
         self._ceiling = -math.inf if self.options.mel_ceiling is None else float(self.options.mel_ceiling)
         self._language: Optional[str] = self.options.language
         self._truncated = False
@@ -515,15 +519,19 @@ class StreamSession:
                      len(self._window), len(extra), len(tokens))
 
     def _levels(self, chunk: _Chunk) -> None:
-        """Loudness of the chunk's edges (for ``_pause_before``); raises the stream's peak."""
+        """Loudness of the chunk's edges (for ``_pause_before``) and the recent speech level."""
         x = self._audio(chunk.start, chunk.end)
         frames = x[:x.shape[0] // HOP * HOP].reshape(-1, HOP).astype(np.float64)
         if frames.shape[0] == 0:  # a final piece under 10 ms
             chunk.head_db = chunk.tail_db = 0.0
             return
         db = 10.0 * np.log10(np.mean(frames * frames, axis=1) + 1e-10)
-        self._peak_db = max(self._peak_db, float(db.max()))
         chunk.head_db, chunk.tail_db = float(db[:EDGE_FRAMES].max()), float(db[-EDGE_FRAMES:].max())
+        self._levels_db.append(db)
+        kept = sum(d.shape[0] for d in self._levels_db)
+        while kept - self._levels_db[0].shape[0] >= LEVEL_SECONDS * 100:
+            kept -= self._levels_db.popleft().shape[0]
+        self._speech_db = float(np.quantile(np.concatenate(self._levels_db), LEVEL_QUANTILE))
 
     def _pause_before(self) -> bool:
         """Whether the boundary before the newest chunk of the window lies in a pause
@@ -533,12 +541,16 @@ class StreamSession:
         at 1.5 s chunks, 7.8 / 6.5 -> 5.1 / 4.8 % at 2 s, 5.5 / 7.5 -> 5.0 / 7.0 % at 4 s; prefill
         2.38x -> 1.77x the offline minimum at the defaults; with VAD unchanged. Only rolling
         nothing back at such a boundary (the window still sliding) gave 7.3 / 6.8 / 5.0 % for
-        rollback 2: re-decoding whole words after a pause dropped or repeated some."""
+        rollback 2: re-decoding whole words after a pause dropped or repeated some. The level
+        is a quantile, not the peak: with the peak, one full-scale 30 ms click at 0.5 s raised
+        the threshold for the whole stream (peak at 30 dB: 7.3 / 5.4 / 5.4 % at 1.5 / 2 / 4 s;
+        quantile at 25 dB: 7.3 / 5.1 / 5.1 %; the click itself also costs some, as without
+        the rule). Without a click both give the numbers above."""
         pause = self.options.pause_db
         if pause is None or len(self._window) < 2:
             return False
         before, after = self._window[-2], self._window[-1]
-        return max(before.tail_db, after.head_db) < self._peak_db - pause
+        return max(before.tail_db, after.head_db) < self._speech_db - pause
 
     def _prefix(self) -> Tuple[List[int], int]:
         """(prefix, rolled back): the text tokens of the window's older chunks minus the last
