@@ -29,11 +29,15 @@ def test_chunked_segments_and_window(engine):
     r = engine.transcribe(LONG, chunk_size=4.0, start_second=10.0, duration=10.5, max_new_tokens=3,
                           language="English", progress=lambda d, t: seen.append((d, t)))
     assert r.stats.audio_seconds == pytest.approx(10.5)
-    # 3 chunks of 4 s (the last 2.5 s), each generating 3 tokens. Segment times are file times
-    # on chunk boundaries. (The last chunk may commit nothing: its window is decoded afresh and
-    # the random weights repeat the words carried by the chunk before, which are dropped.)
+    # 3 chunks of at most 4 s, each generating 3 tokens; a chunk ends early at a pause (here at
+    # 13.87 and 16.72 s). Segment times are file times on chunk boundaries. (The last chunk may
+    # commit nothing: its window may be decoded afresh and the random weights repeat the words
+    # carried by the chunk before, which are dropped.)
     assert r.stats.encoder_calls == 3
-    assert r.segments and all((s.start, s.end) in ((10.0, 14.0), (14.0, 18.0), (18.0, 20.5)) for s in r.segments)
+    spans = [(s.start, s.end) for s in r.segments]
+    assert len(spans) >= 2 and spans[0][0] == 10.0 and spans[-1][1] <= 20.5
+    assert all(1.0 <= b - a <= 4.0 + 1e-9 for a, b in spans)
+    assert all(spans[i][1] == pytest.approx(spans[i + 1][0]) for i in range(len(spans) - 1))
     assert all(10.0 <= s.start < s.end <= 20.5 for s in r.segments)
     assert r.truncated  # random weights run out of tokens
     assert seen[-1] == (pytest.approx(10.5), pytest.approx(10.5))

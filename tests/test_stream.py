@@ -47,6 +47,7 @@ def test_random_pieces_equal_fixed_pieces(engine, pcm):
     ra = a.finish()
     rb = _feed_random(engine.create_stream(chunk_size=2.0, max_new_tokens=4), x, seed=1)
     assert ra.token_ids == rb.token_ids and len(ra.token_ids) > 0
+    assert any(c.end - c.start < 2.0 for c in ra.chunks[:-1])  # a chunk cut short at a pause
     assert ra.text == rb.text and ra.segments == rb.segments
     assert [(c.start, c.end, c.prefill_tokens) for c in ra.chunks] == [(c.start, c.end, c.prefill_tokens)
                                                                        for c in rb.chunks]
@@ -54,7 +55,8 @@ def test_random_pieces_equal_fixed_pieces(engine, pcm):
 
 def test_each_sample_encoded_once_and_accounting(engine, pcm):
     x = pcm[:int(SR * 7.3)]
-    s = engine.create_stream(chunk_size=2.0, max_new_tokens=3, language="English", rollback_tokens=1)
+    s = engine.create_stream(chunk_size=2.0, max_new_tokens=3, language="English", rollback_tokens=1,
+                             pause_db=None)  # a fixed grid (pauses: the tests further down)
     r = _feed_random(s, x, seed=2)
     spans = [(c.start, c.end) for c in r.chunks]
     assert spans == [(0.0, 2.0), (2.0, 4.0), (4.0, 6.0), (6.0, 7.3)]
@@ -64,13 +66,11 @@ def test_each_sample_encoded_once_and_accounting(engine, pcm):
     assert st.encoder_seconds == pytest.approx(8.0)  # 3 x 2 s graphs + the 2 s graph for the 1.3 s tail
     # prefill = template (15) + forced header (4) + window audio + text prefix
     template = len(engine.prompt(1, "", "English")) - 1
-    # 13 tokens/s; the 4 s boundary lies in a pause, so chunk 3 starts a fresh window; the
-    # 1.3 s tail gives 13 + 4
-    audio = [26, 52, 26, 26 + 17]
+    audio = [26, 52, 52, 26 + 17]  # 13 tokens/s; the 1.3 s tail gives 13 + 4
     assert [c.prefill_tokens for c in r.chunks] == [template + a + c.prefix_tokens for a, c in zip(audio, r.chunks)]
-    # chunk 1's 3 tokens - 1 rolled back; none in a fresh window; chunk 3's 3 - 1 rolled back
-    assert [c.prefix_tokens for c in r.chunks][1:] == [2, 0, 2]
-    assert [c.window_chunks for c in r.chunks] == [1, 2, 1, 2]
+    # chunk 1's 3 tokens - 1 rolled back; later: 3 - 1 rolled back - 1 carried from a chunk gone
+    assert [c.prefix_tokens for c in r.chunks][1:] == [2, 1, 1]
+    assert [c.window_chunks for c in r.chunks] == [1, 2, 2, 2]
     assert st.prefill_tokens == sum(c.prefill_tokens for c in r.chunks)
     assert st.prefill_tokens_per_second == pytest.approx(st.prefill_tokens / 7.3)
     assert st.decode_tokens == sum(c.decode_tokens for c in r.chunks)
@@ -442,6 +442,28 @@ def test_a_click_does_not_make_speech_look_like_a_pause_for_long(engine, monkeyp
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=1)
     r = s.feed_audio(x)
     assert [c.window_chunks for c in r.chunks][3:] == [2, 2, 1]
+
+
+@pytest.mark.parametrize("chunk_size, pause_db, spans", [
+    (2.0, 25.0, [(0.0, 1.44), (1.44, 3.44), (3.44, 4.0)]),  # ends at the last pause after 0.5 s
+    (2.0, None, [(0.0, 2.0), (2.0, 4.0)]),  # the rule switched off: a fixed grid
+    (1.5, 25.0, [(0.0, 1.5), (1.5, 3.0), (3.0, 4.0)]),  # not below PAUSE_CUT_MIN_CHUNK
+])
+def test_a_chunk_ends_early_at_a_pause(engine, monkeypatch, chunk_size, pause_db, spans):
+    """Gaps at 0.1-0.4 s (inside the first quarter: not used) and 1.2-1.5 s: the chunk ends at
+    the last point with 60 ms of quiet on both sides, 1.44 s; the next chunk starts afresh."""
+    hdr = _ids(engine, "language English<asr_text>")
+    script = Script(engine, [hdr + _ids(engine, " open the")] + [_ids(engine, " door")] * 3)
+    monkeypatch.setattr(engine, "decode_embeddings", script)
+    x = (0.3 * np.random.default_rng(2).standard_normal(4 * SR)).astype(np.float32)
+    x[int(0.1 * SR):int(0.4 * SR)] *= 1e-3
+    x[int(1.2 * SR):int(1.5 * SR)] *= 1e-3
+    s = engine.create_stream(chunk_size=chunk_size, memory_num=2, pause_db=pause_db)
+    r = _feed_random(s, x, seed=3)
+    assert [(c.start, c.end) for c in r.chunks] == [pytest.approx(sp) for sp in spans]
+    assert r.stats.encoded_seconds == pytest.approx(4.0)
+    if pause_db is not None and chunk_size == 2.0:
+        assert [c.window_chunks for c in r.chunks] == [1, 1, 2]
 
 
 def test_pause_db_is_checked():

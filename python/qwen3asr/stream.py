@@ -57,6 +57,7 @@ HEADER_TOKENS = 8  # most tokens of a detected ``language X<asr_text>`` header k
 EDGE_FRAMES = 6  # 10 ms frames each side of a chunk boundary that decide whether it lies in a pause
 LEVEL_SECONDS = 60.0  # pauses are judged against the loud end of this much recent encoded audio
 LEVEL_QUANTILE = 0.99  # that loud end: this quantile of its 10 ms frame levels (a click soon stops counting)
+PAUSE_CUT_MIN_CHUNK = 2.0  # chunk sizes (s) from which a chunk may end early at a pause
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +201,12 @@ class StreamResult:
     @property
     def text(self) -> str:
         return join_text(self.committed, self.tail) if self.tail else self.committed
+
+
+def _frame_db(x: np.ndarray) -> np.ndarray:
+    """Level (dB full scale) of each whole 10 ms frame of x."""
+    frames = x[:x.shape[0] // HOP * HOP].reshape(-1, HOP).astype(np.float64)
+    return 10.0 * np.log10(np.mean(frames * frames, axis=1) + 1e-10)
 
 
 def join_text(a: str, b: str) -> str:
@@ -416,8 +423,32 @@ class StreamSession:
         else:
             limit = self._vad.samples_seen // WINDOW_SAMPLES * WINDOW_SAMPLES - self._end_delay
         while self._next + size + LOOKAHEAD <= limit and self._room():
-            self._chunk(self._next, self._next + size, right=self._next + size + LOOKAHEAD)
-            self._next += size
+            db = _frame_db(self._audio(self._next, self._next + size))
+            end = self._next + self._pause_cut(db) * HOP
+            self._chunk(self._next, end, right=end + LOOKAHEAD, db=db[:(end - self._next) // HOP])
+            self._next = end
+
+    def _pause_cut(self, db: np.ndarray) -> int:
+        """Frames the chunk keeps: it ends at the last pause after its first quarter (60 ms
+        of quiet both sides of the cut, as ``_pause_before`` judges a boundary), or is whole.
+
+        The next chunk then starts in the pause, a fresh window with no word cut. Five long
+        clips, trained model, without VAD, rollback 2 (0): 4 s chunks 5.0 (7.0) -> 1.8 (1.8) %
+        MER, as good as with Silero VAD; 2 s 5.1 (4.8) -> 2.4 (3.3) %; prefill at the defaults
+        1.77x -> 1.35x the offline minimum; the encoder runs 9 % more graph seconds (shorter
+        chunks padded to the next graph). Not below PAUSE_CUT_MIN_CHUNK: at 1.5 s chunks it
+        gave 5.4 (4.7) % against 4.7 (4.4) % (a fresh window of 1.5 s or less holds too little
+        audio for this model), and requiring 0.5-1 s per chunk did not help."""
+        n = db.shape[0]
+        pause = self.options.pause_db
+        if pause is None or self.options.chunk_size < PAUSE_CUT_MIN_CHUNK:
+            return n
+        level = float(np.quantile(np.concatenate(list(self._levels_db) + [db]), LEVEL_QUANTILE))
+        quiet = db < level - pause
+        for k in range(n - EDGE_FRAMES, max(EDGE_FRAMES, n // 4) - 1, -1):
+            if quiet[k - EDGE_FRAMES:k + EDGE_FRAMES].all():
+                return k
+        return n
 
     def _close_segment(self, end: int) -> None:
         n = (end - self._next) // HOP * HOP
@@ -468,7 +499,9 @@ class StreamSession:
             self._ceiling = max(self._ceiling, float(power.max()))
         return melmod.normalize_log_mel(power, self._ceiling)
 
-    def _chunk(self, c0: int, c1: int, right: int, final: bool = False) -> None:
+    def _chunk(self, c0: int, c1: int, right: int, final: bool = False, db: Optional[np.ndarray] = None) -> None:
+        """Encode [c0, c1) (mel frames need audio up to ``right``) and decode the window;
+        ``db``: its 10 ms frame levels when already computed."""
         eng = self.engine
         t0 = time.perf_counter()
         calls0, secs0 = eng.encoder.calls, eng.encoder.seconds_encoded
@@ -476,7 +509,7 @@ class StreamSession:
         enc_ms = (time.perf_counter() - t0) * 1000
         self._encoded += c1 - c0
         chunk = _Chunk(c0, c1, embeds, [], None)
-        self._levels(chunk)
+        self._levels(chunk, _frame_db(self._audio(c0, c1)) if db is None else db)
         self._window.append(chunk)
         while len(self._window) > self.options.memory_num:
             self._commit(self._window.popleft())
@@ -518,14 +551,11 @@ class StreamSession:
         logger.debug("chunk %.2f-%.2f s: window %d, prefix %d, generated %d", c0 / SAMPLE_RATE, c1 / SAMPLE_RATE,
                      len(self._window), len(extra), len(tokens))
 
-    def _levels(self, chunk: _Chunk) -> None:
+    def _levels(self, chunk: _Chunk, db: np.ndarray) -> None:
         """Loudness of the chunk's edges (for ``_pause_before``) and the recent speech level."""
-        x = self._audio(chunk.start, chunk.end)
-        frames = x[:x.shape[0] // HOP * HOP].reshape(-1, HOP).astype(np.float64)
-        if frames.shape[0] == 0:  # a final piece under 10 ms
+        if db.shape[0] == 0:  # a final piece under 10 ms
             chunk.head_db = chunk.tail_db = 0.0
             return
-        db = 10.0 * np.log10(np.mean(frames * frames, axis=1) + 1e-10)
         chunk.head_db, chunk.tail_db = float(db[:EDGE_FRAMES].max()), float(db[-EDGE_FRAMES:].max())
         self._levels_db.append(db)
         kept = sum(d.shape[0] for d in self._levels_db)
