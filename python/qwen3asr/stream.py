@@ -1,7 +1,8 @@
 """Streaming recognition: chunks encoded once, a sliding decoder window, token rollback, VAD.
 
 Audio arrives in pieces of any length. It is cut into chunks of ``chunk_size`` seconds
-(counted from the start of the stream, or of each speech segment with VAD). Each chunk:
+(counted from the start of the stream, or of each speech segment with VAD); a chunk of 2 s or
+more ends early at its last pause (``_pause_cut``). Each chunk:
 
 1. log-mel frames exactly as the offline front end computes them for the same audio
    (each frame sees its real neighbours: a chunk waits for 2.5 ms of look-ahead), except the
