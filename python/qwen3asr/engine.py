@@ -218,9 +218,10 @@ class Qwen3ASREngine:
 
         vad: None/False (decode everything), True (Silero VAD with default VADOptions) or VADOptions.
         on_text: called with each newly committed piece of text (never retracted).
-        pause_db: a chunk boundary this many dB below the recent speech level lies in a pause:
-          the window's text is committed there and the next chunk starts afresh (None: never);
-          see StreamOptions.
+        pause_db: audio this many dB below the recent speech level is a pause: chunks of 2 s or
+          more end at their last pause, and a boundary in a pause commits the window's text and
+          starts the next chunk afresh (None: fixed chunks, a window that only slides); see
+          StreamOptions.
         """
         from .stream import StreamOptions, StreamSession
 

@@ -74,8 +74,9 @@ class StreamOptions:
     # A chunk boundary whose 60 ms either side stay this many dB below the recent speech level
     # (LEVEL_QUANTILE of the 10 ms frame levels of the last LEVEL_SECONDS of encoded audio)
     # lies in a pause: it cuts no word, so the window ends there (its text is committed) and
-    # the new chunk starts a fresh one, as at the end of a VAD speech segment. None: the
-    # window only ever slides.
+    # the new chunk starts a fresh one, as at the end of a VAD speech segment; and a chunk of
+    # PAUSE_CUT_MIN_CHUNK s or more ends at its last such pause. None: fixed chunks and a
+    # window that only slides.
     pause_db: Optional[float] = 25.0
     max_new_tokens: int = 128  # generation budget per chunk
     vad: Optional[VADOptions] = None  # Silero VAD settings (True = defaults); None decodes all audio
