@@ -8,6 +8,9 @@ and both with VAD),
 rollback_tokens 2 vs 0 with chunk boundaries inside words, random pieces == fixed pieces,
 VAD encoded fraction vs the speech fraction of the reference timing, decoder prefill tokens
 per audio second against the offline minimum, and whether any audio was encoded twice.
+``--more-clips N`` pools the error rates of many settings over N more such recordings;
+``--robustness`` streams noisy, clicked and pause-free copies with and without the pause
+rules (``pause_db``).
 
 Error rate: mixed error rate, i.e. edit distance over units that are English words and
 single CJK characters (lower-cased, punctuation removed), over the reference unit count.
@@ -70,10 +73,11 @@ def boundaries_inside_words(segments, chunk_size, total):
     return inside, n
 
 
-def more_clips(n: int, work: str) -> list:
+def more_clips(n: int, work: str, segments: bool = False) -> list:
     """(pcm, reference) of n more long clips like audio/long_mixed.wav: ``make_dataset.py
     --demo-clips --seed k`` for k = 1..n (other test-split texts, pauses and voice draws),
-    made once under ``work`` (needs espeak-ng and sox)."""
+    made once under ``work`` (needs espeak-ng and sox). ``segments``: (pcm, reference, the
+    reference's speech segments) instead."""
     import subprocess
 
     from qwen3asr.audio import prepare_audio
@@ -85,8 +89,56 @@ def more_clips(n: int, work: str) -> list:
             subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_dataset.py"), "--demo-clips", d,
                             "--seed", str(k)], check=True, stdout=subprocess.DEVNULL)
         with open(os.path.join(d, "transcripts.json"), encoding="utf-8") as f:
-            ref = next(c for c in json.load(f)["clips"] if c["file"] == "long_mixed.wav")["text"]
-        out.append((prepare_audio(os.path.join(d, "long_mixed.wav")), ref))
+            clip = next(c for c in json.load(f)["clips"] if c["file"] == "long_mixed.wav")
+        pcm = prepare_audio(os.path.join(d, "long_mixed.wav"))
+        out.append((pcm, clip["text"], clip["segments"]) if segments else (pcm, clip["text"]))
+    return out
+
+
+def robustness(engine, clips: list, base: dict) -> dict:
+    """Default streaming with the pause rules (``pause_db`` 25) and without (None) on altered
+    copies of (pcm, reference, segments) clips: white noise at 30 / 20 dB under the speech's
+    mean power, a 30 ms full-scale click at 0.5 s, the utterances joined with no gaps (alone
+    and with noise 10 dB under them). Per condition and setting: (pooled MER, prefill tokens
+    over the offline one-pass minimum)."""
+    from qwen3asr.encoder import tokens_for_frames
+
+    def noisy(x, snr, seed, power):
+        noise = np.random.default_rng(seed).standard_normal(x.shape[0]) * np.sqrt(power / 10 ** (snr / 10))
+        return np.clip(x + noise, -1, 1).astype(np.float32)
+
+    def clicked(x):
+        y = x.copy()
+        y[SR // 2:SR // 2 + 480] = np.sign(np.sin(np.arange(480) * 0.3)) * 0.99
+        return y
+
+    def joined(x, segs):
+        return np.concatenate([x[int(s["start"] * SR):int(s["end"] * SR)] for s in segs])
+
+    def speech_power(x, segs):
+        return float(np.mean(joined(x, segs).astype(np.float64) ** 2))
+
+    conditions = {
+        "clean": lambda i, x, segs: x,
+        "white noise, 30 dB SNR": lambda i, x, segs: noisy(x, 30, i, speech_power(x, segs)),
+        "white noise, 20 dB SNR": lambda i, x, segs: noisy(x, 20, i, speech_power(x, segs)),
+        "30 ms full-scale click at 0.5 s": lambda i, x, segs: clicked(x),
+        "utterances joined, no pauses": lambda i, x, segs: joined(x, segs),
+        "joined + white noise, 10 dB SNR": lambda i, x, segs: noisy(joined(x, segs), 10, i, speech_power(x, segs)),
+    }
+    out = {}
+    for name, alter in conditions.items():
+        audio = [(alter(i, x, segs), ref) for i, (x, ref, segs) in enumerate(clips)]
+        for pause_db in (25.0, None):
+            prefill = minimum = 0
+            errs = 0.0
+            for x, ref in audio:
+                r = stream(engine, x, rollback_tokens=2, pause_db=pause_db, **base)
+                errs += mer(ref, r.text) * len(units(ref))
+                prefill += r.stats.prefill_tokens
+                minimum += len(engine.prompt(tokens_for_frames(x.shape[0] // 160)))
+            out[f"{name}, pause_db {pause_db}"] = (errs / sum(len(units(ref)) for _, ref in audio),
+                                                   prefill / minimum)
     return out
 
 
@@ -108,6 +160,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-size", type=float, default=4.0, help="streaming chunk (default %(default)s)")
     ap.add_argument("--memory-num", type=int, default=2)
     ap.add_argument("--json", default=None, help="also write the numbers here")
+    ap.add_argument("--robustness", action="store_true",
+                    help="also stream the clips (with --more-clips: all of them) with noise, a click and no pauses, "
+                         "with and without the pause rules")
     ap.add_argument("--more-clips", type=int, default=0,
                     help="also pool the error rates over this many more long clips (made with make_dataset.py "
                          "--demo-clips --seed 1..N under build/eval_clips)")
@@ -181,6 +236,10 @@ def main(argv=None) -> int:
         out["pooled"] = {"clips": len(clips), "units": sum(len(units(r)) for _, r in clips),
                          "runs": {name: pooled(clips, run) for name, run in runs.items()}}
 
+    if args.robustness:
+        extra = more_clips(args.more_clips, os.path.join(ROOT, "build", "eval_clips"), segments=True)
+        out["robustness"] = robustness(engine, [(pcm, ref, segs)] + extra, base)
+
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
     s = out["stream"]["stats"]
     print(f"model {out['model']}, {dur:.1f} s clip, stream chunk {args.chunk_size} s x memory {args.memory_num}\n")
@@ -208,6 +267,11 @@ def main(argv=None) -> int:
         print("| run | pooled MER | per clip |\n|---|---|---|")
         for name, (m, per) in p["runs"].items():
             print(f"| {name} | {pct(m)} | {' / '.join(f'{100 * x:.1f}' for x in per)} |")
+    if args.robustness:
+        print("\nDefault streaming on altered clips, with the pause rules (pause_db 25) and without (None)\n")
+        print("| audio, pause_db | pooled MER | prefill ratio |\n|---|---|---|")
+        for name, (m, ratio) in out["robustness"].items():
+            print(f"| {name} | {pct(m)} | {ratio:.2f}x |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, ensure_ascii=False, indent=1)

@@ -575,7 +575,8 @@ class StreamSession:
         nothing back at such a boundary (the window still sliding) gave 7.3 / 6.8 / 5.0 % for
         rollback 2: re-decoding whole words after a pause dropped or repeated some. The level
         is a quantile, not the peak: with the peak, one full-scale 30 ms click at 0.5 s raised
-        the threshold for the whole stream (peak at 30 dB: 7.3 / 5.4 / 5.4 % at 1.5 / 2 / 4 s;
+        the threshold for the whole stream (before ``_pause_cut`` existed; peak at 30 dB: 7.3 /
+        5.4 / 5.4 % at 1.5 / 2 / 4 s;
         quantile at 25 dB: 7.3 / 5.1 / 5.1 %; the click itself also costs some, as without
         the rule). Without a click both give the numbers above."""
         pause = self.options.pause_db
