@@ -555,8 +555,7 @@ class StreamSession:
 
     def _levels(self, chunk: _Chunk, db: np.ndarray) -> None:
         """Loudness of the chunk's edges (for ``_pause_before``) and the recent speech level."""
-        if db.shape[0] == 0:  # a final piece under 10 ms
-            chunk.head_db = chunk.tail_db = 0.0
+        if db.shape[0] == 0:  # a final piece under 10 ms: edges stay 0 dB (loud, no pause)
             return
         chunk.head_db, chunk.tail_db = float(db[:EDGE_FRAMES].max()), float(db[-EDGE_FRAMES:].max())
         self._levels_db.append(db)
@@ -576,9 +575,8 @@ class StreamSession:
         rollback 2: re-decoding whole words after a pause dropped or repeated some. The level
         is a quantile, not the peak: with the peak, one full-scale 30 ms click at 0.5 s raised
         the threshold for the whole stream (before ``_pause_cut`` existed; peak at 30 dB: 7.3 /
-        5.4 / 5.4 % at 1.5 / 2 / 4 s;
-        quantile at 25 dB: 7.3 / 5.1 / 5.1 %; the click itself also costs some, as without
-        the rule). Without a click both give the numbers above."""
+        5.4 / 5.4 % at 1.5 / 2 / 4 s; quantile at 25 dB: 7.3 / 5.1 / 5.1 %; the click itself
+        also costs some, as without the rule). Without a click both give the numbers above."""
         pause = self.options.pause_db
         if pause is None or len(self._window) < 2:
             return False
