@@ -18,6 +18,7 @@ from .languages import language_code, resolve_language
 from .prompt import Prompt, build_prompt, parse_asr_output
 from .results import DecodeStats, Segment, Transcription, TranscriptionStats
 from .tokenizer import Tokenizer
+from .work import NO_WORK, Work
 
 logger = logging.getLogger(__name__)
 
@@ -189,14 +190,15 @@ class Qwen3ASREngine:
         return Generation(self.decoder, req.embeds, self.tokenizer.eos_ids, self.embeddings.row, options), req
 
     def decode_embeddings(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-                          on_token: Optional[Callable[[int], None]] = None) -> tuple[list[int], DecodeStats]:
+                          on_token: Optional[Callable[[int], Optional[bool]]] = None) -> tuple[list[int], DecodeStats]:
         """Generate from an embedded prompt: the one decoder call streaming and long files need.
 
         Args:
           prompt_embeds: (L, hidden) float32, the whole prompt embedded (audio rows spliced in,
             assistant-turn text such as a transcript prefix appended); prefilled in one go.
           options: sampling settings and max_new_tokens.
-          on_token: called with each generated id (end-of-sequence ids are not generated).
+          on_token: called with each generated id (end-of-sequence ids are not generated); returning
+            False stops the generation there.
         Returns:
           (generated ids without end-of-sequence, DecodeStats). Backends: ONNX runs a Generation;
           the rk backend must provide ``decode_embeddings(prompt_embeds, options, on_token)`` with
@@ -213,7 +215,7 @@ class Qwen3ASREngine:
     def create_stream(self, language: Optional[str] = None, context: str = "", chunk_size: float = 4.0,
                       memory_num: int = 2, unfixed_chunks: int = 0, rollback_tokens: int = 2,
                       max_new_tokens: int = 128, on_text: Optional[Callable[[str], None]] = None, vad=None,
-                      itn: bool = False, pause_db: Optional[float] = 25.0):
+                      itn: bool = False, pause_db: Optional[float] = 25.0, work: Work = NO_WORK):
         """A StreamSession for live audio (see qwen3asr.stream and docs/streaming.md).
 
         vad: None/False (decode everything), True (Silero VAD with default VADOptions) or VADOptions.
@@ -222,6 +224,7 @@ class Qwen3ASREngine:
           more end at their last pause, and a boundary in a pause commits the window's text and
           starts the next chunk afresh (None: fixed chunks, a window that only slides); see
           StreamOptions.
+        work: scheduling hooks (qwen3asr.work.Work): each chunk is one unit of model work.
         """
         from .stream import StreamOptions, StreamSession
 
@@ -229,7 +232,7 @@ class Qwen3ASREngine:
                              unfixed_chunks=unfixed_chunks, rollback_tokens=rollback_tokens,
                              max_new_tokens=max_new_tokens, vad=vad, itn=itn,
                              pause_db=pause_db)
-        return StreamSession(self, opts, on_text=on_text)
+        return StreamSession(self, opts, on_text=on_text, work=work)
 
     def transcribe(self, audio: AudioInput, *, sample_rate: Optional[int] = None, language: Optional[str] = None,
                    context: str = "", max_new_tokens: int = 256, temperature: float = 0.0, top_k: int = 0,
@@ -237,7 +240,7 @@ class Qwen3ASREngine:
                    on_text: Optional[Callable[[str], None]] = None, chunk_size: Optional[float] = None,
                    memory_num: int = 2, rollback_tokens: int = 5, start_second: float = 0.0,
                    duration: Optional[float] = None, max_chunks: Optional[int] = None, vad=None, itn: bool = False,
-                   progress: Optional[Callable[[float, float], None]] = None) -> Transcription:
+                   progress: Optional[Callable[[float, float], None]] = None, work: Work = NO_WORK) -> Transcription:
         """Transcribe one clip or a long recording.
 
         With chunk_size None, no VAD and no max_chunks, the audio is transcribed in one pass (the
@@ -259,6 +262,8 @@ class Qwen3ASREngine:
           vad: True or VADOptions to decode only speech (Silero VAD).
           itn: inverse text normalisation of the result text (numbers as digits).
           progress: called as progress(seconds_done, seconds_total) after each chunk.
+          work: scheduling hooks (qwen3asr.work.Work): a one-pass clip is one unit of model work,
+            chunked audio one unit per chunk; a set cancel flag raises qwen3asr.work.Cancelled.
         """
         pcm = prepare_audio(audio, sample_rate)
         if start_second or duration is not None:
@@ -271,10 +276,13 @@ class Qwen3ASREngine:
             return transcribe_long(self, pcm, offset=float(start_second), language=language, context=context,
                                    chunk_size=30.0 if chunk_size is None else chunk_size, memory_num=memory_num,
                                    rollback_tokens=rollback_tokens, max_new_tokens=max_new_tokens,
-                                   max_chunks=max_chunks, vad=vad, itn=itn, on_text=on_text, progress=progress)
-        result = self._transcribe_one(pcm, language=language, context=context, max_new_tokens=max_new_tokens,
+                                   max_chunks=max_chunks, vad=vad, itn=itn, on_text=on_text, progress=progress,
+                                   work=work)
+        with work.unit():
+            result = self._transcribe_one(pcm, language=language, context=context, max_new_tokens=max_new_tokens,
                                       temperature=temperature, top_k=top_k, top_p=top_p,
-                                      repetition_penalty=repetition_penalty, seed=seed, on_text=on_text)
+                                      repetition_penalty=repetition_penalty, seed=seed, on_text=on_text,
+                                      work=work)
         text = result.text
         if itn and text:
             from .itn import inverse_normalize
@@ -292,16 +300,26 @@ class Qwen3ASREngine:
 
     def _transcribe_one(self, pcm: np.ndarray, *, language: Optional[str], context: str, max_new_tokens: int,
                         temperature: float, top_k: int, top_p: float, repetition_penalty: float,
-                        seed: Optional[int], on_text) -> Transcription:
+                        seed: Optional[int], on_text, work: Work) -> Transcription:
         options = DecodingOptions(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                   top_p=top_p, repetition_penalty=repetition_penalty, seed=seed)
         forced = resolve_language(language)
         req = self.prepare(pcm, language=forced, context=context, max_new_tokens=max_new_tokens)
         if self._rk is not None:
-            return self._rk.transcribe(self, req, language=forced, options=options, on_text=on_text)
+            result = self._rk.transcribe(self, req, language=forced, options=options, on_text=on_text,
+                                         stop=lambda: work.cancelled)
+            work.check()
+            return result
         gen = Generation(self.decoder, req.embeds, self.tokenizer.eos_ids, self.embeddings.row, options)
         streamer = TextStreamer(self.tokenizer, on_text, forced is not None) if on_text else None
-        gen.run(on_token=(lambda tok: streamer.push(tok)) if streamer else None)
+
+        def on_token(tok: int) -> bool:
+            if streamer is not None:
+                streamer.push(tok)
+            return not work.cancelled
+
+        gen.run(on_token=on_token)
+        work.check()
         if streamer:
             streamer.finish()
         return self.result(gen.tokens, gen.finish_reason == "length", forced, req, gen.times)

@@ -28,6 +28,7 @@ import numpy as np
 from . import mel as melmod
 from .languages import language_code
 from .results import Segment, Transcription, TranscriptionStats
+from .work import NO_WORK, Work
 from .stream import LEFT_CONTEXT, LOOKAHEAD, StreamOptions, StreamSession
 
 logger = logging.getLogger(__name__)
@@ -75,9 +76,10 @@ def transcribe_long(engine, pcm: np.ndarray, *, offset: float = 0.0, language: O
                     context: str = "", chunk_size: float = 30.0, memory_num: int = 2, rollback_tokens: int = 5,
                     max_new_tokens: int = 256, max_chunks: Optional[int] = None, vad=None, itn: bool = False,
                     on_text: Optional[Callable[[str], None]] = None,
-                    progress: Optional[Callable[[float, float], None]] = None) -> Transcription:
+                    progress: Optional[Callable[[float, float], None]] = None, work: Work = NO_WORK) -> Transcription:
     """Transcribe (n,) float32 16 kHz audio of any length in chunks; returns a Transcription
-    with ``segments`` (times in seconds + ``offset``). ``max_chunks`` stops early (truncated)."""
+    with ``segments`` (times in seconds + ``offset``). ``max_chunks`` stops early (truncated).
+    ``work``: scheduling hooks, one unit per chunk (see qwen3asr.work)."""
     t0 = time.perf_counter()
     opts = StreamOptions(language=language, context=context, chunk_size=chunk_size, memory_num=memory_num,
                          rollback_tokens=rollback_tokens, max_new_tokens=max_new_tokens, vad=vad, itn=itn,
@@ -87,7 +89,7 @@ def transcribe_long(engine, pcm: np.ndarray, *, offset: float = 0.0, language: O
     if max_chunks is not None and opts.vad is None and pcm.shape[0] > max_chunks * opts.chunk_samples:
         pcm = pcm[:max_chunks * opts.chunk_samples]  # the audio the session's cap lets through
         stopped = True
-    session = StreamSession(engine, opts, on_text=on_text)
+    session = StreamSession(engine, opts, on_text=on_text, work=work)
     total = pcm.shape[0] / SAMPLE_RATE
     step = opts.chunk_samples
     for a in range(0, pcm.shape[0], step):

@@ -197,9 +197,11 @@ class RKBackend:
 
     def transcribe(self, engine, req, *, language: Optional[str] = None,
                    options: DecodingOptions = DecodingOptions(),
-                   on_text: Optional[Callable[[str], None]] = None) -> Transcription:
+                   on_text: Optional[Callable[[str], None]] = None,
+                   stop: Optional[Callable[[], bool]] = None) -> Transcription:
         """Decode one prepared clip (``engine.prepare``: encoded on the NPU, prompt embedded and checked
-        against this decoder's context) on the RKLLM runtime; ``language`` is a resolved name or None."""
+        against this decoder's context) on the RKLLM runtime; ``language`` is a resolved name or None;
+        ``stop()`` returning True aborts the run (checked after each token)."""
         from .engine import TextStreamer
 
         on_token = None
@@ -208,9 +210,13 @@ class RKBackend:
             stream_tok = _StreamTokenizer(engine.tokenizer)
             streamer = TextStreamer(stream_tok, on_text, language is not None)
 
-            def on_token(token_id: int, text: str) -> None:
+            def on_token(token_id: int, text: str) -> bool:
                 stream_tok.decoder.text = text
                 streamer.push(token_id)
+                return not (stop is not None and stop())
+        elif stop is not None:
+            def on_token(token_id: int, text: str) -> bool:
+                return not stop()
 
         res, tokens, times, wall_ms = self._run(req.embeds, len(req.prompt), options, on_token)
         if streamer is not None:
@@ -232,9 +238,10 @@ class RKBackend:
                              f"exceeds the RKLLM decoder's context of {self.max_context} tokens")
         cb = None
         if on_token is not None:
-            def cb(token_id: int, text: str) -> None:
+            def cb(token_id: int, text: str) -> Optional[bool]:
                 if token_id not in self.eos_ids:
-                    on_token(token_id)
+                    return on_token(token_id)
+                return None
         res, tokens, t, _ = self._run(prompt_embeds, len(prompt_embeds), options, cb)
         reason = "length" if res.finish_reason == "length" else "eos"
         return tokens, DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms, reason)

@@ -45,6 +45,7 @@ from .encoder import tokens_for_frames
 from .languages import resolve_language
 from .prompt import fix_repetitions, parse_language_header
 from .results import Segment
+from .work import NO_WORK, Work
 from .vad import WINDOW_SAMPLES, SileroVAD, SpeechEnd, SpeechStart, VADOptions, VADStream
 
 logger = logging.getLogger(__name__)
@@ -255,8 +256,9 @@ class StreamSession:
     """
 
     def __init__(self, engine, options: StreamOptions, on_text: Optional[Callable[[str], None]] = None,
-                 vad_model=None):
+                 vad_model=None, work: Work = NO_WORK):
         self.engine = engine
+        self._work = work
         self.options = options
         self._on_text = on_text
         o = options
@@ -504,6 +506,10 @@ class StreamSession:
     def _chunk(self, c0: int, c1: int, right: int, final: bool = False, db: Optional[np.ndarray] = None) -> None:
         """Encode [c0, c1) (mel frames need audio up to ``right``) and decode the window;
         ``db``: its 10 ms frame levels when already computed."""
+        with self._work.unit():
+            self._chunk_work(c0, c1, right, final, db)
+
+    def _chunk_work(self, c0: int, c1: int, right: int, final: bool, db: Optional[np.ndarray]) -> None:
         eng = self.engine
         t0 = time.perf_counter()
         calls0, secs0 = eng.encoder.calls, eng.encoder.seconds_encoded
@@ -528,7 +534,9 @@ class StreamSession:
         extra = header + prefix
         if extra:
             x = np.concatenate([x, eng.embeddings(np.asarray(extra, dtype=np.int64))], axis=0)
-        tokens, ds = eng.decode_embeddings(x, DecodingOptions(max_new_tokens=self.options.max_new_tokens))
+        tokens, ds = eng.decode_embeddings(x, DecodingOptions(max_new_tokens=self.options.max_new_tokens),
+                                           on_token=lambda _: not self._work.cancelled)
+        self._work.check()
         if ds.finish_reason == "length":
             self._truncated = True
         if not forced and not header:
