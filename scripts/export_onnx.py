@@ -111,8 +111,10 @@ def save_encoder(model, path: str, shared: SharedWeights) -> list[str]:
 
 
 def default_quant_block(bits: int, text_cfg) -> int:
-    """int8: 128-weight blocks when every matmul input width allows (about 20% faster than 32 at
-    the same argmax agreement, docs/benchmarks.md); int4 keeps 32 (128 loses too much)."""
+    """int8: 128-weight blocks when every matmul input width is a multiple of 128 (about 20% faster
+    than 32 at the same argmax agreement, docs/benchmarks.md); int4 keeps 32 (128 loses too much).
+    Any width works with either block: a width that is not a multiple is padded up to whole blocks
+    with zero weights (onnx_graphs.quantize_blockwise)."""
     widths = (text_cfg.hidden_size, text_cfg.num_attention_heads * text_cfg.head_dim, text_cfg.intermediate_size)
     if bits == 8 and all(w % 128 == 0 for w in widths):
         return 128
@@ -171,6 +173,8 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
     for form in forms:
         if form not in ("merged", "split"):
             raise ValueError(f"unknown encoder form {form!r}; use merged and/or split")
+    if quant_block is not None:
+        graphs.check_quant_block(quant_block)
     shared = SharedWeights(os.path.join(out_dir, "encoder", "weights.bin"))
     if "split" in forms:
         log.info("encoder front end (split form)")
@@ -254,8 +258,9 @@ def main(argv=None) -> int:
     ap.add_argument("--forms", default="merged,split", help="encoder forms: merged, split or both (default %(default)s)")
     ap.add_argument("--decoder", default="fp32,int8", help="decoder dtypes: fp32, int8, int4 (default %(default)s)")
     ap.add_argument("--quant-block", type=int, default=None,
-                    help="block size of int8/int4 weight quantisation (default: 128 for int8 where the widths "
-                         "allow, else 32)")
+                    help="block size of int8/int4 weight quantisation, a power of 2 >= 16 (default: 128 for int8 "
+                         "where every width is a multiple of 128, else 32; widths that are not a multiple "
+                         "are zero-padded to whole blocks)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -9,7 +9,7 @@ that LayerNorm/RMSNorm weights are not 1 and biases are not 0. Saved with
 preprocessor_config.json (WhisperFeatureExtractor) and the tokenizer files.
 
 Presets: tiny-a, tiny-b (small, different widths/heads/layers/GQA ratios, for tests),
-0.6b and 1.7b (real shapes).
+tiny-odd (small, no width a multiple of 32), 0.6b and 1.7b (real shapes).
 
 Usage: python scripts/make_random_checkpoint.py --preset tiny-a --out DIR [--seed N]
            [--dtype bfloat16|float32]
@@ -72,6 +72,9 @@ class Preset:
 PRESETS: Dict[str, Preset] = {
     "tiny-a": Preset(64, 2, 4, 128, 32, 96, 2, 4, 2, 32, 192, (6, 5, 5)),
     "tiny-b": Preset(96, 3, 6, 160, 48, 128, 3, 8, 2, 16, 256, (4, 2, 2)),
+    # no width a multiple of 32 (hidden 112, heads*head_dim 80, intermediate 200, audio 72/152):
+    # the int8/int4 blocks must be padded (tests/test_export_widths.py)
+    "tiny-odd": Preset(72, 2, 4, 152, 24, 112, 2, 5, 1, 16, 200, (4, 2, 2)),
     "0.6b": Preset(896, 18, 14, 3584, 480, 1024, 28, 16, 8, 128, 3072, (24, 20, 20)),
     "1.7b": Preset(1024, 24, 16, 4096, 480, 2048, 28, 16, 8, 128, 6144, (24, 20, 20)),
 }

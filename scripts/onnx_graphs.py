@@ -239,28 +239,40 @@ class _Weights:
         return self.g.op("Split", [y, self.g.const(sizes)], axis=-1, n_out=len(ws))
 
 
+def check_quant_block(block: int) -> None:
+    """MatMulNBits takes block sizes that are powers of 2 and at least 16; raise ValueError otherwise."""
+    if block < 16 or block & (block - 1):
+        raise ValueError(f"quantisation block {block} is not accepted by MatMulNBits; use a power of 2 >= 16 "
+                         f"(16, 32, 64, 128, 256)")
+
+
 def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric block-wise weight quantisation in ONNX Runtime's MatMulNBits layout.
 
-    ``w`` is (N, K) (torch Linear: out x in). Returns ``packed`` uint8 (N, K/block, block*bits/8)
-    and ``scales`` float32 (N * K/block,). The default zero point (2^(bits-1)) is implied.
+    ``w`` is (N, K) (torch Linear: out x in), any K. MatMulNBits splits each row into
+    ``nb = ceil(K / block)`` blocks; when ``block`` does not divide K the row is padded up to
+    ``nb * block`` with zero weights, which quantise to the zero point (value 0), so the padding
+    neither changes the last block's scale nor adds to the product. Returns ``packed`` uint8
+    (N, nb, block*bits/8) and ``scales`` float32 (N * nb,). The default zero point
+    (2^(bits-1)) is implied.
     """
+    if bits not in (4, 8):
+        raise ValueError(f"unsupported bits {bits}; use 8 or 4")
+    check_quant_block(block)
     n, k = w.shape
-    if k % block:
-        raise ValueError(f"K={k} is not a multiple of the quantisation block {block}")
-    nb = k // block
+    nb = -(-k // block)
     qmax = 2 ** (bits - 1) - 1
-    wb = w.astype(np.float32).reshape(n, nb, block)
+    wb = np.zeros((n, nb * block), np.float32)
+    wb[:, :k] = w
+    wb = wb.reshape(n, nb, block)
     absmax = np.abs(wb).max(axis=-1, keepdims=True)
     scales = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
     q = np.clip(np.rint(wb / scales), -qmax - 1, qmax).astype(np.int32) + 2 ** (bits - 1)
     q = q.astype(np.uint8)
     if bits == 8:
         packed = q
-    elif bits == 4:
-        packed = (q[..., 0::2] & 0x0F) | ((q[..., 1::2] & 0x0F) << 4)
     else:
-        raise ValueError(f"unsupported bits {bits}; use 8 or 4")
+        packed = (q[..., 0::2] & 0x0F) | ((q[..., 1::2] & 0x0F) << 4)
     return np.ascontiguousarray(packed.astype(np.uint8)), scales.reshape(-1)
 
 

@@ -74,7 +74,7 @@ def test_real_preset_shapes(preset, row):
 
 
 def test_unknown_preset():
-    with pytest.raises(ValueError, match="unknown preset 'huge'; accepted: tiny-a, tiny-b, 0.6b, 1.7b"):
+    with pytest.raises(ValueError, match="unknown preset 'huge'; accepted: tiny-a, tiny-b, tiny-odd, 0.6b, 1.7b"):
         config_dict("huge")
 
 
