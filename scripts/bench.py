@@ -171,7 +171,7 @@ class OnnxSystem:
 
         # no end-of-sequence ids: exactly n_decode decoder steps after the prefill
         # (the token chosen last ends the budget and needs no step of its own)
-        gen = Generation(self.engine.decoder, prompt_embeds, (), self.engine.embeddings.row,
+        gen = Generation(self.engine.decoder.kv, prompt_embeds, (), self.engine.embeddings.row,
                          DecodingOptions(max_new_tokens=n_decode + 1))
         gen.run()
         t = gen.times

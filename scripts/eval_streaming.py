@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     out = {"model": os.path.basename(os.path.normpath(engine.bundle.path)), "audio_seconds": dur}
 
     t0 = time.perf_counter()
-    off = engine.transcribe(pcm, max_new_tokens=512)
+    off = engine.transcribe(pcm, max_new_tokens=512, one_pass=True)
     out["offline"] = {"mer": mer(ref, off.text), "prefill_tokens": off.stats.prefill_tokens,
                       "seconds": time.perf_counter() - t0, "text": off.text}
     base = dict(chunk_size=args.chunk_size, memory_num=args.memory_num, max_new_tokens=128)
@@ -221,7 +221,7 @@ def main(argv=None) -> int:
 
     if args.more_clips:
         clips = [(pcm, ref)] + more_clips(args.more_clips, os.path.join(ROOT, "build", "eval_clips"))
-        runs = {"offline, one pass": lambda x: engine.transcribe(x, max_new_tokens=512),
+        runs = {"offline, one pass": lambda x: engine.transcribe(x, max_new_tokens=512, one_pass=True),
                 "offline, 30 s chunks, memory 2, rollback 5": lambda x: engine.transcribe(x, chunk_size=30.0),
                 "offline, VAD-first segments": lambda x: engine.transcribe(x, vad=True, max_new_tokens=512)}
         for vad in (None, True):

@@ -234,7 +234,7 @@ def test_streaming_the_long_clip_meets_the_streaming_targets():
     ref = CLIPS["long_mixed.wav"]["text"]
     pcm = prepare_audio(os.path.join(AUDIO_DIR, "long_mixed.wav"))
     seconds = pcm.shape[0] / 16000
-    one_pass = engine.transcribe(pcm, max_new_tokens=512)
+    one_pass = engine.transcribe(pcm, max_new_tokens=512, one_pass=True)
     offline = engine.transcribe(pcm, vad=True, max_new_tokens=512)  # VAD-first segments
     live = stream(engine, pcm, pieces_seed=0)  # create_stream() defaults, random piece sizes
     assert mer(ref, live.text) <= mer(ref, offline.text) + 0.02

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from qwen3asr import AudioError, BundleError, DecodingOptions, Qwen3ASREngine
+from qwen3asr import TranscribeOptions, AudioError, BundleError, DecodingOptions, Qwen3ASREngine
 from qwen3asr.engine import TextStreamer
 from qwen3asr.languages import LanguageError
 
@@ -108,7 +108,12 @@ def test_too_long_names_the_limit(bundle_dir):
     eng.max_context = 200
     x = np.zeros(16000 * 20, np.float32)
     with pytest.raises(AudioError, match=r"too long.*context of 200 tokens \(about \d+ s of audio\)"):
-        eng.transcribe(x, max_new_tokens=50)
+        eng.start(x, max_new_tokens=50)  # one pass, as asked
+    # transcribe() decodes it in chunks instead, as large as this small context allows
+    mode, o = eng.plan(x, TranscribeOptions(max_new_tokens=50, vad=False))
+    assert (mode, o.chunk_size) == ("chunks", 2.0)
+    r = eng.transcribe(x, max_new_tokens=50, vad=False)
+    assert r.stats.encoder_calls >= 10 and r.stats.audio_seconds == 20.0
 
 
 def test_split_and_merged_forms_agree(bundle_dir):

@@ -296,7 +296,7 @@ def test_engine_rk_end_to_end(rk_bundle, shim, fake_rknnlite):
     expect_init(shim, decoder_file)
 
     engine = Qwen3ASREngine(rk_bundle, backend="rk")
-    assert engine.backend == "rk" and engine._rk.runtime.abi == shim.abi
+    assert engine.backend == "rk" and engine.decoder.runtime.abi == shim.abi
     pieces = []
     res = engine.transcribe(CLIP, on_text=pieces.append)
 
@@ -326,7 +326,7 @@ def test_engine_rk_end_to_end(rk_bundle, shim, fake_rknnlite):
     assert [m.core_mask for m in fake_rknnlite.instances] == [7] * len(fake_rknnlite.instances)
     used = [m for m in fake_rknnlite.instances if m.shapes_seen]
     assert used and used[0].shapes_seen[0][0] == [1, 128, 200]  # 1.8 s clip -> 2 s merged variant
-    engine._rk.close()
+    engine.close()
     assert all(m.state == "released" for m in fake_rknnlite.instances)
     assert shim.calls[-1] == "rkllm_destroy"
 
@@ -360,8 +360,8 @@ def test_sampling_options_reinitialise_the_runtime(rk_bundle, shim, fake_rknnlit
     assert shim.violations == []
     assert shim.calls.count("rkllm_init") == 2 and shim.calls.count("rkllm_destroy") == 1
     # the second init reuses the library and ABI found by the first: no second probe of the .so
-    assert probes == [] and engine._rk.runtime.abi == shim.abi
-    assert engine._rk.runtime.lib_path == os.environ[rkllm.ENV_LIB]
+    assert probes == [] and engine.decoder.runtime.abi == shim.abi
+    assert engine.decoder.runtime.lib_path == os.environ[rkllm.ENV_LIB]
 
 
 def test_truncated_when_the_runtime_hits_max_new_tokens(rk_bundle, shim, fake_rknnlite):
@@ -374,7 +374,7 @@ def test_truncated_when_the_runtime_hits_max_new_tokens(rk_bundle, shim, fake_rk
     assert res.truncated and res.token_ids == tuple(ids[:6])
     assert res.stats.runtime_perf["finish_reason"] == "length"
     shim.script(*runtime_script(tok, ids + [tok.im_end]))
-    tokens, stats = engine.decode_embeddings(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=6))
+    tokens, stats = engine.generate(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=6))
     assert tokens == ids[:6] and stats.finish_reason == "length"
     assert shim.violations == []
 
@@ -392,9 +392,9 @@ def test_rk_context_is_the_rkllm_models(base_bundle, tmp_path, fake_rknnlite, sh
     assert engine.fits_one_pass(long_pcm[:16000 * 10])
     with pytest.raises(ValueError, match="prompt of 1000 tokens \\+ max_new_tokens=128 exceeds the RKLLM decoder's "
                                          "context of 1024 tokens"):
-        engine.decode_embeddings(engine.embeddings(np.arange(1000)), DecodingOptions(max_new_tokens=128))
+        engine.generate(engine.embeddings(np.arange(1000)), DecodingOptions(max_new_tokens=128))
     assert "rkllm_run" not in shim.calls
-    engine._rk.close()
+    engine.close()
 
 
 def test_every_end_of_sequence_id_is_dropped_from_the_text(rk_bundle, shim, fake_rknnlite):
@@ -410,7 +410,7 @@ def test_every_end_of_sequence_id_is_dropped_from_the_text(rk_bundle, shim, fake
         shim.script(*runtime_script(tok, transcript_ids(tok, "one two") + [end]))
         res = engine.transcribe(CLIP)
         assert res.text == "one two" and end not in res.token_ids
-    engine._rk.close()
+    engine.close()
     del b.manifest["eos_token_ids"]
     with pytest.raises(BundleError, match="no eos_token_ids; re-export the bundle"):
         b.eos_token_ids
@@ -425,9 +425,9 @@ def test_auto_backend_detects_the_soc_once(rk_bundle, shim, fake_rknnlite, monke
     calls = []
     monkeypatch.setattr(rknn_backend, "detect_soc", lambda *a: calls.append(a) or SOC)
     engine = Qwen3ASREngine(rk_bundle, backend="auto")
-    assert engine.backend == "rk" and engine._rk.soc == SOC
+    assert engine.backend == "rk" and engine.decoder.soc == SOC
     assert len(calls) == 1
-    engine._rk.close()
+    engine.close()
 
 
 def test_runaway_repetition_is_aborted(rk_bundle, shim, fake_rknnlite):
@@ -520,7 +520,7 @@ def test_stream_session_on_rk_backend(rk_bundle, shim, fake_rknnlite):
     shim.script(*runtime_script(tok, ids + [tok.im_end]))
     pcm = prepare_audio(CLIP)
     got = []
-    tokens, stats = engine.decode_embeddings(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=128),
+    tokens, stats = engine.generate(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=128),
                                              on_token=got.append)
     assert tokens == ids and got == ids and stats.finish_reason == "eos"
     assert (stats.prefill_tokens, stats.decode_tokens) == (40, 9)  # the runtime's own figures
@@ -532,4 +532,106 @@ def test_stream_session_on_rk_backend(rk_bundle, shim, fake_rknnlite):
     final = session.finish()
     assert "你好" in final.text
     assert shim.violations == []
-    engine._rk.close()
+    engine.close()
+
+
+# ---------------------------------------------------------------------------- board knobs
+
+def test_every_rk_option_reaches_the_runtimes(rk_bundle, shim, fake_rknnlite, monkeypatch):
+    """RKOptions -> rkllm_init's RKLLMParam (max_context_len, embed_flash, enabled_cpus_*), the
+    library path and ABI the binding loads, and the encoder's RKNNLite core mask."""
+    from qwen3asr import RKOptions
+
+    lib = os.environ.pop(rkllm.ENV_LIB)  # given only through RKOptions
+    monkeypatch.delenv(rk_backend.ENV_SOC)
+    fake_rknnlite.expected_mask = 3  # NPU_CORE_0_1
+    decoder_file = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
+    expect_init(shim, decoder_file, max_context=512)
+    shim.expect(embed_flash=0, enabled_cpus_mask=0x0F, enabled_cpus_num=4)  # the double's default is 0xF0
+    rk = RKOptions(soc=SOC, npu_cores="0_1", cpus="0-3", lib_path=lib, abi=shim.abi, max_context=512,
+                   embed_flash=False)
+    engine = Qwen3ASREngine(rk_bundle, backend="rk", rk=rk)
+    tok = engine.tokenizer
+    shim.script(*runtime_script(tok, transcript_ids(tok, "hi") + [tok.im_end]))
+    assert engine.transcribe(CLIP).text == "hi"
+    assert shim.violations == []
+    assert engine.decoder.runtime.lib_path == lib and engine.decoder.runtime.abi == shim.abi
+    assert engine.max_context == 512 and engine.decoder.soc == SOC
+    assert {m.core_mask for m in fake_rknnlite.instances} == {3}
+    engine.close()
+    with pytest.raises(ValueError, match="max_context=2048 is over the 1024 tokens the RKLLM model was converted for"):
+        Qwen3ASREngine(rk_bundle, backend="rk", rk=RKOptions(soc=SOC, lib_path=lib, max_context=2048))
+
+
+def test_a_cpu_count_takes_the_fastest_cores(rk_bundle, shim, fake_rknnlite, monkeypatch):
+    """The reference design's Qwen3ASREngine(..., platform=, enabled_cpus=2, repeat_penalty=1.15)
+    on a board: two big cores (RK3588: CPUs 4-7 are the A76s), the penalty in RKLLMParam."""
+    monkeypatch.setattr(rk_backend, "_cpu_capacities", lambda: [414.0] * 4 + [1024.0] * 4)
+    monkeypatch.delenv(rk_backend.ENV_SOC)
+    decoder_file = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
+    expect_init(shim, decoder_file, repeat_penalty=1.15)
+    shim.expect(enabled_cpus_mask=0x30, enabled_cpus_num=2)
+    engine = Qwen3ASREngine(rk_bundle, platform=SOC, encoder_sizes=[2, 3], enabled_cpus=2, repeat_penalty=1.15)
+    assert engine.backend == "rk"
+    tok = engine.tokenizer
+    shim.script(*runtime_script(tok, transcript_ids(tok, "hi") + [tok.im_end]))
+    result = engine.transcribe(CLIP)
+    assert (result["text"], result["stats"]["backend"]) == ("hi", "rk")
+    assert shim.violations == []
+    engine.close()
+    engine.close()
+
+
+def test_cli_board_flags_reach_the_runtimes(rk_bundle, shim, fake_rknnlite, monkeypatch, capsys):
+    from qwen3asr.cli import transcribe as cli
+
+    lib = os.environ[rkllm.ENV_LIB]
+    monkeypatch.delenv(rk_backend.ENV_SOC)
+    fake_rknnlite.expected_mask = 1
+    expect_init(shim, os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm"), max_context=768)
+    shim.expect(embed_flash=0, enabled_cpus_mask=0xC0, enabled_cpus_num=2)
+    tok = Qwen3ASREngine(rk_bundle, backend="onnx").tokenizer
+    shim.script(*runtime_script(tok, transcript_ids(tok, "hi") + [tok.im_end]))
+    rc = cli.main(["--audio", CLIP, "--model", rk_bundle, "--backend", "rk", "--soc", SOC, "--npu-cores", "0",
+                   "--cpus", "6,7", "--rkllm-lib", lib, "--rkllm-abi", shim.abi, "--max-context", "768",
+                   "--no-embed-flash"])
+    assert rc == 0 and capsys.readouterr().out.strip() == "hi"
+    assert shim.violations == []
+    assert shim.calls[-1] == "rkllm_destroy"  # the CLI closes its engine
+
+
+def test_rk_options_are_validated_with_the_accepted_values():
+    from qwen3asr import RKOptions
+
+    for kw, msg in [({"soc": "rk3399"}, "soc must be one of rk3576, rk3588"),
+                    ({"npu_cores": "0_3"}, "unknown NPU core mask '0_3'; use one of auto, 0, 1, 2, 0_1, 0_1_2"),
+                    ({"cpus": 9}, r"a CPU count must be 1..8"), ({"cpus": "a-b"}, r"not like \"4-7\""),
+                    ({"cpus": [8]}, "CPU numbers must be 0..7"), ({"abi": "1.1"}, r'abi must be "1.2", "1.3"'),
+                    ({"max_context": 4}, "max_context must be an integer >= 16"),
+                    ({"embed_flash": 1}, "embed_flash must be True or False")]:
+        with pytest.raises(ValueError, match=msg):
+            RKOptions(**kw)
+    assert RKOptions(cpus="4").cpus == 4 and RKOptions(cpus=[7, 4, 5]).cpus == (4, 5, 7)
+    assert RKOptions(cpus=2).cpu_mask(capacities=[1, 1, 2, 2]) == 0b1100
+    assert RKOptions(cpus="0,2").cpu_mask() == 0b101 and RKOptions().cpu_mask() == 0
+    with pytest.raises(ValueError, match="cpus=4 but this machine has 2 CPUs"):
+        RKOptions(cpus=4).cpu_mask(capacities=[1, 1])
+
+
+def test_on_token_gets_every_id_including_the_runtimes_waiting_ones(rk_bundle, shim, fake_rknnlite):
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    ids = tok.encode("世界𠀀")
+    script = runtime_script(tok, ids + [tok.im_end])
+    assert any(item.startswith("W ") for item in script)
+    shim.script(*script)
+    got = []
+    tokens, stats = engine.generate(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=50),
+                                    on_token=got.append)
+    assert got == tokens == ids and stats.finish_reason == "eos"
+    # a False from on_token stops the run (rkllm_abort), as a cancelled request does
+    shim.script(*runtime_script(tok, ids + [tok.im_end]))
+    tokens, stats = engine.generate(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=50),
+                                    on_token=lambda t: False)
+    assert len(tokens) == 1 and stats.finish_reason == "stopped" and "rkllm_abort" in shim.calls
+    engine.close()

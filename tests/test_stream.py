@@ -2,7 +2,7 @@
 language header, commit rules, VAD gating, accounting and every error path.
 
 The random-weight bundle runs the real encoder and decoder graphs; a scripted decoder
-(engine.decode_embeddings replaced) checks the text bookkeeping with known tokens."""
+(engine.generate replaced) checks the text bookkeeping with known tokens."""
 
 from __future__ import annotations
 
@@ -79,11 +79,11 @@ def test_each_sample_encoded_once_and_accounting(engine, pcm):
 def test_chunk_mel_equals_offline_frames(engine, pcm, monkeypatch):
     x = pcm[:int(SR * 5.55)]
     seen = []
-    real = engine.encode
-    monkeypatch.setattr(engine, "encode", lambda m: (seen.append(m), real(m))[1])
+    real = engine.encoder.encode
+    monkeypatch.setattr(engine.encoder, "encode", lambda m: (seen.append(m), real(m))[1])
     full_power = melmod.log_mel_power(x, engine.n_mels)
     top = float(full_power.max())
-    s = StreamSession(engine, StreamOptions(chunk_size=1.5, max_new_tokens=2, mel_ceiling=top))  # as long files
+    s = StreamSession(engine, StreamOptions(chunk_size=1.5, max_new_tokens=2), mel_ceiling=top)  # as long files
     _feed_random(s, x, seed=3)
     got = np.concatenate(seen, axis=1)
     want = melmod.log_mel(x, engine.n_mels)
@@ -94,8 +94,8 @@ def test_chunk_mel_equals_offline_frames(engine, pcm, monkeypatch):
 def test_running_ceiling_without_future(engine, pcm, monkeypatch):
     x = pcm[:SR * 4]
     seen = []
-    real = engine.encode
-    monkeypatch.setattr(engine, "encode", lambda m: (seen.append(m), real(m))[1])
+    real = engine.encoder.encode
+    monkeypatch.setattr(engine.encoder, "encode", lambda m: (seen.append(m), real(m))[1])
     s = engine.create_stream(chunk_size=2.0, max_new_tokens=2)
     s.feed_audio(x)
     s.finish()
@@ -105,14 +105,14 @@ def test_running_ceiling_without_future(engine, pcm, monkeypatch):
     np.testing.assert_allclose(seen[1], melmod.normalize_log_mel(p[:, 200:], float(p.max())), atol=1e-5)
 
 
-def test_decode_embeddings_matches_transcribe(engine):
+def test_generate_matches_transcribe(engine):
     clip = os.path.join(ROOT, "audio", "en_1.wav")
     r = engine.transcribe(clip, max_new_tokens=5)
     pcm = engine.features(sf.read(clip, dtype="float32")[0])
     emb = engine.encode(pcm)
     x = engine.embed_prompt(engine.prompt(emb.shape[0]), emb)
     got = []
-    tokens, st = engine.decode_embeddings(x, engine_options(5), on_token=got.append)
+    tokens, st = engine.generate(x, engine_options(5), on_token=got.append)
     assert tuple(tokens) == r.token_ids and got == tokens
     assert st.prefill_tokens == r.stats.prefill_tokens and st.finish_reason == "length"
 
@@ -125,7 +125,7 @@ def engine_options(n):
 
 # ----------------------------------------------------------------------------- scripted decoder
 class Script:
-    """Replaces engine.decode_embeddings: returns scripted token lists and records the
+    """Replaces engine.generate (the decoder seam): returns scripted token lists and records the
     assistant-turn tail of each prompt (the rows after the template)."""
 
     def __init__(self, engine, outputs):
@@ -159,7 +159,7 @@ def test_prefix_rollback_commit_and_header(engine, pcm, monkeypatch):
     b = a[-1:] + _ids(engine, " back door")  # chunk 2 decodes chunk 1's rolled-back " the" again
     script = Script(engine, [hdr + a, b, c])
     script.vocab = set(hdr + a + b + c)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     committed = []
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=1, on_text=committed.append)
     r1 = s.feed_audio(pcm[:SR + 40])  # exactly one chunk with its look-ahead
@@ -194,7 +194,7 @@ def test_tokens_carried_from_a_chunk_that_left_the_window_are_never_lost(engine,
     zh = _ids(engine, "language Chinese<asr_text>")
     first, carried = _ids(engine, "call mom at"), _ids(engine, " ten forty")
     script = Script(engine, [hdr + first + carried, carried, zh + _ids(engine, "六点半")])
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=2)
     r = s.feed_audio(pcm[:3 * SR + 40])
     assert [c.prefix_tokens for c in r.chunks] == [0, len(hdr) + len(first), 0]  # no prefix: all carried
@@ -210,7 +210,7 @@ def test_an_answer_begun_afresh_is_spaced_from_the_committed_text(engine, pcm, m
     zh = _ids(engine, "language Chinese<asr_text>")
     outputs = [hdr + _ids(engine, "start the rice cooker"), hdr + _ids(engine, "close the"),
                zh + _ids(engine, "六点半"), hdr + _ids(engine, "door"), hdr + _ids(engine, " open")]
-    monkeypatch.setattr(engine, "decode_embeddings", Script(engine, outputs))
+    monkeypatch.setattr(engine, "generate", Script(engine, outputs))
     committed = []
     s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, on_text=committed.append)
     r = _feed_random(s, pcm[:5 * SR + 40], 0)
@@ -224,7 +224,7 @@ def test_language_none_and_no_header_restart(engine, pcm, monkeypatch):
     text = _ids(engine, "六点半")
     script = Script(engine, [none, zh + text, []])
     script.vocab = set(none + zh + text)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, rollback_tokens=0)
     s.feed_audio(pcm[:3 * SR])
     r = s.finish()
@@ -239,7 +239,7 @@ def test_rollback_never_splits_a_character(engine, pcm, monkeypatch):
     # it, the second run regenerates it whole, and no half character reaches the text.
     script = Script(engine, [ids, ids, []])
     script.vocab = set(ids)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, rollback_tokens=1, language="English")
     assert s.feed_audio(pcm[:2 * SR]).tail == "𝄞"  # chunk 1
     r = s.finish()  # chunk 2
@@ -254,7 +254,7 @@ def test_tail_completes_a_character_split_by_a_commit(engine, pcm, monkeypatch):
     # chunk 1 ends inside "𝄞", chunk 2 completes it.
     script = Script(engine, [ids[:1], ids[1:], []])
     script.vocab = set(ids)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, language="English")
     r = s.feed_audio(pcm[:2 * SR + 40])
     assert r.committed == "" and r.tail == "𝄞x"
@@ -265,7 +265,7 @@ def test_unfixed_chunks_decode_without_prefix(engine, pcm, monkeypatch):
     a, b = _ids(engine, " open"), _ids(engine, " open the door")
     script = Script(engine, [a, b, []])
     script.vocab = set(a + b)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=3, unfixed_chunks=2, rollback_tokens=0, language="en")
     s.feed_audio(pcm[:3 * SR])
     r = s.finish()
@@ -306,7 +306,7 @@ def test_bad_input_messages(engine):
     (dict(memory_num=0), r"memory_num must be an integer >= 1"),
     (dict(rollback_tokens=-1), r"rollback_tokens must be an integer >= 0"),
     (dict(unfixed_chunks=2, memory_num=2), r"unfixed_chunks must be < memory_num \(2\)"),
-    (dict(vad="yes"), r"vad must be None, True or a VADOptions"),
+    (dict(vad="yes"), r"vad must be None, True, False or a VADOptions"),
     (dict(language="Klingon"), r"accepted"),
 ])
 def test_option_errors(kwargs, message):
@@ -356,7 +356,7 @@ def test_a_looping_chunk_is_collapsed_when_committed_and_never_changes_after(eng
     end = _ids(engine, " now")
     script = Script(engine, [hdr + loop, end, []])
     script.vocab = set(hdr + loop + end)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     committed = []
     s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, on_text=committed.append)
     r1 = s.feed_audio(pcm[:2 * SR + 40])
@@ -374,7 +374,7 @@ def test_a_fresh_window_does_not_read_the_carried_words_again(engine, pcm, monke
     first, carried = _ids(engine, "call mom at"), _ids(engine, " ten forty")
     again = _ids(engine, "forty six")  # the window's fresh answer repeats the end of the carried text
     script = Script(engine, [hdr + first + carried, carried, hdr + again])
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=2)
     s.feed_audio(pcm[:3 * SR + 40])
     assert s.finish().text == "call mom at ten forty six"
@@ -387,7 +387,7 @@ def test_a_rollback_leaves_at_least_one_token_of_the_older_text(engine, pcm, mon
     a = _ids(engine, "open the")
     script = Script(engine, [hdr + a, a[1:] + _ids(engine, " door")])
     script.vocab = set(hdr + a)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=len(a) + 3)
     r = s.feed_audio(pcm[:2 * SR + 40])
     assert r.chunks[1].prefix_tokens == len(hdr) + 1
@@ -408,7 +408,7 @@ def test_a_boundary_in_a_pause_ends_the_window(engine, monkeypatch, gap, pause_d
     a, b = _ids(engine, " open the"), _ids(engine, " back door")
     script = Script(engine, [hdr + a, hdr + b if fresh else a[-1:] + b])
     script.vocab = set(hdr + a + b)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     x = (0.3 * np.random.default_rng(0).standard_normal(2 * SR + 40)).astype(np.float32)
     if gap:
         x[SR - 1200:SR + 1200] *= 1e-3  # 60 dB down for 75 ms either side of the 1.0 s boundary
@@ -435,7 +435,7 @@ def test_a_click_does_not_make_speech_look_like_a_pause_for_long(engine, monkeyp
     hdr = _ids(engine, "language English<asr_text>")
     a = _ids(engine, " open the")
     script = Script(engine, [hdr + a] + [a[-1:]] * 5)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     x = (0.01 * np.random.default_rng(1).standard_normal(6 * SR + 40)).astype(np.float32)
     x[3200:3680] = np.sign(np.sin(np.arange(480) * 0.3)).astype(np.float32) * 0.99  # 30 ms click at 0.2 s
     x[5 * SR - 1200:5 * SR + 1200] *= 0.03  # a gap at the 5.0 s boundary
@@ -458,7 +458,7 @@ def test_a_chunk_ends_early_at_a_pause(engine, monkeypatch, chunk_size, pause_db
     the last point with 60 ms of quiet on both sides, 1.44 s; the next chunk starts afresh."""
     hdr = _ids(engine, "language English<asr_text>")
     script = Script(engine, [hdr + _ids(engine, " open the")] + [_ids(engine, " door")] * 3)
-    monkeypatch.setattr(engine, "decode_embeddings", script)
+    monkeypatch.setattr(engine, "generate", script)
     x = (0.3 * np.random.default_rng(2).standard_normal(4 * SR)).astype(np.float32)
     for a, b in gaps:
         x[int(a * SR):int(b * SR)] *= 1e-3

@@ -8,8 +8,13 @@ __version__ = "0.1.0"
 from .audio import AudioError, prepare_audio  # noqa: E402
 from .bundle import BundleError  # noqa: E402
 from .decoding import DecodingOptions, Generation  # noqa: E402
-from .engine import Qwen3ASREngine  # noqa: E402
-from .results import Transcription, TranscriptionStats  # noqa: E402
+from .engine import EngineClosed, Qwen3ASREngine  # noqa: E402
+from .options import TranscribeOptions  # noqa: E402
+from .results import Segment, Transcription, TranscriptionStats  # noqa: E402
+from .rk_backend import RKOptions  # noqa: E402
+from .vad import SileroVAD, VADOptions  # noqa: E402
+from .work import Cancelled, Work  # noqa: E402
 
-__all__ = ["Qwen3ASREngine", "Transcription", "TranscriptionStats", "DecodingOptions", "Generation",
+__all__ = ["Qwen3ASREngine", "TranscribeOptions", "RKOptions", "Transcription", "TranscriptionStats", "Segment",
+           "DecodingOptions", "Generation", "SileroVAD", "VADOptions", "Work", "Cancelled", "EngineClosed",
            "AudioError", "BundleError", "prepare_audio", "__version__"]

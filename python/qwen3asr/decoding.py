@@ -1,7 +1,14 @@
-"""Token generation on a KV-cache decoder: sampling options and a pausable, clonable state.
+"""Text decoding: the decoder seam, sampling options, and a pausable, clonable generation.
 
-The decoder backend supplies one method, ``forward(embeds, cache, logit_rows) ->
-(logits, cache)``; everything here is backend-independent numpy.
+Two seams:
+
+- :class:`TextDecoder`, what the engine calls: ``generate(prompt_embeds, options, on_token)
+  -> (token ids, DecodeStats)`` and ``close()``. Implemented by the ONNX backend
+  (``onnx_backend.OnnxTextDecoder``, token-level sampling here) and the rk backend
+  (``rk_backend.RKLLMTextDecoder``, the RKLLM runtime samples). A backend that can also pause,
+  resume and clone a generation offers ``start(prompt_embeds, options) -> Generation``.
+- :class:`KVDecoder`, what :class:`Generation` drives on the CPU: ``forward(embeds, cache,
+  logit_rows) -> (logits, cache)``; everything here is backend-independent numpy.
 """
 
 from __future__ import annotations
@@ -42,6 +49,24 @@ class DecodingOptions:
             problems.append(f"repetition_penalty must be > 0 (got {self.repetition_penalty!r})")
         if problems:
             raise ValueError("invalid decoding options: " + "; ".join(problems))
+
+
+class TextDecoder(Protocol):
+    """The engine's decoder seam (one per loaded engine; not safe for concurrent calls)."""
+
+    name: str  # backend name ("onnx", "rk")
+    max_context: int  # positions the decoder holds (prompt + generated tokens)
+
+    def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions,
+                 on_token: Callable[[int], bool | None] | None = None) -> tuple[list[int], Any]:
+        """Generate from a whole embedded prompt ``(L, hidden) float32`` (prefilled in one go).
+
+        ``on_token`` is called with every generated id (end-of-sequence ids are not generated);
+        returning False stops there (finish_reason "stopped"). Returns (ids without
+        end-of-sequence, :class:`~qwen3asr.results.DecodeStats`)."""
+
+    def close(self) -> None:
+        """Free the decoder's runtime (safe to call twice)."""
 
 
 class KVDecoder(Protocol):

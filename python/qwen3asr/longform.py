@@ -17,7 +17,6 @@ utterances are one segment each), with times in seconds of the file.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import math
 import time
@@ -28,8 +27,9 @@ import numpy as np
 from . import mel as melmod
 from .languages import language_code
 from .results import Segment, Transcription, TranscriptionStats
+from .options import TranscribeOptions
+from .stream import LEFT_CONTEXT, LOOKAHEAD, StreamSession
 from .work import NO_WORK, Work
-from .stream import LEFT_CONTEXT, LOOKAHEAD, StreamOptions, StreamSession
 
 logger = logging.getLogger(__name__)
 
@@ -72,24 +72,23 @@ def clip_ceiling(pcm: np.ndarray, n_mels: int) -> float:
     return top
 
 
-def transcribe_long(engine, pcm: np.ndarray, *, offset: float = 0.0, language: Optional[str] = None,
-                    context: str = "", chunk_size: float = 30.0, memory_num: int = 2, rollback_tokens: int = 5,
-                    max_new_tokens: int = 256, max_chunks: Optional[int] = None, vad=None, itn: bool = False,
-                    on_text: Optional[Callable[[str], None]] = None,
+def transcribe_long(engine, pcm: np.ndarray, options: TranscribeOptions = TranscribeOptions(), *,
+                    offset: float = 0.0, on_text: Optional[Callable[[str], None]] = None,
                     progress: Optional[Callable[[float, float], None]] = None, work: Work = NO_WORK) -> Transcription:
     """Transcribe (n,) float32 16 kHz audio of any length in chunks; returns a Transcription
-    with ``segments`` (times in seconds + ``offset``). ``max_chunks`` stops early (truncated).
-    ``work``: scheduling hooks, one unit per chunk (see qwen3asr.work)."""
+    with ``segments`` (times in seconds + ``offset``). ``options``: the request's settings (the
+    long-file defaults filled in for None fields: 30 s chunks, rollback 5, 256 tokens per chunk;
+    ``vad`` None is off here, the engine's plan() decides it); ``max_chunks`` stops early
+    (truncated). ``work``: scheduling hooks, one unit per chunk (see qwen3asr.work)."""
     t0 = time.perf_counter()
-    opts = StreamOptions(language=language, context=context, chunk_size=chunk_size, memory_num=memory_num,
-                         rollback_tokens=rollback_tokens, max_new_tokens=max_new_tokens, vad=vad, itn=itn,
-                         max_chunks=max_chunks)  # checked before the scan of the whole audio below
-    opts = dataclasses.replace(opts, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
+    opts = options.for_file_chunks(vad=options.vad_options)
+    max_chunks = opts.max_chunks
+    ceiling = clip_ceiling(pcm, engine.n_mels)  # of all the selected audio, as the offline front end
     stopped = False
-    if max_chunks is not None and opts.vad is None and pcm.shape[0] > max_chunks * opts.chunk_samples:
+    if max_chunks is not None and opts.vad_options is None and pcm.shape[0] > max_chunks * opts.chunk_samples:
         pcm = pcm[:max_chunks * opts.chunk_samples]  # the audio the session's cap lets through
         stopped = True
-    session = StreamSession(engine, opts, on_text=on_text, work=work)
+    session = StreamSession(engine, opts, on_text=on_text, work=work, mel_ceiling=ceiling)
     total = pcm.shape[0] / SAMPLE_RATE
     step = opts.chunk_samples
     for a in range(0, pcm.shape[0], step):

@@ -11,7 +11,9 @@ import os
 
 import numpy as np
 
+from .decoding import DecodingOptions, Generation
 from .encoder import AudioEncoder, EncoderVariant
+from .results import DecodeStats
 
 logger = logging.getLogger(__name__)
 
@@ -181,3 +183,57 @@ class OnnxDecoder:
         io.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
         self.session.run_with_iobinding(io)
         return logits[0], KVCache(cache.keys, cache.values, total)
+
+
+class OnnxTextDecoder:
+    """The ONNX backend's text decoder (the engine's TextDecoder seam): :class:`Generation`
+    (token-level sampling, qwen3asr.decoding) on :class:`OnnxDecoder`.
+
+    Args:
+      kv: the loaded decoder graph.
+      eos_ids: token ids that end a generation.
+      embed: token id -> (hidden,) float32 embedding (the bundle's table).
+    """
+
+    name = "onnx"
+
+    def __init__(self, kv: OnnxDecoder, eos_ids, embed):
+        self.kv = kv
+        self.eos_ids = tuple(eos_ids)
+        self.embed = embed
+        self.max_context = kv.max_positions
+
+    def start(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions()) -> Generation:
+        """A pausable, clonable :class:`Generation` of ``(L, hidden) float32`` prompt embeddings."""
+        if self.kv is None:
+            raise RuntimeError("this decoder was closed")
+        return Generation(self.kv, prompt_embeds, self.eos_ids, self.embed, options)
+
+    def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+                 on_token=None) -> tuple[list[int], DecodeStats]:
+        """See qwen3asr.decoding.TextDecoder."""
+        gen = self.start(prompt_embeds, options)
+        gen.run(on_token=on_token)
+        t = gen.times
+        return list(gen.tokens), DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms,
+                                             gen.finish_reason or "stopped")
+
+    def close(self) -> None:
+        self.kv = None  # the ONNX Runtime session is freed with its last reference
+
+
+def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
+                        eos_ids) -> OnnxTextDecoder:
+    """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32), "fp32",
+    "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end."""
+    dtypes = bundle.decoder_dtypes()
+    if dtype == "auto":
+        dtype = "int8" if "int8" in dtypes else "fp32"
+    if dtype not in ("fp32", "int8", "int4"):
+        raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {dtype!r}")
+    t = bundle.text_config
+    kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
+                     threads, max_positions=bundle.max_context)
+    dec = OnnxTextDecoder(kv, eos_ids, embed)
+    dec.dtype = dtype
+    return dec

@@ -8,6 +8,12 @@ The prompt is the official one (system block always present, even with empty con
 (without the line break after ``user\\n``). Forcing a language appends
 ``language {Name}<asr_text>`` so the model writes only the transcript.
 
+The compact prompt (``compact=True``, the reference design's ``compact_suffix``; off by
+default because it departs from the official template) drops the system turn and the
+language header: ``<|im_start|>user\\n<|audio_start|>...<|audio_end|><|im_end|>\\n
+<|im_start|>assistant\\n<asr_text>``; the model then writes only the transcript, with no
+language detection. It saves ``compact_savings()`` prefill tokens per decoder run.
+
 The model answers ``language Chinese<asr_text>...text...`` (or ``language None<asr_text>``
 for no speech). ``parse_asr_output`` splits that the way the official package does,
 after collapsing runaway repetitions.
@@ -62,13 +68,16 @@ def prompt_text(context: str = "", language: Optional[str] = None, n_audio_token
 
 
 def build_prompt(
-    tokenizer: Tokenizer, n_audio_tokens: int, context: str = "", language: Optional[str] = None
+    tokenizer: Tokenizer, n_audio_tokens: int, context: str = "", language: Optional[str] = None,
+    compact: bool = False,
 ) -> Prompt:
     """Token ids of the official prompt for ``n_audio_tokens`` audio rows.
 
     language: None/"" to let the model detect it, else a supported name (any case) or
     BCP-47 code; raises LanguageError (a ValueError) listing accepted names otherwise.
     context: free system text (hot words, domain); may be empty.
+    compact: the compact prompt (module docstring): no system turn (context must be empty),
+    the answer starting at ``<asr_text>``; ``language`` is then only reported, not prompted.
     """
     if isinstance(n_audio_tokens, bool) or not isinstance(n_audio_tokens, (int, np.integer)) or n_audio_tokens < 1:
         raise ValueError(f"n_audio_tokens must be a positive int, got {n_audio_tokens!r}")
@@ -81,10 +90,16 @@ def build_prompt(
     # Added tokens split the text into independent segments, so encoding the part up to
     # <|audio_start|> and the part from <|audio_end|> separately gives the same ids as
     # encoding the whole string; the N pads need no tokenization.
-    head = tokenizer.encode(f"{IM_START}system\n{context}{IM_END}\n{IM_START}user\n{AUDIO_START}")
-    tail_text = f"{AUDIO_END}{IM_END}\n{IM_START}assistant\n"
-    if lang:
-        tail_text += f"{_LANG_PREFIX}{lang}{ASR_TEXT}"
+    if compact:
+        if context:
+            raise ValueError("the compact prompt has no system turn to carry context; drop one of them")
+        head = tokenizer.encode(f"{IM_START}user\n{AUDIO_START}")
+        tail_text = f"{AUDIO_END}{IM_END}\n{IM_START}assistant\n{ASR_TEXT}"
+    else:
+        head = tokenizer.encode(f"{IM_START}system\n{context}{IM_END}\n{IM_START}user\n{AUDIO_START}")
+        tail_text = f"{AUDIO_END}{IM_END}\n{IM_START}assistant\n"
+        if lang:
+            tail_text += f"{_LANG_PREFIX}{lang}{ASR_TEXT}"
     tail = tokenizer.encode(tail_text)
     pad = tokenizer.audio_pad
     if pad in head:
@@ -155,7 +170,19 @@ def fix_repetitions(text: str, threshold: int = REPEAT_THRESHOLD, max_len: int =
     return _collapse_patterns(_collapse_char_runs(text, threshold), threshold, max_len)
 
 
-def parse_asr_output(raw_text: Optional[str], forced_language: Optional[str] = None) -> Tuple[Optional[str], str]:
+def compact_savings(tokenizer: Tokenizer, context: str = "", language: str = "English") -> dict:
+    """Prefill tokens the compact prompt saves per decoder run against the official one:
+    {"system": tokens of the system turn with ``context``, "header": of the ``language X<asr_text>``
+    answer header (written by the model when detecting, or prompted when forced), "total"}."""
+    official = len(build_prompt(tokenizer, 1, context=context))
+    compact = len(build_prompt(tokenizer, 1, compact=True))
+    header = len(tokenizer.encode(f"{_LANG_PREFIX}{resolve_language(language)}{ASR_TEXT}"))
+    system = official - (compact - 1)  # the compact prompt carries <asr_text> itself
+    return {"system": system, "header": header - 1, "total": system + header - 1}
+
+
+def parse_asr_output(raw_text: Optional[str], forced_language: Optional[str] = None,
+                     text_only: bool = False) -> Tuple[Optional[str], str]:
     """Split the model's decoded output into ``(language, text)``.
 
     raw_text: decoded with special tokens skipped (``<asr_text>`` is not special, so it
@@ -164,6 +191,8 @@ def parse_asr_output(raw_text: Optional[str], forced_language: Optional[str] = N
     empty output. With ``forced_language``
     the whole output is the text and the language is the forced one (canonical name).
     Empty output gives (None, "") even when forced, as in the official parser.
+    ``text_only`` (the compact prompt): the whole output is the text, the language the forced
+    one or None.
     """
     if raw_text is None:
         return None, ""
@@ -172,7 +201,7 @@ def parse_asr_output(raw_text: Optional[str], forced_language: Optional[str] = N
         return None, ""
     s = fix_repetitions(s)
     forced = resolve_language(forced_language)
-    if forced:
+    if forced or text_only:
         return forced, s
     if ASR_TEXT not in s:
         return None, s.strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Optional
 
 
@@ -50,13 +51,16 @@ class Segment:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeStats:
-    """What one decoder run on prompt embeddings cost (see Qwen3ASREngine.decode_embeddings)."""
+    """What one decoder run on prompt embeddings cost (see the TextDecoder seam, qwen3asr.decoding)."""
 
     prefill_tokens: int  # prompt positions fed in one prefill
     prefill_ms: float  # wall time of the prefill (ms)
     decode_tokens: int  # tokens fed back after the prefill (forward passes of one token)
     decode_ms: float  # wall time of those passes (ms)
-    finish_reason: str  # "eos" (end-of-sequence) or "length" (max_new_tokens reached)
+    # "eos" (end-of-sequence), "length" (max_new_tokens reached), "stopped" (on_token returned
+    # False: a cancelled request) or "repetition" (the RKLLM binding's loop guard aborted the run)
+    finish_reason: str
+    runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,3 +78,25 @@ class Transcription:
         return {"text": self.text, "language": self.language, "language_code": self.language_code,
                 "truncated": self.truncated, "token_ids": list(self.token_ids), "raw_text": self.raw_text,
                 "stats": self.stats.to_dict(), "segments": [seg.to_dict() for seg in self.segments]}
+
+    def __getitem__(self, key: str):
+        """Read-only mapping access as the reference design's dict results: ``result["text"]``,
+        ``result["stats"]["rtf"]`` (stats also under their field names), ``result["segments"]``."""
+        return _mapping(self)[key]
+
+    def keys(self):
+        return _mapping(self).keys()
+
+
+def _frozen(value):
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _mapping(result: Transcription):
+    d = result.to_dict()
+    d["stats"]["rtf"] = d["stats"]["real_time_factor"]
+    return _frozen(d)

@@ -3,7 +3,7 @@
 One request::
 
     audio -> log-mel (host) -> RKNN encoder (NPU) -> prompt ids -> host embedding with the
-    audio spliced in (engine.embed_prompt) -> rkllm_run(EMBED) -> token ids -> engine.result
+    audio spliced in (engine) -> RKLLMTextDecoder.generate: rkllm_run(EMBED) -> token ids -> engine
 
 The RKLLM runtime generates by itself, so the engine's token-level sampler is not used: the
 engine's :class:`~qwen3asr.decoding.DecodingOptions` are mapped onto the runtime's sampling
@@ -41,11 +41,11 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .bundle import Bundle, BundleError, check_file
-from .decoding import DecodingOptions, GenerationTimes
+from .bundle import Bundle, check_file
+from .decoding import DecodingOptions
 from .encoder import AudioEncoder
-from .results import DecodeStats, Transcription
-from .rknn_backend import SUPPORTED_SOCS
+from .results import DecodeStats
+from .rknn_backend import SUPPORTED_SOCS, resolve_core_mask
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def rkllm_entry(bundle: Bundle, soc: str) -> dict:
 
 
 def rkllm_options(options: DecodingOptions, max_context: int, vocab_size: int, hidden_size: int,
-                  repetition=None):
+                  repetition=None, *, embed_flash: bool = True, cpu_mask: int = 0):
     """:class:`~qwen3asr.rkllm.RKLLMOptions` for ``options`` (see the module docstring for the mapping)."""
     from .rkllm import RepetitionGuard, RKLLMOptions
 
@@ -98,71 +98,149 @@ def rkllm_options(options: DecodingOptions, max_context: int, vocab_size: int, h
         sampling = {"top_k": options.top_k if options.top_k > 0 else vocab_size, "top_p": options.top_p,
                     "temperature": options.temperature}
     return RKLLMOptions(max_context_len=max_context, max_new_tokens=options.max_new_tokens,
-                        repeat_penalty=options.repetition_penalty, base_domain_id=BASE_DOMAIN_ID, embed_flash=True,
-                        hidden_size=hidden_size, skip_special_token=True,
+                        repeat_penalty=options.repetition_penalty, base_domain_id=BASE_DOMAIN_ID,
+                        embed_flash=embed_flash, enabled_cpus_mask=cpu_mask, hidden_size=hidden_size,
+                        skip_special_token=True,
                         repetition=repetition if repetition is not None else RepetitionGuard(), **sampling)
 
 
-class _RuntimeTextDecoder:
-    """Stands in for the tokenizer's incremental decoder inside the engine's TextStreamer.
+@dataclasses.dataclass(frozen=True)
+class RKOptions:
+    """Board settings of the rk backend (validated here; every field reaches the runtimes).
 
-    The runtime reports a token whose text ends inside a multi-byte character as WAITING
-    and puts those bytes into the next NORMAL token's text; the binding forwards NORMAL
-    tokens only. So the text pieces come from the runtime (complete characters), while
-    TextStreamer still decides from the token ids what is transcript.
+    soc: "rk3576" or "rk3588"; None reads ``$QWEN3ASR_SOC``, else the device tree.
+    npu_cores: NPU cores of the RKNN encoder: None (all of the SoC), a core-mask name ("auto",
+      "0", "1", "2", "0_1", "0_1_2") or its int (RKNNLite.NPU_CORE_*).
+    cpus: CPUs the RKLLM decoder runs on (RKLLMExtendParam.enabled_cpus_*): None (the runtime's
+      choice), a count n (the n fastest cores, as the reference CLI's ``enabled_cpus``), or a
+      list such as "4-7" / "4,5,6,7" / [4, 5, 6, 7].
+    lib_path / abi: librkllmrt.so and its C layout ("1.2" or "1.3"); None: ``$QWEN3ASR_RKLLM_LIB``
+      / ``$QWEN3ASR_RKLLM_ABI``, else searched and detected (docs/rkllm_abi.md).
+    max_context: KV-cache length given to rkllm_init (<= the converted model's); None: the model's.
+    embed_flash: keep the embedding table in flash (RKLLMExtendParam.embed_flash).
     """
 
-    def __init__(self, tokenizer):
-        self._tokenizer = tokenizer
-        self.text = ""  # text of the token being pushed (set by the caller)
-
-    def push(self, token_id: int) -> str:
-        return "" if self._tokenizer.is_special(token_id) else self.text
-
-    def flush(self) -> str:
-        return ""
-
-
-class _StreamTokenizer:
-    """The two things TextStreamer asks of a tokenizer, with runtime text as the pieces."""
-
-    def __init__(self, tokenizer):
-        self.asr_text = tokenizer.asr_text
-        self.decoder = _RuntimeTextDecoder(tokenizer)
-
-    def incremental_decoder(self, skip_special_tokens: bool = True) -> _RuntimeTextDecoder:
-        return self.decoder
-
-
-@dataclasses.dataclass
-class RKBackend:
-    """The RKNN encoder and the RKLLM decoder of one engine (``engine._rk``).
-
-    Attributes:
-      encoder: :class:`AudioEncoder` on the NPU.
-      soc: "rk3576" or "rk3588".
-      decoder_file: the ``.rkllm`` file.
-      max_context: the decoder's KV-cache length (tokens), from the manifest.
-    """
-
-    encoder: AudioEncoder
-    soc: str
-    decoder_file: str
-    max_context: int
-    quant: str
-    vocab_size: int
-    hidden_size: int
-    eos_ids: frozenset = frozenset()  # end-of-sequence ids (manifest "eos_token_ids"), dropped from the output
+    soc: Optional[str] = None
+    npu_cores: Any = None
+    cpus: Any = None
     lib_path: Optional[str] = None
     abi: Optional[str] = None
-    repetition: Any = None
-    runtime: Any = None  # RKLLMRuntime, created by load_decoder()
+    max_context: Optional[int] = None
+    embed_flash: bool = True
 
-    def load_decoder(self, options: DecodingOptions = DecodingOptions()) -> None:
+    def __post_init__(self):
+        problems = []
+        if self.soc is not None and self.soc not in SUPPORTED_SOCS:
+            problems.append(f"soc must be one of {', '.join(SUPPORTED_SOCS)} or None (got {self.soc!r})")
+        if self.npu_cores is not None:
+            try:
+                resolve_core_mask("rk3588", self.npu_cores)  # the SoC's own core count is checked at load
+            except (ValueError, TypeError) as exc:
+                problems.append(f"npu_cores: {exc}")
+        if self.cpus is not None:
+            try:
+                object.__setattr__(self, "cpus", _parse_cpus(self.cpus))
+            except ValueError as exc:
+                problems.append(f"cpus: {exc}")
+        if self.abi is not None and self.abi not in ("1.2", "1.3"):
+            problems.append(f"abi must be \"1.2\", \"1.3\" or None (got {self.abi!r})")
+        mc = self.max_context
+        if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 16):
+            problems.append(f"max_context must be an integer >= 16 or None (got {mc!r})")
+        if not isinstance(self.embed_flash, bool):
+            problems.append(f"embed_flash must be True or False (got {self.embed_flash!r})")
+        if self.lib_path is not None and not isinstance(self.lib_path, (str, os.PathLike)):
+            problems.append(f"lib_path must be a path or None (got {type(self.lib_path).__name__})")
+        if problems:
+            raise ValueError("invalid rk options: " + "; ".join(problems))
+
+    def cpu_mask(self, n_cpus: Optional[int] = None, capacities: Optional[Sequence[float]] = None) -> int:
+        """The RKLLM enabled_cpus_mask (0 = the runtime's choice). A count takes the fastest
+        cores (by ``capacities``, default read from sysfs: on RK3576/RK3588 CPUs 4-7 are the big
+        cluster; among equals the lower-numbered first, so 2 gives CPUs 4 and 5)."""
+        if self.cpus is None:
+            return 0
+        if isinstance(self.cpus, tuple):
+            return sum(1 << c for c in self.cpus)
+        caps = list(capacities) if capacities is not None else _cpu_capacities()
+        if self.cpus > len(caps):
+            raise ValueError(f"cpus={self.cpus} but this machine has {len(caps)} CPUs")
+        order = sorted(range(len(caps)), key=lambda c: (-caps[c], c))
+        return sum(1 << c for c in order[:self.cpus])
+
+
+def _parse_cpus(value) -> Any:
+    """A count (int) or a sorted tuple of CPU numbers 0-7, from an int, a list or "4-7,0"."""
+    if isinstance(value, bool):
+        raise ValueError(f"give a CPU count, or CPU numbers such as \"4-7\" (got {value!r})")
+    if isinstance(value, int):
+        if not 1 <= value <= 8:
+            raise ValueError(f"a CPU count must be 1..8 (got {value})")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():  # "4": a count, as the reference CLI's --cpus
+            return _parse_cpus(int(text))
+        cpus = set()
+        for part in text.split(","):
+            part = part.strip()
+            a, _, b = part.partition("-")
+            if not (a.isdigit() and (not b or b.isdigit())):
+                raise ValueError(f"CPU list {value!r} is not like \"4-7\" or \"4,5,6,7\"")
+            cpus.update(range(int(a), int(b or a) + 1))
+        value = sorted(cpus)
+    try:
+        cpus = tuple(sorted({int(c) for c in value}))
+    except (TypeError, ValueError):
+        raise ValueError(f"give a CPU count or CPU numbers, got {value!r}") from None
+    if not cpus or cpus[0] < 0 or cpus[-1] > 7:
+        raise ValueError(f"CPU numbers must be 0..7 (got {value!r})")
+    return cpus
+
+
+def _cpu_capacities(root: str = "/sys/devices/system/cpu") -> list:
+    """Relative speed of each CPU: cpu_capacity, else cpuinfo_max_freq, else all equal."""
+    caps = []
+    for n in range(os.cpu_count() or 1):
+        for rel in ("cpu_capacity", "cpufreq/cpuinfo_max_freq"):
+            try:
+                with open(os.path.join(root, f"cpu{n}", rel)) as f:
+                    caps.append(float(f.read().split()[0]))
+                break
+            except (OSError, ValueError, IndexError):
+                continue
+        else:
+            caps.append(1.0)
+    return caps
+
+
+class RKLLMTextDecoder:
+    """The rk backend's text decoder (the engine's TextDecoder seam): the RKLLM runtime in
+    EMBED mode, one run per ``generate`` with a cleared KV cache.
+
+    Attributes: soc, decoder_file, quant, max_context (the KV-cache length given to the
+    runtime), runtime (RKLLMRuntime once loaded).
+    """
+
+    name = "rk"
+
+    def __init__(self, decoder_file: str, soc: str, quant: str, max_context: int, vocab_size: int,
+                 hidden_size: int, eos_ids: frozenset, rk: RKOptions = RKOptions(), repetition=None):
+        self.decoder_file, self.soc, self.quant = decoder_file, soc, quant
+        self.max_context, self.vocab_size, self.hidden_size = int(max_context), int(vocab_size), int(hidden_size)
+        self.eos_ids = frozenset(eos_ids)
+        self.rk = rk
+        self.cpu_mask = rk.cpu_mask()
+        self.lib_path, self.abi = rk.lib_path, rk.abi
+        self.repetition = repetition
+        self.runtime = None
+
+    def load(self, options: DecodingOptions = DecodingOptions()) -> None:
         """(Re)initialise the RKLLM runtime for ``options`` if its settings differ from the loaded ones."""
         from .rkllm import RKLLMRuntime
 
-        wanted = rkllm_options(options, self.max_context, self.vocab_size, self.hidden_size, self.repetition)
+        wanted = rkllm_options(options, self.max_context, self.vocab_size, self.hidden_size, self.repetition,
+                               embed_flash=self.rk.embed_flash, cpu_mask=self.cpu_mask)
         if self.runtime is not None:
             if self.runtime.options == wanted:
                 return
@@ -173,87 +251,48 @@ class RKBackend:
             self.runtime = None
         self.runtime = RKLLMRuntime(self.decoder_file, lib_path=self.lib_path, abi=self.abi, options=wanted)
 
-    def _run(self, prompt_embeds: np.ndarray, n_prompt: int, options: DecodingOptions,
-             on_token: Optional[Callable[[int, str], None]]):
-        """One EMBED run with a cleared cache: (runtime result, ids without end-of-sequence,
-        GenerationTimes from the runtime's figures, or wall time if it gave none, wall ms)."""
-        self.load_decoder(options)
+    def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+                 on_token: Optional[Callable[[int], Optional[bool]]] = None) -> tuple[list[int], DecodeStats]:
+        """One EMBED run on the whole embedded prompt ``(L, hidden) float32`` with a cleared cache.
+
+        ``on_token`` gets every generated id (the runtime's WAITING ones too), end-of-sequence
+        ids excluded; returning False stops the run (finish_reason "stopped"). Returns (ids
+        without end-of-sequence, DecodeStats with the runtime's own timings and figures).
+        """
+        if len(prompt_embeds) + options.max_new_tokens > self.max_context:
+            raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "
+                             f"exceeds the RKLLM decoder's context of {self.max_context} tokens")
+        self.load(options)
+        on_id = None
+        if on_token is not None:
+            def on_id(token_id: int) -> Optional[bool]:
+                return None if token_id in self.eos_ids else on_token(token_id)
         t0 = time.perf_counter()
         self.runtime.clear_kv_cache()
         res = self.runtime.run_embed(np.ascontiguousarray(prompt_embeds, dtype=np.float32), keep_history=False,
-                                     on_token=on_token)
+                                     on_id=on_id)
         wall_ms = (time.perf_counter() - t0) * 1000
         tokens = [t for t in res.token_ids if t not in self.eos_ids]
         if res.finish_reason == "repetition":
             logger.warning("the RKLLM decoder looped (runaway repetition) and was stopped after %d tokens",
                            len(res.token_ids))
         perf = res.perf
-        times = GenerationTimes(
-            prefill_tokens=perf.prefill_tokens if perf else n_prompt,
-            prefill_ms=perf.prefill_time_ms if perf else 0.0,
-            decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
-            decode_ms=perf.generate_time_ms if perf else wall_ms)
-        return res, tokens, times, wall_ms
-
-    def transcribe(self, engine, req, *, language: Optional[str] = None,
-                   options: DecodingOptions = DecodingOptions(),
-                   on_text: Optional[Callable[[str], None]] = None,
-                   stop: Optional[Callable[[], bool]] = None) -> Transcription:
-        """Decode one prepared clip (``engine.prepare``: encoded on the NPU, prompt embedded and checked
-        against this decoder's context) on the RKLLM runtime; ``language`` is a resolved name or None;
-        ``stop()`` returning True aborts the run (checked after each token)."""
-        from .engine import TextStreamer
-
-        on_token = None
-        streamer = None
-        if on_text is not None:
-            stream_tok = _StreamTokenizer(engine.tokenizer)
-            streamer = TextStreamer(stream_tok, on_text, language is not None)
-
-            def on_token(token_id: int, text: str) -> bool:
-                stream_tok.decoder.text = text
-                streamer.push(token_id)
-                return not (stop is not None and stop())
-        elif stop is not None:
-            def on_token(token_id: int, text: str) -> bool:
-                return not stop()
-
-        res, tokens, times, wall_ms = self._run(req.embeds, len(req.prompt), options, on_token)
-        if streamer is not None:
-            streamer.finish()
-        runtime_perf = dataclasses.asdict(res.perf) if res.perf else {}
+        runtime_perf = dataclasses.asdict(perf) if perf else {}
         runtime_perf.update({"finish_reason": res.finish_reason, "abi": self.runtime.abi, "soc": self.soc,
                              "quant": self.quant, "wall_ms": wall_ms})
-        return engine.result(tokens, res.finish_reason == "length", language, req, times, runtime_perf)
-
-    def decode_embeddings(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-                          on_token: Optional[Callable[[int], None]] = None):
-        """One RKLLM EMBED run on a whole embedded prompt with a cleared cache (the contract of
-        Qwen3ASREngine.decode_embeddings, used by streaming and chunked long files).
-
-        Returns (generated ids without end-of-sequence, DecodeStats) with the runtime's own timings.
-        """
-        if len(prompt_embeds) + options.max_new_tokens > self.max_context:
-            raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "
-                             f"exceeds the RKLLM decoder's context of {self.max_context} tokens")
-        cb = None
-        if on_token is not None:
-            def cb(token_id: int, text: str) -> Optional[bool]:
-                if token_id not in self.eos_ids:
-                    return on_token(token_id)
-                return None
-        res, tokens, t, _ = self._run(prompt_embeds, len(prompt_embeds), options, cb)
-        reason = "length" if res.finish_reason == "length" else "eos"
-        return tokens, DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms, reason)
+        reason = {"length": "length", "aborted": "stopped", "repetition": "repetition"}.get(res.finish_reason, "eos")
+        return tokens, DecodeStats(
+            prefill_tokens=perf.prefill_tokens if perf else len(prompt_embeds),
+            prefill_ms=perf.prefill_time_ms if perf else 0.0,
+            decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
+            decode_ms=perf.generate_time_ms if perf else wall_ms,
+            finish_reason=reason, runtime_perf=runtime_perf)
 
     def close(self) -> None:
-        """Free the NPU: destroy the RKLLM handle and release the RKNN models."""
+        """Destroy the RKLLM handle (safe to call twice)."""
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
-        release = getattr(self.encoder.runner, "release", None)
-        if release is not None:
-            release()
 
 
 def decoder_path(bundle: Bundle, entry: dict, soc: str) -> str:
@@ -271,24 +310,20 @@ def _check_machine(soc: Optional[str]) -> None:
 
 
 def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_sizes: Optional[Sequence[int]] = None,
-                      soc: Optional[str] = None, *, core_mask: Any = None, lib_path: Optional[str] = None,
-                      abi: Optional[str] = None, repetition=None, options: DecodingOptions = DecodingOptions(),
-                      ) -> RKBackend:
-    """The rk backend for ``bundle``: RKNN encoder (``create_rknn_encoder``) + RKLLM decoder.
+                      rk: RKOptions = RKOptions(), *, repetition=None,
+                      options: DecodingOptions = DecodingOptions()) -> tuple[AudioEncoder, RKLLMTextDecoder]:
+    """The rk backend for ``bundle``: (RKNN encoder on the NPU, RKLLM text decoder), loaded.
 
     Args:
       encoder_form / encoder_sizes: which ``.rknn`` encoder variants to load.
-      soc: "rk3576" / "rk3588"; default ``$QWEN3ASR_SOC``, else from the device tree.
-      core_mask: NPU cores of the encoder (default all of the SoC).
-      lib_path / abi: librkllmrt.so and its ABI ("1.2"/"1.3"), default: found and detected
-        (``QWEN3ASR_RKLLM_LIB`` / ``QWEN3ASR_RKLLM_ABI``).
+      rk: board settings (SoC, NPU cores, decoder CPUs, library, ABI, context, embed_flash).
       repetition: :class:`~qwen3asr.rkllm.RepetitionGuard` (default: the binding's).
       options: decoding settings the runtime is first initialised with (greedy by default).
 
     Raises RKBackendError / BundleError / RKLLMError with what to do: not a board, no ``rk``
     section, wrong SoC, missing file or Git LFS pointer, missing rknnlite or librkllmrt.so.
     """
-    soc = soc or os.environ.get(ENV_SOC) or None
+    soc = rk.soc or os.environ.get(ENV_SOC) or None
     _check_machine(soc)
     from .rknn_backend import create_rknn_encoder, detect_soc
 
@@ -297,21 +332,27 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
         raise ValueError(f"unsupported SoC {soc!r}: the rk backend supports {', '.join(SUPPORTED_SOCS)}")
     entry = rkllm_entry(bundle, soc)
     decoder_file = decoder_path(bundle, entry, soc)
+    converted = int(entry["max_context"])
+    if rk.max_context is not None and rk.max_context > converted:
+        raise ValueError(f"max_context={rk.max_context} is over the {converted} tokens the RKLLM model was converted "
+                         f"for; use at most {converted} or convert again with scripts/export_rkllm.py --max-context")
     t = bundle.text_config
-    encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=core_mask)
-    backend = RKBackend(encoder=encoder, soc=soc, decoder_file=decoder_file, max_context=int(entry["max_context"]),
-                        quant=str(entry["quant"]), vocab_size=int(t["vocab_size"]), hidden_size=int(t["hidden_size"]),
-                        eos_ids=bundle.eos_token_ids, lib_path=lib_path, abi=abi, repetition=repetition)
+    decoder = RKLLMTextDecoder(decoder_file, soc, str(entry["quant"]), rk.max_context or converted,
+                               int(t["vocab_size"]), int(t["hidden_size"]), bundle.eos_token_ids, rk, repetition)
+    encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=rk.npu_cores)
     try:
-        backend.load_decoder(options)
+        decoder.load(options)
     except BaseException:
-        backend.close()
+        release = getattr(encoder.runner, "release", None)
+        if release is not None:
+            release()
         raise
-    logger.info("rk backend on %s: %d encoder variants (%s), decoder %s (%s, context %d, ABI %s)", soc,
-                len(encoder.variants), encoder_form, decoder_file, backend.quant, backend.max_context,
-                backend.runtime.abi)
-    return backend
+    logger.info("rk backend on %s: %d encoder variants (%s), decoder %s (%s, context %d, ABI %s, CPU mask %#x)",
+                soc, len(encoder.variants), encoder_form, decoder_file, decoder.quant, decoder.max_context,
+                decoder.runtime.abi, decoder.cpu_mask)
+    return encoder, decoder
 
 
-__all__ = ["BASE_DOMAIN_ID", "ENV_SOC", "RKBackend", "RKBackendError", "create_rk_backend", "decoder_path",
+__all__ = ["BASE_DOMAIN_ID", "ENV_SOC", "RKLLMTextDecoder", "RKOptions", "RKBackendError", "create_rk_backend",
+           "decoder_path",
            "rkllm_entry", "rkllm_options"]

@@ -577,6 +577,7 @@ FINISH_REASONS = ("eos", "length", "aborted", "repetition", "error", "unknown")
 @dataclass
 class _RunState:
     on_token: Optional[Callable[[int, str], Optional[bool]]]
+    on_id: Optional[Callable[[int], Optional[bool]]]
     limit: int                      # generation limit of this run
     enforce_limit: bool             # True when the runtime cannot apply the limit itself
     token_ids: list = field(default_factory=list)
@@ -705,7 +706,8 @@ class RKLLMRuntime:
 
     def run_embed(self, embeds: np.ndarray, *, keep_history: bool = False,
                   on_token: Optional[Callable[[int, str], Optional[bool]]] = None,
-                  max_new_tokens: Optional[int] = None) -> GenerationResult:
+                  max_new_tokens: Optional[int] = None,
+                  on_id: Optional[Callable[[int], Optional[bool]]] = None) -> GenerationResult:
         """Generate from input embeddings, synchronously (greedy with the default options).
 
         Args:
@@ -714,6 +716,9 @@ class RKLLMRuntime:
             keep_history: keep this run in the KV cache for the next run.
             on_token: called as ``on_token(token_id, text)`` for each token with complete
                 text; returning False stops the run (finish_reason "aborted").
+            on_id: called as ``on_id(token_id)`` for EVERY generated token, WAITING ones
+                included (whose bytes end inside a character; ``on_token`` skips them),
+                before ``on_token``; returning False stops the run ("aborted").
             max_new_tokens: limit for this run; default ``options.max_new_tokens``
                 (runtime 1.2.x cannot go above it).
 
@@ -746,7 +751,7 @@ class RKLLMRuntime:
             if self.abi == "1.3":
                 infer.max_new_tokens = limit
             self._run = run = _RunState(
-                on_token=on_token, limit=limit,
+                on_token=on_token, on_id=on_id, limit=limit,
                 enforce_limit=self.abi == "1.2" and limit < self.options.max_new_tokens)
             try:
                 rc = self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
@@ -795,6 +800,9 @@ class RKLLMRuntime:
                 res = result.contents
                 token_id = int(res.token_id)
                 run.token_ids.append(token_id)
+                if run.on_id is not None and run.on_id(token_id) is False:
+                    self._stop(run, "aborted")
+                    return 0
                 if state == LLMCallState.NORMAL:
                     text = (res.text or b"").decode("utf-8", errors="replace")
                     run.texts.append(text)

@@ -18,7 +18,7 @@ more ends early at its last pause (``_pause_cut``). Each chunk:
 When a chunk leaves the window its tokens are *committed* (never change again); the tokens
 of the chunks still in the window are the *unstable tail*. The end of a speech segment (VAD)
 or ``finish()`` commits everything and empties the window; a chunk boundary in a pause (quiet
-audio either side, ``StreamOptions.pause_db``) commits the older chunks and the new chunk
+audio either side, ``TranscribeOptions.pause_db``) commits the older chunks and the new chunk
 starts a fresh window. The official streaming
 algorithm re-encodes all audio at every chunk; here every audio sample is encoded once.
 
@@ -40,11 +40,11 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 
 from . import mel as melmod
-from .decoding import DecodingOptions
 from .encoder import tokens_for_frames
-from .languages import resolve_language
+from .options import TranscribeOptions
 from .prompt import fix_repetitions, parse_language_header
 from .results import Segment
+from .text import join_text, spaced
 from .work import NO_WORK, Work
 from .vad import WINDOW_SAMPLES, SileroVAD, SpeechEnd, SpeechStart, VADOptions, VADStream
 
@@ -62,64 +62,9 @@ LEVEL_QUANTILE = 0.99  # that loud end: this quantile of its 10 ms frame levels 
 PAUSE_CUT_MIN_CHUNK = 2.0  # chunk sizes (s) from which a chunk may end early at a pause
 
 
-@dataclasses.dataclass(frozen=True)
-class StreamOptions:
-    """Settings of one StreamSession (validated here)."""
-
-    language: Optional[str] = None  # forced language (name or code); None detects it
-    context: str = ""  # system text (names, terms)
-    chunk_size: float = 4.0  # seconds of audio per chunk; a whole number of 10 ms frames, >= 0.2
-    memory_num: int = 2  # chunks whose embeddings the decoder sees (the newest included)
-    unfixed_chunks: int = 0  # first chunks of a segment decoded without text prefix (< memory_num)
-    rollback_tokens: int = 2  # tokens at the end of the window's text that are decoded again
-    # A chunk boundary whose 60 ms either side stay this many dB below the recent speech level
-    # (LEVEL_QUANTILE of the 10 ms frame levels of the last LEVEL_SECONDS of encoded audio)
-    # lies in a pause: it cuts no word, so the window ends there (its text is committed) and
-    # the new chunk starts a fresh one, as at the end of a VAD speech segment; and a chunk of
-    # PAUSE_CUT_MIN_CHUNK s or more ends at its last such pause. None: fixed chunks and a
-    # window that only slides.
-    pause_db: Optional[float] = 25.0
-    max_new_tokens: int = 128  # generation budget per chunk
-    vad: Optional[VADOptions] = None  # Silero VAD settings (True = defaults); None decodes all audio
-    itn: bool = False  # inverse text normalisation of finished text (off: committed text never changes)
-    mel_ceiling: Optional[float] = None  # log10 mel ceiling of the clamp; None = running maximum
-    max_chunks: Optional[int] = None  # decode at most this many chunks (later audio is dropped, truncated)
-
-    def __post_init__(self):
-        problems = []
-        cs = self.chunk_size
-        if isinstance(cs, bool) or not isinstance(cs, (int, float)) or not math.isfinite(cs) or cs < 0.2:
-            problems.append(f"chunk_size must be a number of seconds >= 0.2 (got {cs!r})")
-        elif abs(cs * 100 - round(cs * 100)) > 1e-6:
-            problems.append(f"chunk_size must be a whole number of 10 ms frames, e.g. 2.0 or 0.64 (got {cs!r})")
-        for name, low in (("memory_num", 1), ("unfixed_chunks", 0), ("rollback_tokens", 0), ("max_new_tokens", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                problems.append(f"{name} must be an integer >= {low} (got {v!r})")
-        mc = self.max_chunks
-        if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
-            problems.append(f"max_chunks must be an integer >= 1 or None (got {mc!r})")
-        pd = self.pause_db
-        if pd is not None and (isinstance(pd, bool) or not isinstance(pd, (int, float)) or not math.isfinite(pd)
-                               or pd <= 0):
-            problems.append(f"pause_db must be a number of dB > 0 or None (got {pd!r})")
-        if not problems and self.unfixed_chunks >= self.memory_num:
-            problems.append(f"unfixed_chunks must be < memory_num ({self.memory_num}), got {self.unfixed_chunks}")
-        if self.vad is True:
-            object.__setattr__(self, "vad", VADOptions())
-        elif self.vad is False:
-            object.__setattr__(self, "vad", None)
-        elif self.vad is not None and not isinstance(self.vad, VADOptions):
-            problems.append(f"vad must be None, True or a VADOptions (got {type(self.vad).__name__})")
-        if not isinstance(self.context, str):
-            problems.append(f"context must be str (got {type(self.context).__name__})")
-        if problems:
-            raise ValueError("invalid stream options: " + "; ".join(problems))
-        object.__setattr__(self, "language", resolve_language(self.language))
-
-    @property
-    def chunk_samples(self) -> int:
-        return int(round(self.chunk_size * 100)) * HOP
+# The settings of a session are the request's TranscribeOptions (stream defaults filled in by
+# ``TranscribeOptions.for_stream``); the old name stays for callers that built them directly.
+StreamOptions = TranscribeOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,25 +157,6 @@ def _frame_db(x: np.ndarray) -> np.ndarray:
     return 10.0 * np.log10(np.mean(frames * frames, axis=1) + 1e-10)
 
 
-def join_text(a: str, b: str) -> str:
-    """Join two transcript pieces: a space between two non-CJK word characters, else nothing."""
-    a, b = a.rstrip(), b.lstrip()
-    if not a or not b:
-        return a + b
-    if _spaced(a[-1]) and _spaced(b[0]):
-        return a + " " + b
-    return a + b
-
-
-def _spaced(ch: str) -> bool:
-    """A character that wants a space between it and a neighbouring word: not CJK, not a space."""
-    if ch.isspace():
-        return False
-    o = ord(ch)
-    cjk = 0x2E80 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFFEF
-    return not cjk
-
-
 @dataclasses.dataclass
 class _Chunk:
     start: int  # absolute samples
@@ -247,6 +173,15 @@ class _Chunk:
     tail_db: float = 0.0  # loudest of its last EDGE_FRAMES
 
 
+def positions_needed(engine, options: TranscribeOptions) -> int:
+    """Most decoder positions one window of a session with these (resolved) options can take:
+    the prompt with ``memory_num`` full chunks of audio, a language header, and every chunk's
+    token budget."""
+    o = options
+    window = engine.request_prompt(o.memory_num * tokens_for_frames(o.chunk_samples // HOP), o)
+    return len(window) + HEADER_TOKENS + o.memory_num * o.max_new_tokens
+
+
 class StreamSession:
     """Per-stream state over a loaded engine; see the module docstring.
 
@@ -255,27 +190,32 @@ class StreamSession:
     the final one; ``reset()`` starts over (the VAD model stays loaded).
     """
 
-    def __init__(self, engine, options: StreamOptions, on_text: Optional[Callable[[str], None]] = None,
-                 vad_model=None, work: Work = NO_WORK):
+    def __init__(self, engine, options: TranscribeOptions = TranscribeOptions(),
+                 on_text: Optional[Callable[[str], None]] = None, vad_model=None, work: Work = NO_WORK,
+                 mel_ceiling: Optional[float] = None):
+        """``options``: the request's settings (stream defaults filled in for None fields);
+        ``vad_model``: a loaded SileroVAD (default: a new one when VAD is on); ``work``:
+        scheduling hooks, one unit per chunk; ``mel_ceiling``: log10 mel ceiling of the clamp
+        (None: the running maximum; long files pass the whole file's)."""
         self.engine = engine
         self._work = work
-        self.options = options
         self._on_text = on_text
-        o = options
-        window = engine.prompt(o.memory_num * tokens_for_frames(o.chunk_samples // HOP), o.context, o.language)
-        need = len(window) + HEADER_TOKENS + o.memory_num * o.max_new_tokens
+        self._mel_ceiling = mel_ceiling
+        self.options = o = options.for_stream()
+        need = positions_needed(engine, o)
         if need > engine.max_context:
             raise ValueError(
                 f"chunk_size={o.chunk_size} s x memory_num={o.memory_num} with max_new_tokens={o.max_new_tokens} "
                 f"needs up to {need} decoder positions, over the context of {engine.max_context}; "
                 f"use shorter chunks, a smaller memory_num or max_new_tokens")
         self._vad = None
-        if o.vad is not None:
-            self._vad = VADStream(o.vad, vad_model if vad_model is not None else SileroVAD())
+        vad = o.vad_options
+        if vad is not None:
+            self._vad = VADStream(vad, vad_model if vad_model is not None else SileroVAD())
             # Samples by which a speech end can trail the audio the VAD has seen (see _cut).
-            self._end_delay = int(SAMPLE_RATE * (o.vad.min_silence_ms + 2 * o.vad.speech_pad_ms) / 1000
+            self._end_delay = int(SAMPLE_RATE * (vad.min_silence_ms + 2 * vad.speech_pad_ms) / 1000
                                   + 3 * WINDOW_SAMPLES)
-            if math.isfinite(o.vad.max_speech_s):
+            if math.isfinite(vad.max_speech_s):
                 logger.warning("VADOptions.max_speech_s splits segments at pauses found after the fact; in a stream "
                                "a split can come after its chunk was cut (chunk_size already bounds the work)")
         self._asr_text = engine.tokenizer.asr_text
@@ -305,7 +245,7 @@ class StreamSession:
         self._vad_ms = 0.0
         self._levels_db: collections.deque = collections.deque()  # 10 ms frame levels of recent chunks (dB)
         self._speech_db = -math.inf  # LEVEL_QUANTILE of those levels
-        self._ceiling = -math.inf if self.options.mel_ceiling is None else float(self.options.mel_ceiling)
+        self._ceiling = -math.inf if self._mel_ceiling is None else float(self._mel_ceiling)
         self._language: Optional[str] = self.options.language
         self._truncated = False
         self._finished = False
@@ -317,6 +257,7 @@ class StreamSession:
         """Add (n,) float32 mono 16 kHz samples in [-1, 1] (any n); returns the result so far."""
         if self._finished:
             raise RuntimeError("feed_audio() after finish(); call reset() to start a new stream")
+        self.engine.check_open()
         pcm = self._check(pcm, sample_rate)
         if pcm.size == 0:
             return self.result()
@@ -499,7 +440,7 @@ class StreamSession:
         power = melmod.log_mel_power(self._audio(a, right), self.engine.n_mels)
         off = (c0 - a) // HOP
         power = power[:, off:off + (c1 - c0) // HOP]
-        if self.options.mel_ceiling is None:
+        if self._mel_ceiling is None:
             self._ceiling = max(self._ceiling, float(power.max()))
         return melmod.normalize_log_mel(power, self._ceiling)
 
@@ -510,11 +451,11 @@ class StreamSession:
             self._chunk_work(c0, c1, right, final, db)
 
     def _chunk_work(self, c0: int, c1: int, right: int, final: bool, db: Optional[np.ndarray]) -> None:
-        eng = self.engine
+        eng, o = self.engine, self.options
         t0 = time.perf_counter()
-        calls0, secs0 = eng.encoder.calls, eng.encoder.seconds_encoded
-        embeds = eng.encode(self._mel(c0, c1, right))
-        enc_ms = (time.perf_counter() - t0) * 1000
+        mel = self._mel(c0, c1, right)
+        embeds, enc = eng.encode_timed(mel)
+        enc_ms = (time.perf_counter() - t0) * 1000  # mel + encoder
         self._encoded += c1 - c0
         chunk = _Chunk(c0, c1, embeds, [], None)
         self._levels(chunk, _frame_db(self._audio(c0, c1)) if db is None else db)
@@ -526,20 +467,18 @@ class StreamSession:
                 self._commit(self._window.popleft())
             self._new_segment()
         prefix, carried = self._prefix()
-        forced = self.options.language
-        header = [] if forced or not prefix else list(self._header)
+        forced = o.language
+        in_text = forced is not None or o.compact_prompt  # no language header to keep or split off
+        header = [] if in_text or not prefix else list(self._header)
         audio = np.concatenate([c.embeds for c in self._window], axis=0)
-        prompt = eng.prompt(audio.shape[0], self.options.context, forced)
-        x = eng.embed_prompt(prompt, audio)
         extra = header + prefix
-        if extra:
-            x = np.concatenate([x, eng.embeddings(np.asarray(extra, dtype=np.int64))], axis=0)
-        tokens, ds = eng.decode_embeddings(x, DecodingOptions(max_new_tokens=self.options.max_new_tokens),
-                                           on_token=lambda _: not self._work.cancelled)
+        x = eng.decoder_input(audio, o, extra)
+        decoding = o.decoding(seed=o.chunk_seed(len(self._chunks)))
+        tokens, ds = eng.generate(x, decoding, on_token=lambda _: not self._work.cancelled)
         self._work.check()
         if ds.finish_reason == "length":
             self._truncated = True
-        if not forced and not header:
+        if not in_text and not header:
             tokens = self._split_header(tokens)
         if not prefix:
             tokens = self._drop_repeated_start(tokens)
@@ -551,8 +490,8 @@ class StreamSession:
             self._language = chunk.language
         self._steps += 1
         st = ChunkStats(
-            start=c0 / SAMPLE_RATE, end=c1 / SAMPLE_RATE, encoder_calls=eng.encoder.calls - calls0,
-            encoder_seconds=eng.encoder.seconds_encoded - secs0, encoder_ms=enc_ms, window_chunks=len(self._window),
+            start=c0 / SAMPLE_RATE, end=c1 / SAMPLE_RATE, encoder_calls=enc.calls,
+            encoder_seconds=enc.graph_seconds, encoder_ms=enc_ms, window_chunks=len(self._window),
             prefix_tokens=len(extra), prefill_tokens=ds.prefill_tokens, prefill_ms=ds.prefill_ms,
             decode_tokens=ds.decode_tokens, decode_ms=ds.decode_ms, generated=len(tokens))
         self._chunks.append(st)
@@ -574,7 +513,7 @@ class StreamSession:
 
     def _pause_before(self) -> bool:
         """Whether the boundary before the newest chunk of the window lies in a pause
-        (``StreamOptions.pause_db``): quiet audio on both sides.
+        (``TranscribeOptions.pause_db``): quiet audio on both sides.
 
         Five long clips, trained model, without VAD, rollback 2 / 0: 9.1 / 6.1 -> 4.7 / 4.4 % MER
         at 1.5 s chunks, 7.8 / 6.5 -> 5.1 / 4.8 % at 2 s, 5.5 / 7.5 -> 5.0 / 7.0 % at 4 s; prefill
@@ -671,7 +610,7 @@ class StreamSession:
         self._all_ids.extend(chunk.tokens)
         if not self._run_text:
             piece = piece.lstrip()
-        elif chunk.fresh and piece and _spaced(piece[0]) and _spaced(self._run_text[-1]):
+        elif chunk.fresh and piece and spaced(piece[0]) and spaced(self._run_text[-1]):
             # An answer begun afresh (empty window prefix) has no leading space: without one
             # here "... rice cooker" + "close the ..." would read "cookerclose".
             piece = " " + piece

@@ -1,0 +1,218 @@
+"""How a request is decoded: one options object for files, long recordings and streams.
+
+``TranscribeOptions`` holds everything a caller chooses per request (language, context
+biasing, sampling, budgets, chunking, rollback, pauses, VAD, ITN); it is validated once, here.
+``Qwen3ASREngine.transcribe`` and ``create_stream`` take it (their keyword arguments are
+conveniences that build it), and ``dataclasses.replace`` makes variants.
+
+A few fields have a default that depends on the mode, because a one-pass clip, a long file
+and a live stream want different values (each measured, docs/streaming.md). ``None`` means
+that default:
+
+=================  ==========================  ==========================  ==================
+field              one pass (audio that fits)  long file (chunked)          stream
+=================  ==========================  ==========================  ==================
+max_new_tokens     256                         256 per chunk                128 per chunk
+chunk_size         (not chunked)               30 s                         4 s
+rollback_tokens    (not chunked)               5                            2
+vad                (not used)                  auto: Silero VAD if its     off
+                                               model is available
+=================  ==========================  ==========================  ==================
+
+A file goes in one pass when it fits the decoder context and the model's declared one-pass
+limit, unless ``chunk_size``, ``vad`` or ``max_chunks`` ask for chunking; longer audio goes
+VAD-first when the VAD model is available (``vad=None``), else in chunks (docs/streaming.md).
+``one_pass=True`` always decodes a file in one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Union
+
+from .decoding import DecodingOptions
+from .languages import resolve_language
+from .vad import VADOptions
+
+SAMPLE_RATE = 16000
+HOP = 160  # samples per 10 ms mel frame
+
+ONE_PASS_MAX_NEW_TOKENS = 256
+FILE_CHUNK_SIZE = 30.0  # seconds per chunk for long files decoded without VAD segments
+FILE_CHUNK_MAX_NEW_TOKENS = 256
+FILE_ROLLBACK_TOKENS = 5
+STREAM_CHUNK_SIZE = 4.0
+STREAM_MAX_NEW_TOKENS = 128
+STREAM_ROLLBACK_TOKENS = 2
+
+_INTS = (("memory_num", 1), ("unfixed_chunks", 0))
+_OPTIONAL_INTS = (("max_new_tokens", 1), ("rollback_tokens", 0), ("max_chunks", 1))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class TranscribeOptions:
+    """One request's decoding settings (validated on creation; see the module docstring)."""
+
+    language: Optional[str] = None  # forced language (name or BCP-47 code, kept as its name); None detects it
+    context: str = ""  # system text that biases recognition (names, terms); may be empty
+    # -- sampling (default: greedy, as the official decoding)
+    max_new_tokens: Optional[int] = None  # generated-token budget (per chunk when chunked); None: the mode's
+    temperature: float = 0.0  # 0 = greedy; > 0 samples from softmax(logits / T)
+    top_k: int = 0  # keep the k most likely tokens when sampling (0 = all)
+    top_p: float = 1.0  # nucleus sampling threshold (1 = all)
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already generated (1 = off, as official)
+    seed: Optional[int] = None  # sampling seed; chunk k of a request uses a seed derived from (seed, k)
+    # -- chunking (streams always; files when too long for one pass or asked for)
+    chunk_size: Optional[float] = None  # seconds per chunk, a whole number of 10 ms frames >= 0.2; None: the mode's
+    memory_num: int = 2  # chunks whose audio the decoder sees at once (the newest included)
+    unfixed_chunks: int = 0  # first chunks of a segment decoded without text prefix (< memory_num)
+    rollback_tokens: Optional[int] = None  # tokens at the end of the window's text decoded again; None: the mode's
+    # A chunk boundary whose 60 ms either side stay this many dB below the recent speech level
+    # lies in a pause: the window ends there and the next chunk starts a fresh one; chunks of
+    # 2 s or more end at their last pause (qwen3asr.stream). None: fixed chunks, a sliding window.
+    pause_db: Optional[float] = 25.0
+    vad: Union[None, bool, VADOptions] = None  # Silero VAD: True/VADOptions on, False off, None the mode's
+    max_chunks: Optional[int] = None  # decode at most this many chunks (the rest is dropped; truncated)
+    # Files: always one pass (the official algorithm), even beyond the model's declared one-pass
+    # limit; audio over the decoder context is then an AudioError instead of being chunked.
+    one_pass: bool = False
+    # -- output
+    itn: bool = False  # inverse text normalisation of finished text (numbers as digits)
+    # The reference design's compact prompt: no system turn, the answer starting at
+    # <asr_text> (no "language X" header, so no language detection). Off by default: it departs
+    # from the official template. Saves the system turn and header tokens per decoder run.
+    compact_prompt: bool = False
+
+    def __post_init__(self):
+        problems = []
+        if not isinstance(self.context, str):
+            problems.append(f"context must be str (got {type(self.context).__name__})")
+        for name, low in _INTS:
+            v = getattr(self, name)
+            if not _is_int(v) or v < low:
+                problems.append(f"{name} must be an integer >= {low} (got {v!r})")
+        for name, low in _OPTIONAL_INTS:
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < low):
+                problems.append(f"{name} must be an integer >= {low} or None (got {v!r})")
+        if not _is_number(self.temperature) or self.temperature < 0:
+            problems.append(f"temperature must be a number >= 0 (got {self.temperature!r})")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            problems.append(f"top_k must be an integer >= 0 (got {self.top_k!r})")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1] (got {self.top_p!r})")
+        if not _is_number(self.repetition_penalty) or self.repetition_penalty <= 0:
+            problems.append(f"repetition_penalty must be a number > 0 (got {self.repetition_penalty!r})")
+        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
+            problems.append(f"seed must be an integer >= 0 or None (got {self.seed!r})")
+        cs = self.chunk_size
+        if cs is not None:
+            if not _is_number(cs) or cs < 0.2:
+                problems.append(f"chunk_size must be a number of seconds >= 0.2 or None (got {cs!r})")
+            elif abs(cs * 100 - round(cs * 100)) > 1e-6:
+                problems.append(f"chunk_size must be a whole number of 10 ms frames, e.g. 2.0 or 0.64 (got {cs!r})")
+        pd = self.pause_db
+        if pd is not None and (not _is_number(pd) or pd <= 0):
+            problems.append(f"pause_db must be a number of dB > 0 or None (got {pd!r})")
+        if not problems and self.unfixed_chunks >= self.memory_num:
+            problems.append(f"unfixed_chunks must be < memory_num ({self.memory_num}), got {self.unfixed_chunks}")
+        if self.vad is True:
+            object.__setattr__(self, "vad", VADOptions())
+        elif self.vad is not None and self.vad is not False and not isinstance(self.vad, VADOptions):
+            problems.append(f"vad must be None, True, False or a VADOptions (got {type(self.vad).__name__}); "
+                            "pass a loaded SileroVAD model to create_stream(vad=...) instead")
+        for name in ("itn", "compact_prompt", "one_pass"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} must be True or False (got {getattr(self, name)!r})")
+        if self.one_pass is True and (self.chunk_size is not None or self.vad not in (None, False)
+                                      or self.max_chunks is not None):
+            problems.append("one_pass excludes chunk_size, vad and max_chunks (they ask for chunked decoding)")
+        if self.compact_prompt and self.context:
+            problems.append("compact_prompt has no system turn to carry context; drop context or compact_prompt")
+        if problems:
+            raise ValueError("invalid transcription options: " + "; ".join(problems))
+        object.__setattr__(self, "language", resolve_language(self.language))
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def vad_options(self) -> Optional[VADOptions]:
+        """The VAD settings when VAD is on, else None (False and None both give None)."""
+        return self.vad if isinstance(self.vad, VADOptions) else None
+
+    @property
+    def chunk_samples(self) -> int:
+        """Samples per chunk (chunk_size must be set: see for_stream / for_file_chunks)."""
+        if self.chunk_size is None:
+            raise ValueError("chunk_size is not set; resolve the options for a mode first")
+        return int(round(self.chunk_size * 100)) * HOP
+
+    def decoding(self, max_new_tokens: Optional[int] = None, seed: Optional[int] = None) -> DecodingOptions:
+        """The sampling settings for one decoder run (``max_new_tokens``/``seed`` override)."""
+        return DecodingOptions(max_new_tokens=max_new_tokens or self.max_new_tokens or ONE_PASS_MAX_NEW_TOKENS,
+                               temperature=float(self.temperature), top_k=self.top_k, top_p=float(self.top_p),
+                               repetition_penalty=float(self.repetition_penalty),
+                               seed=self.seed if seed is None else seed)
+
+    def chunk_seed(self, k: int) -> Optional[int]:
+        """The sampling seed of decoder run ``k`` of a chunked request (None without a seed):
+        runs differ from each other and the whole request is reproducible."""
+        if self.seed is None:
+            return None
+        import numpy as np
+
+        return int(np.random.SeedSequence([self.seed, k]).generate_state(1)[0])
+
+    def for_stream(self) -> "TranscribeOptions":
+        """The options with the stream defaults filled in (vad None -> off)."""
+        return dataclasses.replace(
+            self, chunk_size=STREAM_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
+            max_new_tokens=self.max_new_tokens or STREAM_MAX_NEW_TOKENS,
+            rollback_tokens=STREAM_ROLLBACK_TOKENS if self.rollback_tokens is None else self.rollback_tokens,
+            vad=self.vad_options)
+
+    def for_file_chunks(self, vad: Optional[VADOptions] = None) -> "TranscribeOptions":
+        """The options with the long-file defaults filled in; ``vad`` as decided by the file policy."""
+        return dataclasses.replace(
+            self, chunk_size=FILE_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
+            max_new_tokens=self.max_new_tokens or FILE_CHUNK_MAX_NEW_TOKENS,
+            rollback_tokens=FILE_ROLLBACK_TOKENS if self.rollback_tokens is None else self.rollback_tokens,
+            vad=vad)
+
+    def wants_chunks(self) -> bool:
+        """Whether the caller asked for chunked decoding (chunk_size, VAD on, or max_chunks)."""
+        return self.chunk_size is not None or self.vad_options is not None or self.max_chunks is not None
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(TranscribeOptions))
+ALIASES = {"repeat_penalty": "repetition_penalty"}  # the reference design's spelling
+
+
+def build_options(base: Optional[TranscribeOptions], overrides: dict, where: str) -> TranscribeOptions:
+    """``base`` (a TranscribeOptions, a DecodingOptions, or None for the defaults) with keyword
+    ``overrides``; unknown names are a TypeError listing the accepted ones."""
+    if isinstance(base, DecodingOptions):  # sampling settings alone (the Generation API's)
+        base = TranscribeOptions(**dataclasses.asdict(base))
+    if base is not None and not isinstance(base, TranscribeOptions):
+        raise TypeError(f"{where}: options must be a TranscribeOptions (or DecodingOptions), got "
+                        f"{type(base).__name__}")
+    kw = {}
+    for k, v in overrides.items():
+        name = ALIASES.get(k, k)
+        if name not in _FIELDS:
+            raise TypeError(f"{where}() got an unexpected keyword argument {k!r}; options are: "
+                            + ", ".join(_FIELDS))
+        kw[name] = v
+    base = base or TranscribeOptions()
+    return dataclasses.replace(base, **kw) if kw else base
+
+
+__all__ = ["ALIASES", "TranscribeOptions", "build_options"]
