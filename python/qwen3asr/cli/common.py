@@ -1,0 +1,80 @@
+"""Flags shared by the command-line programs, mapped onto the engine's options objects."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..options import TranscribeOptions
+
+
+def add_engine_args(ap: argparse.ArgumentParser) -> None:
+    """--model, --backend, --threads and the board knobs (RKOptions)."""
+    ap.add_argument("--model", default=None, help="model bundle directory (default: $QWEN3ASR_MODEL or models/default)")
+    ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"],
+                    help="auto: the NPU on a Rockchip board with its runtimes, else the CPU (default)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads for ONNX Runtime")
+    rk = ap.add_argument_group("board (rk backend)")
+    rk.add_argument("--soc", default=None, choices=["rk3576", "rk3588"],
+                    help="the board's SoC (default: $QWEN3ASR_SOC, else the device tree)")
+    rk.add_argument("--npu-cores", default=None,
+                    help="NPU cores of the encoder: auto, 0, 1, 2, 0_1, 0_1_2 (default: all of the SoC)")
+    rk.add_argument("--cpus", default=None,
+                    help="CPUs of the RKLLM decoder: a count (the fastest cores, e.g. 4) or a list (e.g. 4-7) "
+                         "(default: the runtime's choice)")
+    rk.add_argument("--rkllm-lib", default=None, help="path of librkllmrt.so (default: $QWEN3ASR_RKLLM_LIB, "
+                                                      "else searched: lib/, /usr/lib, ...)")
+    rk.add_argument("--rkllm-abi", default=None, choices=["1.2", "1.3"], help="C layout of librkllmrt.so "
+                                                                             "(default: detected)")
+    rk.add_argument("--max-context", type=int, default=None,
+                    help="RKLLM KV-cache length (<= the converted model's; default: the model's)")
+    rk.add_argument("--no-embed-flash", action="store_true", help="keep the RKLLM embedding table in RAM")
+
+
+def add_decoding_args(ap: argparse.ArgumentParser) -> None:
+    """The TranscribeOptions flags (None = the mode's default, as documented in qwen3asr.options)."""
+    ap.add_argument("--language", default=None, help="force a language (English, Chinese, en, zh, ...); default: detect")
+    ap.add_argument("--context", default="", help="context text to bias recognition (names, terms)")
+    ap.add_argument("--max-new-tokens", type=int, default=None,
+                    help="generation budget (per chunk when chunked; default 256, streams 128)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off (default, as official)")
+    ap.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible sampled output)")
+    ap.add_argument("--chunk-size", type=float, default=None,
+                    help="seconds per chunk (files: default one pass if the audio fits, else VAD segments or 30 s "
+                         "chunks; streams: 4)")
+    ap.add_argument("--memory-num", type=int, default=2, help="chunks the decoder sees at once (default %(default)s)")
+    ap.add_argument("--rollback-tokens", type=int, default=None,
+                    help="tokens re-decoded at each chunk boundary (default: files 5, streams 2)")
+    ap.add_argument("--no-pauses", action="store_true",
+                    help="fixed chunks and a sliding window (no pause rules, docs/streaming.md)")
+    ap.add_argument("--compact-prompt", action="store_true",
+                    help="the reference design's compact prompt: no system turn, no language header (no detection)")
+
+
+def engine_from_args(args):
+    from .. import Qwen3ASREngine
+    from ..rk_backend import RKOptions
+
+    rk = RKOptions(soc=args.soc, npu_cores=args.npu_cores, cpus=args.cpus, lib_path=args.rkllm_lib,
+                   abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
+    return Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads, rk=rk,
+                          **({"encoder_form": args.encoder_form, "decoder_dtype": args.decoder_dtype}
+                             if hasattr(args, "encoder_form") else {}))
+
+
+def options_from_args(args, **extra) -> TranscribeOptions:
+    return TranscribeOptions(
+        language=args.language, context=args.context, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty, seed=args.seed, chunk_size=args.chunk_size,
+        memory_num=args.memory_num, rollback_tokens=args.rollback_tokens,
+        pause_db=None if args.no_pauses else TranscribeOptions.pause_db, compact_prompt=args.compact_prompt,
+        **extra)
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
