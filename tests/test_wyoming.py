@@ -451,7 +451,7 @@ def test_one_pass_final_option(engine):
     (4, lambda v: np.round(v * 2 ** 31).astype("<i4").tobytes()),
 ])
 def test_pcm_widths_and_channel_mix(width, encode):
-    from qwen3asr.server.wyoming import PcmConverter, PcmFormat
+    from qwen3asr.server.pcm import PcmConverter, PcmFormat
 
     left = np.array([0.5, -0.25, 0.0, -1.0], np.float64)
     right = np.array([0.0, 0.25, 0.5, -0.5], np.float64)
@@ -463,7 +463,7 @@ def test_pcm_widths_and_channel_mix(width, encode):
 
 
 def test_pcm_resampling_keeps_length_and_tone():
-    from qwen3asr.server.wyoming import PcmConverter, PcmFormat
+    from qwen3asr.server.pcm import PcmConverter, PcmFormat
 
     t = np.arange(44100) / 44100
     tone = (0.5 * np.sin(2 * np.pi * 440 * t) * 32768).astype("<i2").tobytes()

@@ -50,6 +50,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..languages import LANGUAGE_CODES, LanguageError, resolve_language
 from ..work import Cancelled
+from .pcm import PcmConverter, PcmFormat, PcmFormatError
 from .scheduler import LIVE, QueueFull, SchedulerClosed
 
 try:
@@ -76,9 +77,6 @@ MAX_CONTEXT_CHARS = 2000  # biasing text kept from transcript_names / transcript
 STOP_GRACE_S = 10.0  # on stop, utterances in progress get this long to finish
 PROJECT_URL = "https://github.com/QwenLM/Qwen3-ASR"  # shown by Home Assistant as the attribution link
 FINALS = ("stream", "one-pass")
-RATE_RANGE = (1000, 384000)  # accepted sample rates (Hz)
-WIDTHS = (1, 2, 3, 4)  # accepted sample widths (bytes)
-MAX_CHANNELS = 32
 QUEUE_EVENTS = 256  # events read ahead of the handler (then TCP backpressure)
 
 
@@ -157,88 +155,14 @@ def _length(header: dict, key: str, limit: int) -> int:
     return v
 
 
-# ---------------------------------------------------------------------------- audio
-@dataclasses.dataclass(frozen=True)
-class PcmFormat:
-    """Raw PCM layout of an utterance: rate (Hz), width (bytes per sample), channels."""
-
-    rate: int
-    width: int
-    channels: int
-
-    @classmethod
-    def from_data(cls, data: dict) -> "PcmFormat":
-        """Validated format from an audio-start/audio-chunk ``data``; UtteranceError if unusable."""
-        vals = {k: data.get(k) for k in ("rate", "width", "channels")}
-        bad = [k for k, v in vals.items() if isinstance(v, bool) or not isinstance(v, int)]
-        if bad:
-            raise UtteranceError(f"audio format needs integer rate, width and channels; got {vals}", "bad-audio-format")
-        fmt = cls(**vals)
-        problems = []
-        if not RATE_RANGE[0] <= fmt.rate <= RATE_RANGE[1]:
-            problems.append(f"rate must be {RATE_RANGE[0]}..{RATE_RANGE[1]} Hz (got {fmt.rate})")
-        if fmt.width not in WIDTHS:
-            problems.append(f"width must be one of {', '.join(map(str, WIDTHS))} bytes (got {fmt.width})")
-        if not 1 <= fmt.channels <= MAX_CHANNELS:
-            problems.append(f"channels must be 1..{MAX_CHANNELS} (got {fmt.channels})")
-        if problems:
-            raise UtteranceError("unsupported audio format: " + "; ".join(problems), "bad-audio-format")
-        return fmt
-
-    @property
-    def frame_bytes(self) -> int:
-        return self.width * self.channels
-
-
-class PcmConverter:
-    """Raw PCM bytes of one format -> (n,) float32 mono 16 kHz, chunk by chunk.
-
-    Widths: 1 = unsigned 8-bit, 2/3/4 = signed little-endian 16/24/32-bit (as WAV and the
-    ``wyoming`` package's audioop conversions). Channels are averaged; other rates are
-    resampled with a streaming soxr resampler (``flush()`` returns its last samples). A
-    partial frame at the end of a chunk is kept for the next one.
-    """
-
-    def __init__(self, fmt: PcmFormat):
-        self.fmt = fmt
-        self._rest = b""
-        self._resampler = None
-        if fmt.rate != SAMPLE_RATE:
-            import soxr
-
-            self._resampler = soxr.ResampleStream(fmt.rate, SAMPLE_RATE, 1, dtype="float32", quality="VHQ")
-
-    def convert(self, data: bytes) -> np.ndarray:
-        data = self._rest + data
-        n = len(data) // self.fmt.frame_bytes * self.fmt.frame_bytes
-        self._rest = data[n:]
-        x = _decode_pcm(data[:n], self.fmt.width).reshape(-1, self.fmt.channels)
-        mono = x[:, 0] if self.fmt.channels == 1 else x.mean(axis=1, dtype=np.float64).astype(np.float32)
-        if self._resampler is not None:
-            mono = self._resampler.resample_chunk(mono)
-        return np.asarray(mono, dtype=np.float32)
-
-    def flush(self) -> np.ndarray:
-        if self._resampler is None:
-            return np.zeros(0, np.float32)
-        return np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), dtype=np.float32)
-
-
-def _decode_pcm(data: bytes, width: int) -> np.ndarray:
-    """Interleaved PCM bytes -> float32 samples in [-1, 1)."""
-    if width == 1:
-        return (np.frombuffer(data, np.uint8).astype(np.float32) - 128.0) / 128.0
-    if width == 2:
-        return np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
-    if width == 3:
-        b = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
-        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
-        v = np.where(v >= 1 << 23, v - (1 << 24), v)
-        return (v / float(1 << 23)).astype(np.float32)
-    return (np.frombuffer(data, "<i4").astype(np.float64) / float(1 << 31)).astype(np.float32)
-
-
 # ---------------------------------------------------------------------------- requests
+def _format(data: dict) -> PcmFormat:
+    try:
+        return PcmFormat.from_data(data)
+    except PcmFormatError as exc:
+        raise UtteranceError(str(exc), "bad-audio-format") from None
+
+
 def resolve_wyoming_language(language: Any) -> Optional[str]:
     """Language name for a Wyoming ``language`` (code, name, or code with region), None to detect."""
     if language is None or (isinstance(language, str) and not language.strip()):
@@ -570,7 +494,7 @@ class WyomingHandler:
             await self._end_utterance(abandon=True)
         if self.refused:
             return True  # its transcribe was refused: the error is the answer
-        fmt = PcmFormat.from_data(event.data)
+        fmt = _format(event.data)
         try:
             client = self.scheduler.admit(self.name, LIVE)
         except (QueueFull, SchedulerClosed) as exc:
@@ -612,7 +536,7 @@ class WyomingHandler:
             await self._finish_failed_worker()
             return True
         if event.payload:
-            fmt = PcmFormat.from_data(event.data)
+            fmt = _format(event.data)
             if fmt != utt.fmt:
                 raise UtteranceError(f"audio-chunk format {fmt} differs from audio-start's {utt.fmt}; "
                                      f"send a new audio-start to change it", "bad-audio-format")
