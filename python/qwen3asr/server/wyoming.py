@@ -619,7 +619,7 @@ async def serve_wyoming(uri: str, engine, scheduler, *, stop: asyncio.Event | No
 async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: asyncio.Event | None = None,
                 zeroconf: bool = False, ready: asyncio.Event | None = None) -> None:
     """``serve_wyoming`` with explicit WyomingOptions."""
-    parsed = urlparse(uri)
+    parsed = check_uri(uri)
     handlers: Dict[asyncio.Task, WyomingHandler] = {}
 
     def on_connect(reader, writer):
@@ -629,17 +629,11 @@ async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: a
         task.add_done_callback(lambda t: handlers.pop(t, None))
 
     if parsed.scheme == "tcp":
-        if not parsed.hostname or parsed.port is None:
-            raise ValueError(f"a tcp:// URI needs a host and a port, e.g. {DEFAULT_URI} (got {uri!r})")
         server = await asyncio.start_server(on_connect, parsed.hostname, parsed.port, limit=MAX_LINE_BYTES)
-    elif parsed.scheme == "unix":
-        if not parsed.path:
-            raise ValueError(f"a unix:// URI needs a socket path, e.g. unix:///run/qwen3asr.sock (got {uri!r})")
+    else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(parsed.path)
         server = await asyncio.start_unix_server(on_connect, parsed.path, limit=MAX_LINE_BYTES)
-    else:
-        raise ValueError(f"Wyoming URI must be tcp://HOST:PORT or unix://PATH, got {uri!r}")
     addresses = [_address(parsed.scheme, s.getsockname()) for s in server.sockets]
     logger.info("Wyoming server listening on %s", ", ".join(addresses))
     zc = None
@@ -660,6 +654,24 @@ async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: a
         if parsed.scheme == "unix":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(parsed.path)
+
+
+def check_uri(uri: str):
+    """The parsed ``uri`` if it is tcp://HOST:PORT or unix://PATH, else ValueError saying what is accepted."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "tcp":
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+        if not parsed.hostname or port is None:
+            raise ValueError(f"a tcp:// URI needs a host and a port (0-65535), e.g. {DEFAULT_URI} (got {uri!r})")
+    elif parsed.scheme == "unix":
+        if not parsed.path:
+            raise ValueError(f"a unix:// URI needs a socket path, e.g. unix:///run/qwen3asr.sock (got {uri!r})")
+    else:
+        raise ValueError(f"Wyoming URI must be tcp://HOST:PORT or unix://PATH, got {uri!r}")
+    return parsed
 
 
 def _address(scheme: str, sockname) -> str:
@@ -729,6 +741,7 @@ async def _main_async(args) -> None:
     from .scheduler import Scheduler
 
     options = WyomingOptions(chunk_size=args.chunk_size, final=args.final)
+    check_uri(args.uri)  # before the model loads
     engine = Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads)
     scheduler = Scheduler(max_clients=args.max_clients)
     stop = asyncio.Event()
