@@ -420,6 +420,31 @@ def test_full_scheduler_is_an_error_then_close(engine):
     assert scheduler.stats().rejected == 1
 
 
+def test_stalled_utterance_and_event_body_time_out(engine, monkeypatch):
+    """An utterance with no event for IDLE_TIMEOUT_S, and a header whose payload never follows
+    (BODY_TIMEOUT_S), end with an error event and a closed connection (limits shortened here)."""
+    from qwen3asr.server import wyoming as server_module
+    from qwen3asr.server.scheduler import Scheduler
+
+    monkeypatch.setattr(server_module, "IDLE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(server_module, "BODY_TIMEOUT_S", 0.5)
+    scheduler = Scheduler()
+
+    async def scenario(port):
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            stalled = [await read(client), await read(client), await read(client)]
+        header = {"type": "audio-chunk", "data": {"rate": 16000, "width": 2, "channels": 1}, "payload_length": 100}
+        body = await raw_exchange(port, json.dumps(header).encode() + b"\n" + b"\x00" * 10)
+        return stalled, body
+
+    stalled, body = asyncio.run(in_process(engine, scheduler, scenario))
+    assert [e.type if e else None for e in stalled] == ["transcript-start", "error", None]
+    assert Error.from_event(stalled[1]).code == "timeout" and "audio-stop" in Error.from_event(stalled[1]).text
+    assert [(e.type, Error.from_event(e).code) for e in body] == [("error", "timeout")]
+    assert scheduler.stats().active == 0 and scheduler.stats().cancelled == 1
+
+
 def test_one_pass_final_option(engine):
     """final="one-pass": the transcript is the engine's one-pass text of the same audio."""
     from qwen3asr.server.scheduler import Scheduler

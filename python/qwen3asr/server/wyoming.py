@@ -387,7 +387,12 @@ class WyomingHandler:
         reader = asyncio.create_task(self._read_loop(), name=f"{self.name} reader")
         try:
             while True:
-                item = await self.queue.get()
+                try:  # an open utterance must keep sending (the wait never cuts into an event being read)
+                    item = await asyncio.wait_for(self.queue.get(), IDLE_TIMEOUT_S if self.busy else None)
+                except asyncio.TimeoutError:
+                    item = ProtocolError(f"no event for {IDLE_TIMEOUT_S:.0f} s during an utterance; send "
+                                         f"audio-stop to end it", "timeout")
+                    logger.warning("%s: %s; closing the connection", self.name, item)
                 if isinstance(item, ProtocolError):
                     await self._send(Error(text=str(item), code=item.code).event())
                     break
@@ -406,21 +411,15 @@ class WyomingHandler:
                 await reader
 
     async def _read_loop(self) -> None:
-        """Reads events into the queue; at the end of the stream, cancels the open utterance."""
+        """Reads events into the queue. At the end of the stream (the client left) it cancels the
+        open utterance at once; a protocol error is queued after the events read before it."""
         try:
             while True:
-                timeout = IDLE_TIMEOUT_S if self.busy else None
                 try:
-                    event = await asyncio.wait_for(read_event(self.reader), timeout)
-                except asyncio.TimeoutError:
-                    await self.queue.put(ProtocolError(f"no event for {IDLE_TIMEOUT_S:.0f} s during an utterance; "
-                                                       f"send audio-stop to end it", "timeout"))
-                    self._abandon()
-                    return
+                    event = await read_event(self.reader)
                 except ProtocolError as exc:
                     logger.warning("%s: %s; closing the connection", self.name, exc)
-                    self._abandon()
-                    await self.queue.put(exc)
+                    await self.queue.put(exc)  # events before it are still handled
                     return
                 if event is None:
                     break
