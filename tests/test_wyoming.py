@@ -228,6 +228,17 @@ def test_streaming_chunks_arrive_while_audio_arrives(server):
     assert final_text(events).text == "open the back door switch off the bedroom radio"
 
 
+def test_concurrent_clients_each_get_their_own_text(server):
+    clips = ["en_1.wav", "en_2.wav", "zh_1.wav", "zh_3.wav", "en_3.wav", "zh_2.wav"]
+
+    async def go():
+        return await asyncio.gather(*(utterance(server.port, read_wav(c).tobytes()) for c in clips))
+
+    for clip, events in zip(clips, run(go())):
+        check_order(events)
+        assert final_text(events).text == EXPECTED[clip]
+
+
 def test_silence_gives_empty_transcript(server):
     events = run(utterance(server.port, np.zeros(16000, np.int16).tobytes()))
     check_order(events)

@@ -36,12 +36,14 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
 import os
 import signal
 import sys
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlparse
 
@@ -260,8 +262,10 @@ class Utterance:
     """One audio-start .. audio-stop: a scheduler client, a stream session and the audio kept
     for the one-pass final decode. Engine calls run in worker threads, one at a time."""
 
-    def __init__(self, engine, client, fmt: PcmFormat, options: UtteranceOptions, server: WyomingOptions):
+    def __init__(self, engine, client, fmt: PcmFormat, options: UtteranceOptions, server: WyomingOptions,
+                 executor: Optional[Executor] = None):
         self.engine, self.client, self.fmt, self.options = engine, client, fmt, options
+        self.executor = executor  # threads for the engine calls (None: the loop's default executor)
         self.converter = PcmConverter(fmt)
         self.pieces: List[str] = []  # committed text pieces from the session (its worker thread)
         self.session = engine.create_stream(language=options.language, context=options.context,
@@ -329,7 +333,7 @@ class Utterance:
             if self.pending:
                 pcm = np.concatenate(self.pending)
                 self.pending.clear()
-                await asyncio.to_thread(self.session.feed_audio, pcm)
+                await self._call(self.session.feed_audio, pcm)
                 await self._send_new(send_piece)
                 self.wake.set()  # more may have arrived meanwhile
             elif self.stopped:
@@ -350,12 +354,15 @@ class Utterance:
             pcm = self.audio()
             if pcm.shape[0] < 160:  # under one 10 ms frame: nothing to decode
                 return "", self._code(self.options.language)
-            result = await asyncio.to_thread(self.engine.transcribe, pcm, language=self.options.language,
-                                             context=self.options.context, work=self.client.work)
+            result = await self._call(self.engine.transcribe, pcm, language=self.options.language,
+                                      context=self.options.context, work=self.client.work)
             return result.text, result.language_code or self._code(self.options.language)
-        result = await asyncio.to_thread(self.session.finish)
+        result = await self._call(self.session.finish)
         await self._send_new(send_piece)
         return result.text, self._code(result.language)
+
+    async def _call(self, fn, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
     @staticmethod
     def _code(name: Optional[str]) -> Optional[str]:
@@ -366,9 +373,11 @@ class Utterance:
 class WyomingHandler:
     """Serves one Wyoming connection (see the module docstring for the events)."""
 
-    def __init__(self, reader, writer, engine, scheduler, options: WyomingOptions = WyomingOptions()):
+    def __init__(self, reader, writer, engine, scheduler, options: WyomingOptions = WyomingOptions(),
+                 executor: Optional[Executor] = None):
         self.reader, self.writer = reader, writer
         self.engine, self.scheduler, self.server_options = engine, scheduler, options
+        self.executor = executor
         peer = writer.get_extra_info("peername")
         self.name = f"wyoming {peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "wyoming"
         self.options = UtteranceOptions()
@@ -502,7 +511,7 @@ class WyomingHandler:
             await self._send(Error(text=str(exc), code=code).event())
             return False
         try:
-            utt = Utterance(self.engine, client, fmt, self.options, self.server_options)
+            utt = Utterance(self.engine, client, fmt, self.options, self.server_options, self.executor)
         except ValueError as exc:
             client.close()
             raise UtteranceError(f"cannot start the utterance: {exc}", "bad-request") from None
@@ -620,9 +629,13 @@ async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: a
     """``serve_wyoming`` with explicit WyomingOptions."""
     parsed = check_uri(uri)
     handlers: Dict[asyncio.Task, WyomingHandler] = {}
+    # Engine calls block while they wait for a scheduler turn: they get threads of their own (one
+    # per admissible client), so they never starve the loop's default executor (name lookups,
+    # the HTTP server's work in the combined server).
+    executor = ThreadPoolExecutor(max_workers=scheduler.max_clients, thread_name_prefix="wyoming")
 
     def on_connect(reader, writer):
-        handler = WyomingHandler(reader, writer, engine, scheduler, options)
+        handler = WyomingHandler(reader, writer, engine, scheduler, options, executor)
         task = asyncio.create_task(handler.run(), name=handler.name)
         handlers[task] = handler
         task.add_done_callback(lambda t: handlers.pop(t, None))
@@ -650,6 +663,7 @@ async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: a
         if zc is not None:
             with contextlib.suppress(Exception):
                 await zc._aiozc.async_close()
+        executor.shutdown(wait=False, cancel_futures=True)
         if parsed.scheme == "unix":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(parsed.path)
