@@ -660,9 +660,10 @@ async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: a
         await _shutdown(server, handlers, 0.0)
         raise
     finally:
+        server.close()  # (again, if the shutdown ran) also when the zeroconf advertisement failed
         if zc is not None:
             with contextlib.suppress(Exception):
-                await zc._aiozc.async_close()
+                await zc._aiozc.async_close()  # HomeAssistantZeroconf has no close(); this unregisters
         executor.shutdown(wait=False, cancel_futures=True)
         if parsed.scheme == "unix":
             with contextlib.suppress(FileNotFoundError):
@@ -721,7 +722,10 @@ async def _advertise(parsed, server):
         raise RuntimeError("--zeroconf needs the zeroconf package: pip install zeroconf") from None
     port = server.sockets[0].getsockname()[1]
     host = None if parsed.hostname in ("0.0.0.0", "::") else parsed.hostname
-    zc = HomeAssistantZeroconf(port=port, name="qwen3asr-rk", host=host)
+    import socket
+
+    # The service name must be unique on the network: one per board.
+    zc = HomeAssistantZeroconf(port=port, name=f"qwen3asr-rk-{socket.gethostname()}", host=host)
     await zc.register_server()
     logger.info("zeroconf: advertised _wyoming._tcp on %s:%d", zc.host, port)
     return zc
