@@ -15,17 +15,18 @@ One connection is one Wyoming client; Home Assistant connects once per utterance
   little-endian) bytes and channel count, mixed to mono, resampled to 16 kHz float32
   (soxr, streaming) and fed to the session; text the session commits (never retracted) is
   sent at once as ``transcript-chunk`` (pieces that concatenate to the transcript).
-- ``audio-stop``: the final ``transcript`` (always; empty text for silence), then
-  ``transcript-stop``. The final text is a one-pass decode of the whole utterance when it
-  fits the model's one-pass limit (the streamed pieces are then interim, see docs/wyoming.md
-  for the measurement behind this), else the stream's own final text. If the one-pass text
-  does not continue the pieces already sent, the ``transcript`` event is authoritative.
+- ``audio-stop``: the rest of the text as a last ``transcript-chunk``, the final
+  ``transcript`` (always; empty text for silence), then ``transcript-stop``. The final text
+  is the stream's own (WyomingOptions.final="stream", chosen by measurement: docs/wyoming.md);
+  with final="one-pass" it is one decode of the whole utterance when that fits the model's
+  one-pass limit, the streamed pieces are then interim, and if the one-pass text does not
+  continue them the ``transcript`` event is authoritative.
 - ``ping``: ``pong``. Other events are ignored (logged at debug level).
 
 Faults: an ``audio-chunk`` outside an utterance is dropped and answered with one ``error``
 event (the connection stays usable; a later ``audio-stop`` still gets an empty transcript);
-an event header over the size limits, malformed JSON, a stalled event body or a full
-scheduler gets an ``error`` event and the connection is closed; a client that disconnects
+an event header over the size limits, malformed JSON, a stalled event body or utterance, or a
+full scheduler gets an ``error`` event and the connection is closed; a client that disconnects
 mid-utterance has its scheduler client cancelled (queued work dropped, a running decode
 stopped at its next token).
 """
