@@ -501,7 +501,7 @@ def record_stream(engine, pcm, label: str, feed_seconds: float = FEED_SECONDS, *
     total = pcm.shape[0] / SAMPLE_RATE
     ready.extend([total] * (len(r.chunks) - len(ready)))
     return Accounting(label=label, audio_seconds=total, chunks=chunk_works(r.chunks, log.calls, ready), live=True,
-                      system_tokens=_system_tokens(engine)), r
+                      system_tokens=system_tokens(engine)), r
 
 
 def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: int = 2, rollback_tokens: int = 5,
@@ -521,7 +521,7 @@ def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: i
         r = session.finish()
     return Accounting(label=label, audio_seconds=pcm.shape[0] / SAMPLE_RATE,
                       chunks=chunk_works(r.chunks, log.calls, [0.0] * len(r.chunks)), live=False,
-                      system_tokens=_system_tokens(engine)), r
+                      system_tokens=system_tokens(engine)), r
 
 
 def record_one_pass(engine, pcm, label: str, max_new_tokens: int = 256):
@@ -533,10 +533,10 @@ def record_one_pass(engine, pcm, label: str, max_new_tokens: int = 256):
     work = ChunkWork(start=0.0, end=total, ready=total, graphs=tuple(log.calls), prefill_tokens=int(s.prefill_tokens),
                      decode_tokens=int(s.decode_tokens))
     return Accounting(label=label, audio_seconds=total, chunks=(work,), live=False,
-                      system_tokens=_system_tokens(engine)), t
+                      system_tokens=system_tokens(engine)), t
 
 
-def _system_tokens(engine) -> int:
+def system_tokens(engine) -> int:
     """Prompt tokens of the empty system block (``<|im_start|>system\\n<|im_end|>\\n``)."""
     return len(engine.tokenizer.encode("<|im_start|>system\n<|im_end|>\n"))
 
