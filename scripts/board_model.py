@@ -39,10 +39,7 @@ import statistics
 import sys
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-logger = logging.getLogger("board_model")
-
 SOCS = ("rk3576", "rk3588")
-FORMS = ("merged", "split")
 SAMPLE_RATE = 16000
 FEED_SECONDS = 0.02  # piece size when a stream is fed to measure when each chunk became ready
 
@@ -204,12 +201,18 @@ class Accounting:
     def from_dict(d: Mapping) -> "Accounting":
         """From ``to_dict()`` output (e.g. a JSON file); ValueError names a missing or bad field."""
         need = ("label", "audio_seconds", "chunks", "live")
+        if not isinstance(d, Mapping):
+            raise ValueError(f"an accounting is a JSON object with fields {', '.join(need)}, got {type(d).__name__}")
         missing = [k for k in need if k not in d]
         if missing:
             raise ValueError(f"accounting is missing {', '.join(missing)}; fields: {', '.join(need)} "
                              "(optional: system_tokens)")
         chunks = []
+        if not isinstance(d["chunks"], (list, tuple)):
+            raise ValueError("accounting chunks must be a list of objects with fields " + ", ".join(CHUNK_FIELDS))
         for i, c in enumerate(d["chunks"]):
+            if not isinstance(c, Mapping):
+                raise ValueError(f"chunk {i} must be an object with fields {', '.join(CHUNK_FIELDS)}")
             miss = [k for k in CHUNK_FIELDS if k not in c and k != "prefix_tokens"]
             if miss:
                 raise ValueError(f"chunk {i} is missing {', '.join(miss)}; chunk fields: {', '.join(CHUNK_FIELDS)}")
@@ -728,7 +731,8 @@ def _print_report(r: dict) -> None:
         q = g["rate_for"]
         print(f"| {g['chunk_s']:g} | {g['memory']} | {g['prompt']} | {g['rtf_serial']:.3f} | {g['rtf_overlap']:.3f} "
               f"| {g['latency_median_s']:.2f} / {g['latency_median_overlap_s']:.2f} "
-              f"| {q['0.30_serial']:.0f} / {q['0.30_overlap']:.0f} | {q['0.25_serial']:.0f} / {q['0.25_overlap']:.0f} |")
+              f"| {q['0.30_serial']:.0f} / {q['0.30_overlap']:.0f} "
+              f"| {q['0.25_serial']:.0f} / {q['0.25_overlap']:.0f} |")
     print("\n## Accountings (bundled model on the CPU: only these counts feed the model)\n")
     for s in r["summaries"]:
         print("-", s)

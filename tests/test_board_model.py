@@ -205,6 +205,8 @@ def test_missing_fields_are_named():
     d["chunks"][0]["graphs"] = [["conv", 4.0]]
     with pytest.raises(ValueError, match="merged, backend or frontend"):
         bm.Accounting.from_dict(d)
+    with pytest.raises(ValueError, match="chunk 0 must be an object with fields start, end, ready"):
+        bm.Accounting.from_dict(dict(_hand_built().to_dict(), chunks=[[0, 4]]))
     d = _hand_built().to_dict()
     d["chunks"][0]["prefill_tokens"] = -3
     with pytest.raises(ValueError, match="prefill_tokens must be an integer >= 0"):
