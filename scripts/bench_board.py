@@ -139,7 +139,7 @@ def bench(model: Optional[str], backend: str, audio: str, runs, realtime: bool =
     from qwen3asr.audio import AudioError, prepare_audio
 
     engine = Qwen3ASREngine(model, backend=backend, threads=threads)
-    soc = engine._rk.soc if engine.backend == "rk" else None
+    soc = engine.soc
     where = soc or "cpu"
     pcm = prepare_audio(audio)
     name = os.path.basename(audio)

@@ -516,8 +516,8 @@ def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: i
     from qwen3asr.stream import StreamOptions, StreamSession
 
     opts = StreamOptions(chunk_size=chunk_size, memory_num=memory_num, rollback_tokens=rollback_tokens,
-                         max_new_tokens=max_new_tokens, vad=vad, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
-    session = StreamSession(engine, opts)
+                         max_new_tokens=max_new_tokens, vad=vad)
+    session = StreamSession(engine, opts, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
     with graph_log(engine) as log:
         for a in range(0, pcm.shape[0], opts.chunk_samples):
             session.feed_audio(pcm[a:a + opts.chunk_samples])
@@ -530,7 +530,7 @@ def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: i
 def record_one_pass(engine, pcm, label: str, max_new_tokens: int = 256):
     """The whole clip in one decoder pass (``engine.transcribe(pcm)``); returns (Accounting, Transcription)."""
     with graph_log(engine) as log:
-        t = engine.transcribe(pcm, max_new_tokens=max_new_tokens)
+        t = engine.transcribe(pcm, max_new_tokens=max_new_tokens, one_pass=True)
     s = t.stats
     total = pcm.shape[0] / SAMPLE_RATE
     work = ChunkWork(start=0.0, end=total, ready=total, graphs=tuple(log.calls), prefill_tokens=int(s.prefill_tokens),

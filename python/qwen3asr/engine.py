@@ -115,6 +115,7 @@ class Qwen3ASREngine:
         self.encoder = loaded.encoder
         self.decoder = loaded.decoder
         self.decoder_dtype = getattr(self.decoder, "dtype", None)
+        self.soc = loaded.soc  # the board's SoC with the rk backend, else None
         self.max_context = int(self.decoder.max_context)  # the decoder's own (an .rkllm model's KV length)
         self._closed = False
         logger.info("loaded %s (backend %s)", self.bundle.path, self.backend)

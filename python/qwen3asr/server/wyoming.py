@@ -307,8 +307,8 @@ class Utterance:
         """audio-stop: decide how the final text is made; the worker then ends."""
         self._append(self.converter.flush())
         pcm = self.audio()
-        self.one_pass = pcm is not None and self.engine.fits_one_pass(pcm, self.options.context,
-                                                                      self.options.language)
+        self.one_pass = pcm is not None and self.engine.fits_one_pass(pcm, context=self.options.context,
+                                                                      language=self.options.language)
         if self.one_pass:
             self.pending.clear()  # the stream need not catch up: the whole utterance is decoded at once
         self.stopped = True
