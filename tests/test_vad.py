@@ -367,3 +367,24 @@ def test_segment_is_a_frozen_dataclass():
     seg = SpeechSegment(1.0, 2.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         seg.start_s = 0.0
+
+
+def test_the_packaged_model_is_the_silero_release_and_is_found_first():
+    """qwen3asr ships silero_vad.onnx (MIT) so --vad works on a board without the silero-vad
+    wheel; it is the wheel's file, byte for byte, and find_model() prefers it."""
+    import hashlib
+    import importlib.util
+    import os
+
+    with open(vad.PACKAGED_MODEL, "rb") as f:
+        data = f.read()
+    assert hashlib.sha256(data).hexdigest() == vad.PACKAGED_SHA256
+    assert vad.find_model() == vad.PACKAGED_MODEL
+    licence = os.path.join(os.path.dirname(vad.PACKAGED_MODEL), "LICENSE.silero-vad")
+    assert open(licence).read().startswith("MIT License")
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None:
+        pytest.skip("the silero-vad wheel is not installed: nothing to compare with")
+    wheel = os.path.join(spec.submodule_search_locations[0], "data", "silero_vad.onnx")
+    with open(wheel, "rb") as f:
+        assert f.read() == data

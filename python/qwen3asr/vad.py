@@ -44,9 +44,12 @@ WINDOW_SAMPLES = 512  # samples per model call at 16 kHz (32 ms)
 CONTEXT_SAMPLES = 64  # samples of the previous input prepended to each window
 STATE_SIZE = 128  # width of the recurrent state, shape (2, 1, STATE_SIZE)
 MODEL_FILENAME = "silero_vad.onnx"
+PACKAGED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", MODEL_FILENAME)
+PACKAGED_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"  # silero-vad 6.2.3
 
 _INSTALL_HINT = (
-    "install the model with `pip install --no-deps silero-vad` (it ships "
+    "reinstall qwen3asr (it ships the model as package data), install it with "
+    "`pip install --no-deps silero-vad` (it ships "
     f"silero_vad/data/{MODEL_FILENAME}; torch is not needed), or download "
     f"{MODEL_FILENAME} from the silero-vad release and pass its path, "
     f"for example models/{MODEL_FILENAME}"
@@ -56,21 +59,25 @@ _INSTALL_HINT = (
 def find_model(path: Optional[Union[str, os.PathLike]] = None) -> str:
     """Locate the Silero VAD ONNX file.
 
-    ``path`` given: it must exist. Otherwise the file inside the installed
-    ``silero_vad`` package is used. Raises FileNotFoundError naming what to do.
+    ``path`` given: it must exist. Otherwise the copy shipped in this package
+    (``qwen3asr/data/silero_vad.onnx``, MIT, from the silero-vad 6.2.3 wheel), else the one
+    inside an installed ``silero_vad`` package. Raises FileNotFoundError naming what to do.
     """
     if path is not None:
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"Silero VAD model not found at {path!r}; {_INSTALL_HINT}")
         return path
+    if os.path.isfile(PACKAGED_MODEL):
+        return PACKAGED_MODEL
     spec = importlib.util.find_spec("silero_vad")
     if spec is not None and spec.submodule_search_locations:
         for base in spec.submodule_search_locations:
             candidate = os.path.join(base, "data", MODEL_FILENAME)
             if os.path.isfile(candidate):
                 return candidate
-    raise FileNotFoundError(f"Silero VAD model not found (package silero_vad not installed); {_INSTALL_HINT}")
+    raise FileNotFoundError(f"Silero VAD model not found (not in {PACKAGED_MODEL}, and the silero_vad package is "
+                            f"not installed); {_INSTALL_HINT}")
 
 
 def _check_pcm(pcm: np.ndarray, sample_rate: int) -> np.ndarray:
