@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -43,8 +44,10 @@ SOC = "rk3588"
 CORE_MASK = {"rk3588": 7, "rk3576": 3}
 
 SHIM = r"""
+#define _POSIX_C_SOURCE 199309L
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef ABI_1_3
 #include "rkllm_layouts_1_3.h"
 #else
@@ -54,7 +57,9 @@ SHIM = r"""
 int fake_inner_rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *u);
 static float *cap;
 static size_t cap_n, hidden;
+static long delay_ns;
 EXPORT void shim_set_hidden(size_t h) { hidden = h; }
+EXPORT void shim_set_delay_ms(long ms) { delay_ns = ms * 1000000L; }
 EXPORT size_t shim_n_tokens(void) { return cap_n; }
 EXPORT const float *shim_embeds(void) { return cap; }
 EXPORT int rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *u) {
@@ -62,6 +67,10 @@ EXPORT int rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *u) 
         cap_n = in->embed_input.n_tokens;
         cap = realloc(cap, cap_n * hidden * sizeof(float));
         memcpy(cap, in->embed_input.embed, cap_n * hidden * sizeof(float));
+    }
+    if (delay_ns) {  /* a decoder that takes time, as on the board (ctypes releases the GIL) */
+        struct timespec t = {delay_ns / 1000000000L, delay_ns % 1000000000L};
+        nanosleep(&t, NULL);
     }
     return fake_inner_rkllm_run(h, in, ip, u);
 }
@@ -98,6 +107,8 @@ class Shim(Fake):
         self.lib.shim_n_tokens.restype = ctypes.c_size_t
         self.lib.shim_embeds.restype = ctypes.POINTER(ctypes.c_float)
         self.lib.shim_set_hidden(hidden)
+        self.lib.shim_set_delay_ms.argtypes = [ctypes.c_long]
+        self.lib.shim_set_delay_ms(0)
 
     def embeds(self) -> np.ndarray:
         n = self.lib.shim_n_tokens()
@@ -113,6 +124,8 @@ class FakeRKNNLite:
     files: dict = {}        # .rknn path -> (part, onnx path, input names, input shapes)
     frontend_onnx = None
     expected_mask = None
+    delay = 0.0  # seconds each inference takes (overlap test)
+    intervals: list = []  # (start, end) perf_counter of every inference
     instances: list = []
     violations: list = []
 
@@ -149,6 +162,15 @@ class FakeRKNNLite:
         return 0
 
     def inference(self, inputs=None, data_type=None, data_format=None, inputs_pass_through=None):
+        t0 = time.perf_counter()
+        if self.delay:
+            time.sleep(self.delay)  # an encoder that takes time, as on the NPU
+        try:
+            return self._inference(inputs, data_format)
+        finally:
+            FakeRKNNLite.intervals.append((t0, time.perf_counter()))
+
+    def _inference(self, inputs, data_format):
         if self.state != "ready":
             self._bad(f"inference in state {self.state}")
             return None
@@ -188,6 +210,7 @@ def fake_rknnlite(monkeypatch):
     monkeypatch.setitem(sys.modules, "rknnlite", pkg)
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
     FakeRKNNLite.files, FakeRKNNLite.instances, FakeRKNNLite.violations = {}, [], []
+    FakeRKNNLite.delay, FakeRKNNLite.intervals = 0.0, []
     FakeRKNNLite.expected_mask = CORE_MASK[SOC]
     yield FakeRKNNLite
     assert FakeRKNNLite.violations == []
@@ -634,4 +657,52 @@ def test_on_token_gets_every_id_including_the_runtimes_waiting_ones(rk_bundle, s
     tokens, stats = engine.generate(engine.embeddings(np.arange(20)), DecodingOptions(max_new_tokens=50),
                                     on_token=lambda t: False)
     assert len(tokens) == 1 and stats.finish_reason == "stopped" and "rkllm_abort" in shim.calls
+    engine.close()
+
+
+# ---------------------------------------------------------------------------- overlap
+
+def test_the_encoder_runs_the_next_chunk_while_the_decoder_works(rk_bundle, shim, fake_rknnlite, monkeypatch):
+    """Overlap (on by default with the rk backend): with an encoder double and a decoder double
+    that each take 150 ms per call, encoder calls run during decoder runs, the text is the same
+    as without overlap, and the wall time drops below the serial sum (printed, not asserted:
+    no timed assertions)."""
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    runs = []
+    real_run = rkllm.RKLLMRuntime.run_embed
+
+    def timed_run(self, *a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return real_run(self, *a, **kw)
+        finally:
+            runs.append((t0, time.perf_counter()))
+
+    monkeypatch.setattr(rkllm.RKLLMRuntime, "run_embed", timed_run)
+    shim.script(*runtime_script(tok, tok.encode(" one two") + [tok.im_end]))
+    shim.lib.shim_set_delay_ms(150)
+    fake_rknnlite.delay = 0.15
+    pcm = np.tile(prepare_audio(CLIP), 5)[:16000 * 8]  # 8 s: four fixed 2 s chunks
+    out, walls, spans = {}, {}, {}
+    for overlap in (False, True):
+        runs.clear()
+        fake_rknnlite.intervals.clear()
+        t0 = time.perf_counter()
+        r = engine.transcribe(pcm, chunk_size=2.0, vad=False, pause_db=None, overlap=overlap)
+        walls[overlap] = time.perf_counter() - t0
+        out[overlap] = r.token_ids
+        enc = list(fake_rknnlite.intervals)
+        spans[overlap] = sum(1 for a0, a1 in enc for b0, b1 in runs if a0 < b1 and b0 < a1)
+        assert len(runs) == 4 and len(enc) == 4
+        serial = sum(b - a for a, b in enc) + sum(b - a for a, b in runs)
+        print(f"overlap={overlap}: wall {walls[overlap]:.2f} s, serial sum {serial:.2f} s")
+    assert out[True] == out[False] and len(out[True]) > 0
+    assert spans[False] == 0  # serial: no encoder call inside a decoder run
+    # chunks 2 and 3 were encoded while chunks 1 and 2 were decoded (the last, flushed at the
+    # end of the audio, has no chunk after it to overlap with)
+    assert spans[True] == 2
+    assert shim.violations == []
+    s = engine.create_stream(chunk_size=2.0)
+    assert s.overlap and not engine.create_stream(chunk_size=2.0, overlap=False).overlap
     engine.close()

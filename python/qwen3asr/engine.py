@@ -117,6 +117,7 @@ class Qwen3ASREngine:
         self.decoder_dtype = getattr(self.decoder, "dtype", None)
         self.soc = loaded.soc  # the board's SoC with the rk backend, else None
         self.max_context = int(self.decoder.max_context)  # the decoder's own (an .rkllm model's KV length)
+        self._pool = None  # one background thread for encoder work overlapping the decoder (stream.py)
         self._closed = False
         logger.info("loaded %s (backend %s)", self.bundle.path, self.backend)
 
@@ -136,6 +137,9 @@ class Qwen3ASREngine:
         if self._closed:
             return
         self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._backend.close()
         logger.info("closed %s", self.bundle.path)
 
@@ -152,6 +156,16 @@ class Qwen3ASREngine:
     def check_open(self) -> None:
         if self._closed:
             raise EngineClosed("this Qwen3ASREngine was closed (engine.close()); create a new one to transcribe")
+
+    def background(self, fn: Callable, *args):
+        """Run ``fn(*args)`` on the engine's one background thread; returns its Future. Used to
+        encode the next chunk while the decoder works (TranscribeOptions.overlap)."""
+        self.check_open()
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3asr-encoder")
+        return self._pool.submit(fn, *args)
 
     # ------------------------------------------------------------------ stages
     def features(self, audio: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = melmod.SAMPLE_RATE
 CEILING_BLOCK = 60 * SAMPLE_RATE  # samples per block when scanning the clip maximum (60 s)
+OVERLAP_FEED_CHUNKS = 4  # chunks of audio fed at once when the session overlaps encoder and decoder
 
 
 def select_audio(pcm: np.ndarray, start_second: float = 0.0, duration: Optional[float] = None) -> np.ndarray:
@@ -90,7 +91,9 @@ def transcribe_long(engine, pcm: np.ndarray, options: TranscribeOptions = Transc
         stopped = True
     session = StreamSession(engine, opts, on_text=on_text, work=work, mel_ceiling=ceiling)
     total = pcm.shape[0] / SAMPLE_RATE
-    step = opts.chunk_samples
+    # With overlap, pieces of several chunks: the session then has the next chunk ready to encode
+    # while it decodes one (the result does not depend on the piece sizes).
+    step = opts.chunk_samples * (OVERLAP_FEED_CHUNKS if session.overlap else 1)
     for a in range(0, pcm.shape[0], step):
         r = session.feed_audio(pcm[a:a + step])
         if progress is not None:

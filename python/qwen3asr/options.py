@@ -85,6 +85,10 @@ class TranscribeOptions:
     # Files: always one pass (the official algorithm), even beyond the model's declared one-pass
     # limit; audio over the decoder context is then an AudioError instead of being chunked.
     one_pass: bool = False
+    # Encode chunk n+1 while the decoder works on chunk n, when both are ready (long files, a
+    # stream that fell behind): the NPU encoder and the RKLLM decoder then run at once. None:
+    # on with the rk backend, off on the CPU (where both would share the same cores).
+    overlap: Optional[bool] = None
     # -- output
     itn: bool = False  # inverse text normalisation of finished text (numbers as digits)
     # The reference design's compact prompt: no system turn, the answer starting at
@@ -130,6 +134,8 @@ class TranscribeOptions:
         elif self.vad is not None and self.vad is not False and not isinstance(self.vad, VADOptions):
             problems.append(f"vad must be None, True, False or a VADOptions (got {type(self.vad).__name__}); "
                             "pass a loaded SileroVAD model to create_stream(vad=...) instead")
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            problems.append(f"overlap must be True, False or None (got {self.overlap!r})")
         for name in ("itn", "compact_prompt", "one_pass"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be True or False (got {getattr(self, name)!r})")

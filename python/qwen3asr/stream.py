@@ -161,7 +161,7 @@ def _frame_db(x: np.ndarray) -> np.ndarray:
 class _Chunk:
     start: int  # absolute samples
     end: int
-    embeds: np.ndarray  # (tokens, hidden) float32
+    embeds: Optional[np.ndarray]  # (tokens, hidden) float32 once encoded
     tokens: List[int]  # generated text tokens attributed to this chunk
     language: Optional[str]
     fresh: bool = False  # decoded with no text prefix: its tokens begin an answer (no leading space)
@@ -171,6 +171,11 @@ class _Chunk:
     carried: int = 0
     head_db: float = 0.0  # loudest 10 ms frame of the chunk's first EDGE_FRAMES (dB full scale)
     tail_db: float = 0.0  # loudest of its last EDGE_FRAMES
+    speech_db: float = -math.inf  # the recent speech level once this chunk's audio was counted
+    mel: Optional[np.ndarray] = None  # (n_mels, frames) until encoded
+    mel_ms: float = 0.0  # time its mel took
+    enc: object = None  # EncodeStats of its encoder call
+    enc_ms: float = 0.0  # mel + encoder wall time
 
 
 def positions_needed(engine, options: TranscribeOptions) -> int:
@@ -202,6 +207,7 @@ class StreamSession:
         self._on_text = on_text
         self._mel_ceiling = mel_ceiling
         self.options = o = options.for_stream()
+        self._overlap = o.overlap if o.overlap is not None else engine.backend == "rk"
         need = positions_needed(engine, o)
         if need > engine.max_context:
             raise ValueError(
@@ -220,6 +226,11 @@ class StreamSession:
                                "a split can come after its chunk was cut (chunk_size already bounds the work)")
         self._asr_text = engine.tokenizer.asr_text
         self.reset()
+
+    @property
+    def overlap(self) -> bool:
+        """Whether a chunk is encoded while the one before is decoded (TranscribeOptions.overlap)."""
+        return self._overlap
 
     # ------------------------------------------------------------------ public
     def reset(self) -> None:
@@ -240,6 +251,7 @@ class StreamSession:
         self._all_ids: List[int] = []
         self._segments: List[Segment] = []
         self._chunks: List[ChunkStats] = []
+        self._n_cut = 0  # chunks cut so far (decoded or about to be)
         self._totals = dict.fromkeys(_SUMMED, 0)  # running sums of the ChunkStats fields
         self._encoded = 0  # samples encoded
         self._vad_ms = 0.0
@@ -367,11 +379,13 @@ class StreamSession:
             limit = self._pos
         else:
             limit = self._vad.samples_seen // WINDOW_SAMPLES * WINDOW_SAMPLES - self._end_delay
+        ready = []
         while self._next + size + LOOKAHEAD <= limit and self._room():
             db = _frame_db(self._audio(self._next, self._next + size))
             end = self._next + self._pause_cut(db) * HOP
-            self._chunk(self._next, end, right=end + LOOKAHEAD, db=db[:(end - self._next) // HOP])
+            ready.append(self._prepare(self._next, end, right=end + LOOKAHEAD, db=db[:(end - self._next) // HOP]))
             self._next = end
+        self._run(ready)
 
     def _pause_cut(self, db: np.ndarray) -> int:
         """Frames the chunk keeps: it ends at the last pause after its first quarter (60 ms
@@ -398,7 +412,7 @@ class StreamSession:
     def _close_segment(self, end: int) -> None:
         n = (end - self._next) // HOP * HOP
         if n > 0 and self._room():
-            self._chunk(self._next, self._next + n, right=end, final=True)
+            self._run([self._prepare(self._next, self._next + n, right=end)])
         self._next = end
         for c in list(self._window):
             self._commit(c)
@@ -423,8 +437,8 @@ class StreamSession:
         self._steps = 0  # decoder runs in the open segment
 
     def _full(self) -> bool:
-        """True once max_chunks chunks are decoded: no more audio is decoded."""
-        return self.options.max_chunks is not None and len(self._chunks) >= self.options.max_chunks
+        """True once max_chunks chunks are cut: no more audio is decoded."""
+        return self.options.max_chunks is not None and self._n_cut >= self.options.max_chunks
 
     def _room(self) -> bool:
         """Whether a chunk that is ready may be decoded; if not, its audio is dropped (truncated)."""
@@ -444,21 +458,48 @@ class StreamSession:
             self._ceiling = max(self._ceiling, float(power.max()))
         return melmod.normalize_log_mel(power, self._ceiling)
 
-    def _chunk(self, c0: int, c1: int, right: int, final: bool = False, db: Optional[np.ndarray] = None) -> None:
-        """Encode [c0, c1) (mel frames need audio up to ``right``) and decode the window;
-        ``db``: its 10 ms frame levels when already computed."""
-        with self._work.unit():
-            self._chunk_work(c0, c1, right, final, db)
-
-    def _chunk_work(self, c0: int, c1: int, right: int, final: bool, db: Optional[np.ndarray]) -> None:
-        eng, o = self.engine, self.options
+    def _prepare(self, c0: int, c1: int, right: int, db: Optional[np.ndarray] = None) -> "_Chunk":
+        """A chunk [c0, c1) made ready to encode from the audio alone (mel frames need audio up
+        to ``right``): its log-mel and its levels (``db``: its 10 ms frame levels when already
+        computed). Chunks are prepared in order, before any of them is decoded."""
+        self._n_cut += 1
         t0 = time.perf_counter()
-        mel = self._mel(c0, c1, right)
-        embeds, enc = eng.encode_timed(mel)
-        enc_ms = (time.perf_counter() - t0) * 1000  # mel + encoder
-        self._encoded += c1 - c0
-        chunk = _Chunk(c0, c1, embeds, [], None)
+        chunk = _Chunk(c0, c1, None, [], None)
+        chunk.mel = self._mel(c0, c1, right)
+        chunk.mel_ms = (time.perf_counter() - t0) * 1000
         self._levels(chunk, _frame_db(self._audio(c0, c1)) if db is None else db)
+        return chunk
+
+    def _encode(self, chunk: "_Chunk") -> None:
+        t0 = time.perf_counter()
+        chunk.embeds, chunk.enc = self.engine.encode_timed(chunk.mel)
+        chunk.mel = None
+        chunk.enc_ms = chunk.mel_ms + (time.perf_counter() - t0) * 1000  # mel + encoder
+
+    def _run(self, chunks: List["_Chunk"]) -> None:
+        """Encode and decode ``chunks`` in order, one unit of model work each. With overlap
+        (``TranscribeOptions.overlap``) the next chunk is encoded while this one is decoded:
+        the encoder (RKNN on the NPU) and the decoder (RKLLM) then work at once."""
+        overlap = self._overlap and len(chunks) > 1
+        for i, chunk in enumerate(chunks):
+            with self._work.unit():
+                if chunk.embeds is None:
+                    self._encode(chunk)
+                ahead = None
+                if overlap and i + 1 < len(chunks):
+                    ahead = self.engine.background(self._encode, chunks[i + 1])
+                try:
+                    self._decode(chunk)
+                finally:
+                    if ahead is not None:
+                        ahead.result()
+
+    def _decode(self, chunk: "_Chunk") -> None:
+        """Put the encoded chunk in the window and decode the window."""
+        eng, o = self.engine, self.options
+        c0, c1 = chunk.start, chunk.end
+        self._encoded += c1 - c0
+        enc, enc_ms = chunk.enc, chunk.enc_ms
         self._window.append(chunk)
         while len(self._window) > self.options.memory_num:
             self._commit(self._window.popleft())
@@ -503,6 +544,7 @@ class StreamSession:
     def _levels(self, chunk: _Chunk, db: np.ndarray) -> None:
         """Loudness of the chunk's edges (for ``_pause_before``) and the recent speech level."""
         if db.shape[0] == 0:  # a final piece under 10 ms: edges stay 0 dB (loud, no pause)
+            chunk.speech_db = self._speech_db
             return
         chunk.head_db, chunk.tail_db = float(db[:EDGE_FRAMES].max()), float(db[-EDGE_FRAMES:].max())
         self._levels_db.append(db)
@@ -510,6 +552,7 @@ class StreamSession:
         while kept - self._levels_db[0].shape[0] >= LEVEL_SECONDS * 100:
             kept -= self._levels_db.popleft().shape[0]
         self._speech_db = float(np.quantile(np.concatenate(self._levels_db), LEVEL_QUANTILE))
+        chunk.speech_db = self._speech_db
 
     def _pause_before(self) -> bool:
         """Whether the boundary before the newest chunk of the window lies in a pause
@@ -528,7 +571,7 @@ class StreamSession:
         if pause is None or len(self._window) < 2:
             return False
         before, after = self._window[-2], self._window[-1]
-        return max(before.tail_db, after.head_db) < self._speech_db - pause
+        return max(before.tail_db, after.head_db) < after.speech_db - pause
 
     def _prefix(self) -> Tuple[List[int], int]:
         """(prefix, rolled back): the text tokens of the window's older chunks minus the last
