@@ -706,3 +706,31 @@ def test_the_encoder_runs_the_next_chunk_while_the_decoder_works(rk_bundle, shim
     s = engine.create_stream(chunk_size=2.0)
     assert s.overlap and not engine.create_stream(chunk_size=2.0, overlap=False).overlap
     engine.close()
+
+
+def test_auto_falls_back_to_the_cpu_naming_what_is_missing(rk_bundle, fake_rknnlite, monkeypatch, tmp_path, caplog):
+    """backend="auto" on a board whose NPU backend cannot start (here: no librkllmrt.so) runs on
+    the CPU with a warning that names the missing piece; backend="rk" fails with that error."""
+    import logging
+
+    from qwen3asr import RKOptions, rknn_backend
+
+    monkeypatch.delenv(rk_backend.ENV_SOC, raising=False)
+    monkeypatch.setattr(rknn_backend, "detect_soc", lambda *a: SOC)
+    monkeypatch.setenv(rkllm.ENV_LIB, str(tmp_path / "librkllmrt.so"))
+    with caplog.at_level(logging.WARNING, logger="qwen3asr.backends"):
+        engine = Qwen3ASREngine(rk_bundle, backend="auto")
+    assert engine.backend == "onnx" and engine.soc is None
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "NPU backend cannot start on this rk3588 board" in warning and "librkllmrt.so" in warning
+    assert "using the CPU backend" in warning
+    assert all(m.state == "released" for m in fake_rknnlite.instances)  # the NPU encoder was freed
+    assert engine.transcribe(CLIP, max_new_tokens=4).stats.backend == "onnx"
+    with pytest.raises(rkllm.RKLLMError, match="librkllmrt.so"):
+        Qwen3ASREngine(rk_bundle, backend="rk", rk=RKOptions(soc=SOC))
+    # no rknn-toolkit-lite2 on the board: the same fallback, with the install command
+    monkeypatch.setitem(sys.modules, "rknnlite", None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="qwen3asr.backends"):
+        assert Qwen3ASREngine(rk_bundle, backend="auto").backend == "onnx"
+    assert "pip install 'rknn-toolkit-lite2>=2.3'" in caplog.text

@@ -102,7 +102,11 @@ def _board_soc(bundle: Bundle, rk) -> Tuple[Optional[str], Optional[str]]:
     if soc not in rkllm:
         logger.info("%s board found but the bundle has no RKLLM decoder for it; using ONNX Runtime on the CPU", soc)
         return None, None
-    if importlib.util.find_spec("rknnlite") is None:
+    try:
+        installed = importlib.util.find_spec("rknnlite") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        installed = False
+    if not installed:
         return None, (f"{soc} board found but rknn-toolkit-lite2 is not installed "
                       "(pip install 'rknn-toolkit-lite2>=2.3'; deploy/setup_board.sh does it)")
     return soc, None
