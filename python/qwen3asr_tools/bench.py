@@ -40,15 +40,11 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for _p in (HERE, os.path.join(ROOT, "python")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+from qwen3asr.audio import SAMPLE_RATE, prepare_audio
+from qwen3asr.encoder import tokens_for_frames
+from qwen3asr.mel import log_mel
 
-from qwen3asr.audio import SAMPLE_RATE, prepare_audio  # noqa: E402
-from qwen3asr.encoder import tokens_for_frames  # noqa: E402
-from qwen3asr.mel import log_mel  # noqa: E402
+from . import REPO_ROOT as ROOT
 
 log = logging.getLogger("bench")
 
@@ -115,7 +111,7 @@ class OfficialSystem:
     def __init__(self, ckpt_dir: str, threads: int):
         import torch
 
-        from official_ref import load_official_model
+        from .official_ref import load_official_model
 
         torch.set_num_threads(threads)
         self.torch = torch
@@ -268,12 +264,12 @@ def ensure_model(preset: Optional[str], checkpoint: Optional[str], bundle: Optio
         checkpoint = checkpoint or os.path.join(ROOT, "build", f"ckpt-{preset}")
         bundle = bundle or os.path.join(ROOT, "build", f"bundle-{preset}")
         if not os.path.isfile(os.path.join(checkpoint, "config.json")):
-            from make_random_checkpoint import make_checkpoint
+            from .make_random_checkpoint import make_checkpoint
 
             log.info("building a random-weight %s checkpoint in %s", preset, checkpoint)
             make_checkpoint(preset, checkpoint, dtype="bfloat16")
         if not os.path.isfile(os.path.join(bundle, "model.json")):
-            import export_onnx
+            from . import export_onnx
 
             log.info("exporting %s to %s", checkpoint, bundle)
             export_onnx.export(checkpoint, bundle, durations=(seconds,), forms=("merged",),

@@ -38,10 +38,10 @@ import sys
 import time
 from typing import List, Optional
 
-import board_model as bm
+from . import REPO_ROOT as ROOT
+from . import board_model as bm
 
 RUNS = ("one_pass", "vad_first", "stream", "stream_continuous")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,13 +24,10 @@ from typing import Optional
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-
-from qwen3asr.audio import prepare_audio  # noqa: E402
-from qwen3asr.bundle import Bundle, BundleError  # noqa: E402
-from qwen3asr.encoder import AudioEncoder  # noqa: E402
-from qwen3asr.mel import log_mel, SAMPLE_RATE  # noqa: E402
+from qwen3asr.audio import prepare_audio
+from qwen3asr.bundle import Bundle, BundleError
+from qwen3asr.encoder import AudioEncoder
+from qwen3asr.mel import log_mel, SAMPLE_RATE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -549,8 +549,9 @@ def joined_speech(pcm, clip: str = "long_mixed.wav", transcripts: Optional[str] 
     with no pauses, as scripts/eval_streaming.py --robustness makes it."""
     import numpy as np
 
-    path = transcripts or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "audio",
-                                       "transcripts.json")
+    from . import REPO_ROOT
+
+    path = transcripts or os.path.join(REPO_ROOT, "audio", "transcripts.json")
     with open(path, encoding="utf-8") as f:
         clips = {c["file"]: c for c in json.load(f)["clips"]}
     if clip not in clips or "segments" not in clips[clip]:

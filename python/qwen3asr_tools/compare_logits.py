@@ -20,14 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
 log = logging.getLogger("compare_logits")
 
@@ -60,7 +56,7 @@ def compare(checkpoint: str, bundle: str, audio, max_new_tokens: int = 32, langu
             ignore_eos: bool = False, teacher_mode: str = "greedy", seed: int = 0) -> dict:
     import torch
 
-    from official_ref import load_official_model
+    from .official_ref import load_official_model
     from qwen3asr import Qwen3ASREngine
     from qwen3asr.audio import prepare_audio
 

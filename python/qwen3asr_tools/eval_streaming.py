@@ -28,8 +28,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+from . import REPO_ROOT as ROOT, child_env
 
 SR = 16000
 _UNIT = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[a-z0-9']+")
@@ -86,8 +85,8 @@ def more_clips(n: int, work: str, segments: bool = False) -> list:
     for k in range(1, n + 1):
         d = os.path.join(work, f"seed{k}")
         if not os.path.isfile(os.path.join(d, "transcripts.json")):
-            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_dataset.py"), "--demo-clips", d,
-                            "--seed", str(k)], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([sys.executable, "-m", "qwen3asr_tools.make_dataset", "--demo-clips", d,
+                            "--seed", str(k)], check=True, stdout=subprocess.DEVNULL, env=child_env())
         with open(os.path.join(d, "transcripts.json"), encoding="utf-8") as f:
             clip = next(c for c in json.load(f)["clips"] if c["file"] == "long_mixed.wav")
         pcm = prepare_audio(os.path.join(d, "long_mixed.wav"))

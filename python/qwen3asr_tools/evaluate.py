@@ -27,10 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+from . import REPO_ROOT as ROOT
 
 
 @dataclass(frozen=True)
@@ -106,8 +103,8 @@ def run_official(rows, base: str, ckpt: str) -> List[ClipResult]:
     import numpy as np
     import torch
 
-    from official_ref import (load_official_model, official_features, official_input_ids, official_modules,
-                              official_processor, official_text_utils)
+    from .official_ref import (load_official_model, official_features, official_input_ids, official_modules,
+                               official_processor, official_text_utils)
     from qwen3asr.audio import prepare_audio
 
     # The official processor's own audio-token count, so this side shares nothing with ours.

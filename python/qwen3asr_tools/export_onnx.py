@@ -28,13 +28,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+from qwen3asr.bundle import BUNDLE_FORMAT, sha256_file
+from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK
 
-import checkpoint as ckpt  # noqa: E402
-import onnx_graphs as graphs  # noqa: E402
-from qwen3asr.bundle import BUNDLE_FORMAT, sha256_file  # noqa: E402
-from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK  # noqa: E402
+from . import checkpoint as ckpt
+from . import onnx_graphs as graphs
 
 EXPORTER_VERSION = "1.0.0"
 DEFAULT_DURATIONS = (2, 3, 4, 5, 8)

@@ -48,11 +48,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
-
-import checkpoint as ckpt  # noqa: E402
+from . import checkpoint as ckpt
 
 log = logging.getLogger("export_rkllm")
 
@@ -185,7 +181,7 @@ def write_safetensors(path: str, weights: ckpt.SafeTensors, pairs: Sequence[tupl
 
 def write_hf_dir(ckpt_dir: str, out_dir: str) -> dict:
     """Write the plain Qwen3ForCausalLM directory; returns its config dict."""
-    import export_onnx
+    from . import export_onnx
 
     specials = export_onnx.special_token_ids(ckpt_dir)
     config = qwen3_config(ckpt_dir, specials)

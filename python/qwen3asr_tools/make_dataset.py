@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import soundfile as sf
 
-import textgen
+from . import textgen
 
 SAMPLE_RATE = 16000          # Hz, the default stored rate
 SYNTH_RATE = 22050           # Hz, espeak-ng's output rate; mixing happens at this rate

@@ -21,17 +21,13 @@ import argparse
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Union
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3asr.languages import SUPPORTED_LANGUAGES
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-
-from make_tokenizer_files import write_json, write_tokenizer_files  # noqa: E402
-from official_ref import FEATURE_EXTRACTOR_SETTINGS, official_modules  # noqa: E402
-from qwen3asr.languages import SUPPORTED_LANGUAGES  # noqa: E402
+from .make_tokenizer_files import write_json, write_tokenizer_files
+from .official_ref import FEATURE_EXTRACTOR_SETTINGS, official_modules
 
 logger = logging.getLogger(__name__)
 

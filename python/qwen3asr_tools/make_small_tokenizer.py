@@ -27,16 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import sys
 from typing import Dict, Iterable, List, Optional, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+from qwen3asr.languages import SUPPORTED_LANGUAGES
+from qwen3asr.tokenizer import PRETOKENIZE_REGEX, bytes_to_unicode  # the runtime's pre-tokenizer
 
-from make_tokenizer_files import ADDED_TOKENS, FIRST_ADDED_ID, tokenizer_config, write_tokenizer_dir  # noqa: E402
-from qwen3asr.languages import SUPPORTED_LANGUAGES  # noqa: E402
-from qwen3asr.tokenizer import PRETOKENIZE_REGEX, bytes_to_unicode  # noqa: E402  (the runtime's pre-tokenizer)
+from .make_tokenizer_files import ADDED_TOKENS, FIRST_ADDED_ID, tokenizer_config, write_tokenizer_dir
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    import textgen
+    from . import textgen
 
     with open(args.texts, encoding="utf-8") as f:
         texts = [line.rstrip("\n") for line in f if line.strip()]

@@ -26,12 +26,9 @@ import json
 import logging
 import os
 from importlib import resources
-import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-
-from qwen3asr.tokenizer import bytes_to_unicode  # noqa: E402
+from qwen3asr.tokenizer import bytes_to_unicode
 
 logger = logging.getLogger(__name__)
 

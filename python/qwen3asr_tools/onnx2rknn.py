@@ -31,16 +31,13 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-
-from qwen3asr.audio import prepare_audio  # noqa: E402
-from qwen3asr.bundle import Bundle, BundleError, update_manifest  # noqa: E402
-from qwen3asr.bundle import sha256_file as sha256  # noqa: E402
-from qwen3asr.encoder import AudioEncoder  # noqa: E402
-from qwen3asr.mel import log_mel, SAMPLE_RATE  # noqa: E402
-from qwen3asr.onnx_backend import OnnxEncoderRunner  # noqa: E402
-from qwen3asr.rknn_backend import (  # noqa: E402
+from qwen3asr.audio import prepare_audio
+from qwen3asr.bundle import Bundle, BundleError, update_manifest
+from qwen3asr.bundle import sha256_file as sha256
+from qwen3asr.encoder import AudioEncoder
+from qwen3asr.mel import log_mel, SAMPLE_RATE
+from qwen3asr.onnx_backend import OnnxEncoderRunner
+from qwen3asr.rknn_backend import (
     META_VERSION, SUPPORTED_SOCS, RknnEntry, RknnModel, custom_string, encoder_digest)
 
 CONVERTER_VERSION = "1.0.0"

@@ -46,15 +46,12 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK
+from qwen3asr.encoder import tokens_for_frames as n_audio_tokens  # (official formula)
+from qwen3asr.mel import DYNAMIC_RANGE
 
-from make_random_checkpoint import Preset, config_dict, write_side_files  # noqa: E402
-from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK  # noqa: E402
-from qwen3asr.encoder import tokens_for_frames as n_audio_tokens  # noqa: E402  (official formula)
-from qwen3asr.mel import DYNAMIC_RANGE  # noqa: E402
+from . import REPO_ROOT as ROOT, child_env
+from .make_random_checkpoint import Preset, config_dict, write_side_files
 
 log = logging.getLogger("train_tiny")
 
@@ -165,16 +162,16 @@ def make_data(work: str, cfg: TrainConfig) -> str:
     for path in (p for p in stale if os.path.exists(p)):
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         log.info("data: removed %s (made from the old data)", path)
-    cmd = [sys.executable, os.path.join(HERE, "make_dataset.py"), "--out", data, "--n-train", str(cfg.n_train),
+    cmd = [sys.executable, "-m", "qwen3asr_tools.make_dataset", "--out", data, "--n-train", str(cfg.n_train),
            "--n-dev", str(cfg.n_dev), "--n-test", str(cfg.n_test), "--seed", str(cfg.seed), "--jobs", "2"]
     log.info("data: %s", " ".join(cmd))
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, env=child_env())
     return data
 
 
 def make_tokenizer(work: str, data: str, cfg: TrainConfig) -> str:
-    import textgen
-    from make_small_tokenizer import write_small_tokenizer
+    from . import textgen
+    from .make_small_tokenizer import write_small_tokenizer
 
     out = os.path.join(work, "tokenizer")
     settings = {"vocab_size": cfg.vocab_size, "isolate_numerals": cfg.isolate_numerals}
@@ -222,8 +219,7 @@ def make_alignment(work: str, data: str, cfg: TrainConfig, tok_dir: str) -> list
     """Per training clip, [(token id, start s, end s)] of its label tokens (empty for no speech)."""
     import pickle
 
-    import espeak_align
-    import make_dataset
+    from . import espeak_align, make_dataset
     from qwen3asr.tokenizer import Tokenizer
 
     path = os.path.join(work, "align_train.pkl")
@@ -257,7 +253,7 @@ def make_alignment(work: str, data: str, cfg: TrainConfig, tok_dir: str) -> list
 
 def build_model(cfg_dict: dict, seed: int):
     import torch
-    from official_ref import official_modules
+    from .official_ref import official_modules
 
     mods = official_modules()
     torch.manual_seed(seed)
@@ -584,7 +580,7 @@ def frame_loss(head, audio, mels, targets, blank: int):
     (espeak_align.frame_labels); also returns (correct, total) on speech frames."""
     import torch
     import torch.nn.functional as F
-    from espeak_align import frame_labels
+    from .espeak_align import frame_labels
 
     y = torch.from_numpy(np.concatenate([frame_labels(t, n_audio_tokens(m.shape[1]), blank)
                                          for t, m in zip(targets, mels)]))
@@ -915,7 +911,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "train_seconds": None if math.isnan(train_s) else round(train_s)}
     ckpt = save_checkpoint(model, tok_dir, os.path.join(args.work, "checkpoint"), info)
     if not args.no_export:
-        from export_onnx import DEFAULT_DURATIONS, export
+        from .export_onnx import DEFAULT_DURATIONS, export
 
         if os.path.isdir(args.out):
             shutil.rmtree(args.out)

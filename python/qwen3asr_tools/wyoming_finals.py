@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import REPO_ROOT as ROOT
+
 CHUNK_SIZES = (0.5, 1.0, 2.0, 4.0)
 JOINED = (("en_1.wav", "en_2.wav"), ("en_2.wav", "en_3.wav"), ("en_1.wav", "en_2.wav", "en_3.wav"),
           ("zh_1.wav", "zh_3.wav"))

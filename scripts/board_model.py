@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""Board cost model: predicted wall time, RTF and caption latency on RK3576 / RK3588.
+
+Launcher of qwen3asr_tools.board_model (python/qwen3asr_tools/board_model.py; same as
+`python -m qwen3asr_tools.board_model`). Needs the package importable: `pip install -e .` in the
+checkout, or PYTHONPATH=python.
+"""
+import sys
+
+try:
+    from qwen3asr_tools.board_model import main
+except ModuleNotFoundError as exc:
+    if exc.name != "qwen3asr_tools":
+        raise
+    sys.exit("error: the qwen3asr_tools package is not installed: run `pip install -e .` in the checkout "
+             "(or set PYTHONPATH=python)")
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""Convert the Qwen3-ASR decoder for the RKLLM runtime (RK3576 / RK3588), on an x86_64 PC.
+
+Launcher of qwen3asr_tools.export_rkllm (python/qwen3asr_tools/export_rkllm.py; same as
+`python -m qwen3asr_tools.export_rkllm`). Needs the package importable: `pip install -e .` in the
+checkout, or PYTHONPATH=python.
+"""
+import sys
+
+try:
+    from qwen3asr_tools.export_rkllm import main
+except ModuleNotFoundError as exc:
+    if exc.name != "qwen3asr_tools":
+        raise
+    sys.exit("error: the qwen3asr_tools package is not installed: run `pip install -e .` in the checkout "
+             "(or set PYTHONPATH=python)")
+
+if __name__ == "__main__":
+    sys.exit(main())
