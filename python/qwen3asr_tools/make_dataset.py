@@ -129,7 +129,7 @@ def check_all_voices() -> None:
     missing += [f"+{v}" for v in TRAIN_VARIANTS + TEST_VARIANTS if v and v not in variants]
     if missing:
         raise ValueError(f"espeak-ng lacks voices {missing}; install the Debian espeak-ng-data "
-                         "package or edit EN_VOICES / *_VARIANTS in scripts/make_dataset.py")
+                         "package or edit EN_VOICES / *_VARIANTS in python/qwen3asr_tools/make_dataset.py")
 
 
 def _uniform(rng: random.Random, lo_hi: tuple[float, float], ndigits: int = 2) -> float:
