@@ -1,5 +1,6 @@
-"""Model bundles exported from the random-weight official checkpoints with the real
-export script (scripts/export_onnx.py), cached under tests/.cache/ like the checkpoints."""
+"""Model bundles exported from the random-weight official checkpoints with the real exporter
+(qwen3asr_tools.export_onnx, run as scripts/export_onnx.py), cached under tests/.cache/ like the
+checkpoints."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ PRESETS = (("tiny-a", "bfloat16"), ("tiny-b", "float32"))
 
 def bundle(preset: str = "tiny-a", dtype: str = "bfloat16", decoders=("fp32", "int8", "int4")) -> tuple[str, str]:
     """(checkpoint_dir, bundle_dir) for ``preset``."""
-    import export_onnx
+    from qwen3asr_tools import export_onnx
 
     ck = fixtures.checkpoint(preset, dtype=dtype)
-    gen = fixtures._generator_hash("export_onnx.py", "onnx_graphs.py", "checkpoint.py")
+    gen = fixtures._generator_hash("qwen3asr_tools.export_onnx", "qwen3asr_tools.onnx_graphs",
+                                   "qwen3asr_tools.checkpoint")
     key = f"bundle-{os.path.basename(ck)}-{'-'.join(decoders)}-{gen}"
     out = fixtures._cached_dir(key, lambda d: export_onnx.export(ck, d, decoder_dtypes=tuple(decoders)))
     return ck, out

@@ -1,14 +1,6 @@
-import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for sub in ("python", "scripts", "tests"):
-    p = os.path.join(ROOT, sub)
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-
-import pytest  # noqa: E402
+# python/ (qwen3asr, qwen3asr_tools) and tests/ (bundles, fixtures) are on the import path through
+# pyproject.toml's [tool.pytest.ini_options] pythonpath.
+import pytest
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@
 ``checkpoint(preset)`` returns a random-weight official checkpoint directory and
 ``tokenizer_dir()`` a directory with only the tokenizer files, both built once under
 tests/.cache/ (gitignored). The cache key holds the preset, seed, dtype, FIXTURE_VERSION
-and a hash of the generator scripts, so a change to a generator rebuilds. Builds go to a
-temporary directory next to the final one and are moved in with os.replace, so two
-pytest processes building the same fixture at once both end with a complete directory.
+and a hash of the generator modules' source (python/qwen3asr_tools/*.py and the runtime modules
+they share), so a change to a generator rebuilds. Builds go to a temporary directory next to the
+final one and are moved in with os.replace, so two pytest processes building the same fixture
+at once both end with a complete directory.
 """
 
 from __future__ import annotations
@@ -13,24 +14,22 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = os.path.join(ROOT, "scripts")
+PYTHON = os.path.join(ROOT, "python")
 CACHE = os.path.join(ROOT, "tests", ".cache")
 FIXTURE_VERSION = "1"
 _COMPLETE = ".complete"
 
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)
 
-
-def _generator_hash(*names: str) -> str:
+def _generator_hash(*modules: str) -> str:
+    """12 hex digits over FIXTURE_VERSION and the source of ``modules`` (dotted names under python/,
+    e.g. ``qwen3asr_tools.export_onnx``), in order."""
     h = hashlib.sha256(FIXTURE_VERSION.encode())
-    for name in names:
-        with open(os.path.join(SCRIPTS, name), "rb") as f:
+    for name in modules:
+        with open(os.path.join(PYTHON, *name.split(".")) + ".py", "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:12]
 
@@ -62,18 +61,18 @@ def _cached_dir(key: str, build: Callable[[str], None]) -> str:
 
 def tokenizer_dir() -> str:
     """A directory with vocab.json, merges.txt, tokenizer_config.json, chat_template.json."""
-    from make_tokenizer_files import write_tokenizer_files
+    from qwen3asr_tools.make_tokenizer_files import write_tokenizer_files
 
-    key = f"tokenizer-{_generator_hash('make_tokenizer_files.py', '../python/qwen3asr/tokenizer.py')}"
+    key = f"tokenizer-{_generator_hash('qwen3asr_tools.make_tokenizer_files', 'qwen3asr.tokenizer')}"
     return _cached_dir(key, lambda d: write_tokenizer_files(d))
 
 
 def checkpoint(preset: str = "tiny-a", seed: int = 0, dtype: str = "float32") -> str:
     """A random-weight official checkpoint directory for ``preset`` (see
-    scripts/make_random_checkpoint.py). Needs torch, transformers and qwen-asr."""
-    from make_random_checkpoint import make_checkpoint
+    python/qwen3asr_tools/make_random_checkpoint.py). Needs torch, transformers and qwen-asr."""
+    from qwen3asr_tools.make_random_checkpoint import make_checkpoint
 
-    gen = _generator_hash("make_random_checkpoint.py", "make_tokenizer_files.py", "official_ref.py",
-                          "../python/qwen3asr/tokenizer.py")
+    gen = _generator_hash("qwen3asr_tools.make_random_checkpoint", "qwen3asr_tools.make_tokenizer_files",
+                          "qwen3asr_tools.official_ref", "qwen3asr.tokenizer")
     key = f"ckpt-{preset}-s{seed}-{dtype}-{gen}"
     return _cached_dir(key, lambda d: make_checkpoint(preset, d, seed=seed, dtype=dtype))

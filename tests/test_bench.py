@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-import bench
+from qwen3asr_tools import bench
 import bundles
 
 pytest.importorskip("torch", reason="the official reference needs torch (requirements-dev.txt)")

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-import bench_board
-import board_model as bm
+from qwen3asr_tools import bench_board
+from qwen3asr_tools import board_model as bm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "default")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import bench_encoder
+from qwen3asr_tools import bench_encoder
 import bundles
 
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-import board_model as bm
+from qwen3asr_tools import board_model as bm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "default")

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import make_dataset as md
-import textgen
+from qwen3asr_tools import make_dataset as md, textgen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUDIO_DIR = os.path.join(ROOT, "audio")

@@ -189,7 +189,7 @@ def test_cli_long_clip_is_cut_at_speech_beyond_the_one_pass_limit():
     """`transcribe.py --audio long_mixed.wav` (77 s, 21 utterances) with default options: VAD
     segments, and the reference text within 5 % MER; ``--no-vad``: chunks of at most 30 s."""
     pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
-    from eval_streaming import mer
+    from qwen3asr_tools.eval_streaming import mer
     from qwen3asr.vad import find_model
 
     try:
@@ -221,7 +221,7 @@ def test_streaming_the_long_clip_meets_the_streaming_targets():
     words (1.5 s chunks: 0.7 vs 0.7 %), decoder prefill per audio second at most 1.5x the
     offline one pass (1.34x), every sample encoded once."""
     pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
-    from eval_streaming import mer, stream
+    from qwen3asr_tools.eval_streaming import mer, stream
     from qwen3asr import Qwen3ASREngine
     from qwen3asr.audio import prepare_audio
     from qwen3asr.vad import find_model

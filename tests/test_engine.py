@@ -205,9 +205,9 @@ def test_export_refuses_head_dim_gqa_cannot_run(tmp_path):
     pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
     import json as _json
 
-    import export_onnx
+    from qwen3asr_tools import export_onnx
     import fixtures
-    from checkpoint import CheckpointError
+    from qwen3asr_tools.checkpoint import CheckpointError
 
     ck = tmp_path / "ck"
     shutil.copytree(fixtures.checkpoint("tiny-a", dtype="bfloat16"), ck)

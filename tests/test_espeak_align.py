@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import espeak_align as ea
-import make_dataset as md
+from qwen3asr_tools import espeak_align as ea, make_dataset as md
 
 pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("espeak-ng", "sox")),
                                 reason="espeak-ng and sox are not installed (apt-get install $(cat scripts/apt-packages.txt))")

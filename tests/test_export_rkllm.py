@@ -25,8 +25,8 @@ if importlib.util.find_spec("qwen_asr") is None:
                 allow_module_level=True)
 
 import bundles  # noqa: E402
-import export_rkllm  # noqa: E402
-from official_ref import load_official_model, read_config  # noqa: E402
+from qwen3asr_tools import export_rkllm  # noqa: E402
+from qwen3asr_tools.official_ref import load_official_model, read_config  # noqa: E402
 from qwen3asr import Qwen3ASREngine  # noqa: E402
 from qwen3asr.audio import prepare_audio  # noqa: E402
 from qwen3asr.encoder import tokens_for_frames  # noqa: E402
@@ -78,7 +78,7 @@ def test_config_fields_match_official_text_config(exported):
 
 
 def test_weights_renamed_and_bit_exact(exported):
-    import checkpoint as ckpt
+    from qwen3asr_tools import checkpoint as ckpt
 
     ck, _, out = exported
     src = ckpt.open_weights(ck)

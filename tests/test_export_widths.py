@@ -18,7 +18,7 @@ import os
 import numpy as np
 import pytest
 
-import onnx_graphs
+from qwen3asr_tools import onnx_graphs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG_CLIP = os.path.join(ROOT, "audio", "long_mixed.wav")
@@ -160,7 +160,7 @@ def test_quantised_decoder_has_padded_blocks(odd, dtype, bits):
 def test_cli_default_export(odd, tmp_path):
     """``export_onnx.py --checkpoint --out`` with nothing else succeeds (it failed with
     "K=112 is not a multiple of the quantisation block 32"), and its int8 decoder is the one tested."""
-    import export_onnx
+    from qwen3asr_tools import export_onnx
 
     ck, bd = odd
     out = tmp_path / "bundle"
@@ -178,7 +178,7 @@ def test_cli_default_export(odd, tmp_path):
 
 @needs_official
 def test_cli_rejects_a_block_matmulnbits_cannot_take(odd, tmp_path, capsys):
-    import export_onnx
+    from qwen3asr_tools import export_onnx
 
     ck, _ = odd
     assert export_onnx.main(["--checkpoint", ck, "--out", str(tmp_path / "b"), "--quant-block", "48"]) == 2
@@ -201,7 +201,7 @@ def clip(speech, seconds, offset=2.0):
 
 
 def _compare(odd, audio, **kw):
-    import compare_logits
+    from qwen3asr_tools import compare_logits
 
     ck, bd = odd
     return compare_logits.compare(ck, bd, audio, ignore_eos=True, **kw)

@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch", reason="random checkpoints are built with t
 pytest.importorskip("transformers", reason="random checkpoints need transformers")
 pytest.importorskip("safetensors", reason="random checkpoints are safetensors files")
 
-import official_ref  # noqa: E402
-from make_random_checkpoint import PRESETS, config_dict  # noqa: E402
+from qwen3asr_tools import official_ref  # noqa: E402
+from qwen3asr_tools.make_random_checkpoint import PRESETS, config_dict  # noqa: E402
 
 try:
     official_ref.official_modules()
@@ -174,7 +174,7 @@ def test_cache_reuses_and_survives_a_race(tmp_path, monkeypatch):
 
 def test_config_for_a_model_with_its_own_tokenizer():
     """train_tiny's bundled model: a Preset, its vocabulary rows and its token ids."""
-    from make_random_checkpoint import Preset
+    from qwen3asr_tools.make_random_checkpoint import Preset
     from qwen3asr.languages import SUPPORTED_LANGUAGES
 
     dims = Preset(160, 3, 4, 512, 32, 160, 3, 4, 2, 32, 480, (6, 5, 5))
@@ -194,7 +194,7 @@ def test_config_for_a_model_with_its_own_tokenizer():
 
 
 def test_train_tiny_regenerated_data_drops_what_was_made_from_the_old(tmp_path, monkeypatch):
-    import train_tiny
+    from qwen3asr_tools import train_tiny
 
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
@@ -204,10 +204,14 @@ def test_train_tiny_regenerated_data_drops_what_was_made_from_the_old(tmp_path, 
     for name in ("features_train.npz", "features_dev.npz", "snapshot.pt", "keep.txt"):
         (work / name).write_text("old")
     calls = []
-    monkeypatch.setattr(train_tiny.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    monkeypatch.setattr(train_tiny.subprocess, "run", lambda cmd, check, env: calls.append((cmd, env)))
     cfg = train_tiny.TrainConfig(seed=2, n_train=5, n_dev=1, n_test=1)
     assert train_tiny.make_data(str(work), cfg) == str(work / "data")
-    assert len(calls) == 1 and calls[0][calls[0].index("--seed") + 1] == "2"
+    assert len(calls) == 1
+    cmd, env = calls[0]
+    assert cmd[1:3] == ["-m", "qwen3asr_tools.make_dataset"] and cmd[cmd.index("--seed") + 1] == "2"
+    # The child runs this checkout's make_dataset (tests/test_tools.py runs one for real).
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == fixtures.PYTHON
     assert sorted(os.listdir(work)) == ["data", "keep.txt"]
     # Same settings: nothing is regenerated or removed.
     (work / "data" / "dataset.json").write_text(json.dumps({"seed": 2, "counts": {"train": 5, "dev": 1, "test": 1}}))

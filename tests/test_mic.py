@@ -129,7 +129,6 @@ def _final_line(stdout: bytes) -> str:
 
 
 def _reference(bundle_dir, samples, **kw):
-    sys.path.insert(0, os.path.join(ROOT, "python"))
     from qwen3asr import Qwen3ASREngine
 
     eng = Qwen3ASREngine(bundle_dir, backend="auto")

@@ -20,7 +20,7 @@ if importlib.util.find_spec("qwen_asr") is None:
     pytest.skip("the official code is missing: pip install --no-deps qwen-asr==0.0.6", allow_module_level=True)
 
 import bundles  # noqa: E402
-from official_ref import load_official_model, official_features  # noqa: E402
+from qwen3asr_tools.official_ref import load_official_model, official_features  # noqa: E402
 from qwen3asr import Qwen3ASREngine  # noqa: E402
 from qwen3asr.audio import prepare_audio  # noqa: E402
 from qwen3asr.encoder import tokens_for_frames  # noqa: E402
@@ -56,7 +56,7 @@ def model(request):
 
 
 def windowed_tower(official):
-    import compare_logits
+    from qwen3asr_tools import compare_logits
 
     compare_logits.window_official_encoder(official)
     return official.thinker.audio_tower
@@ -187,7 +187,7 @@ def test_injected_embeddings_match_official(model, speech):
 
 # ----------------------------------------------------------------------------- logits
 def _compare(ck, bd, audio, **kw):
-    import compare_logits
+    from qwen3asr_tools import compare_logits
 
     return compare_logits.compare(ck, bd, audio, **kw)
 

@@ -30,7 +30,7 @@ def tok():
 def official():
     pytest.importorskip("torch", reason="the official processor needs torch")
     pytest.importorskip("transformers", reason="the official processor needs transformers")
-    import official_ref
+    from qwen3asr_tools import official_ref
 
     try:
         official_ref.official_modules()

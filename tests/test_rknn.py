@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import bundles
-import onnx2rknn
+from qwen3asr_tools import onnx2rknn
 from qwen3asr.audio import prepare_audio
 from qwen3asr.bundle import Bundle, BundleError
 from qwen3asr.encoder import AudioEncoder, tokens_for_frames
@@ -71,7 +71,10 @@ def converted(tmp_path_factory):
         cmd = [RKNN_PY, os.path.join(ROOT, "scripts", "onnx2rknn.py"), "--bundle", d, "--target", target,
                "--forms", "merged,split", "--sizes", ",".join(map(str, SIZES)), "--verify", AUDIO,
                "--verify-lengths", ",".join(map(str, LENGTHS)), "--verify-start", str(START), "--report", rep]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        # The launcher as a user runs it, on this checkout's code whichever checkout .venv-rknn has
+        # installed (scripts/setup_rknn_env.sh installs it editable).
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
         assert r.returncode == 0, f"onnx2rknn failed for {target}:\n{r.stderr[-3000:]}"
         assert f"verified 10 comparisons for {target}" in r.stdout
         with open(rep) as f:

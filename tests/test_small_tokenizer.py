@@ -5,8 +5,7 @@ import random
 import pytest
 
 pytest.importorskip("tokenizers")
-import make_small_tokenizer  # noqa: E402
-import textgen  # noqa: E402
+from qwen3asr_tools import make_small_tokenizer, textgen  # noqa: E402
 from qwen3asr.tokenizer import Tokenizer  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-import train_tiny  # noqa: E402
+from qwen3asr_tools import train_tiny  # noqa: E402
 from qwen3asr.tokenizer import Tokenizer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,13 +11,10 @@ import dataclasses
 import json
 import os
 import struct
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-
-from qwen3asr.bundle import bf16_to_f32  # noqa: E402
+from qwen3asr.bundle import bf16_to_f32
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "I32": np.int32}
 

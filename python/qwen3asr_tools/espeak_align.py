@@ -23,8 +23,9 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-import make_dataset as md
 from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK
+
+from . import make_dataset as md
 
 _LIB_NAMES = ("libespeak-ng.so.1", "libespeak-ng.so")
 _AUDIO_OUTPUT_SYNCHRONOUS = 2

@@ -20,16 +20,12 @@ Decoder graph (KV cache, prefill and single step share it; GroupQueryAttention):
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-
-from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK, conv_out  # noqa: E402  (the runtime's geometry)
+from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK, conv_out  # the runtime's geometry
 
 OPSET = 17
 

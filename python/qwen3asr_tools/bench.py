@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""Speed of the ONNX Runtime CPU backend against the official PyTorch model, in one process.
+
+    python scripts/bench.py --preset 0.6b --runs 5 --threads 2 --json build/bench.json
+    python scripts/bench.py --checkpoint CKPT --bundle BUNDLE --audio FILE --seconds 3
+
+Measured for the official fp32 model (``qwen-asr`` transformers code), for each decoder
+dtype of the bundle (fp32, int8, int4) and for the bundle's encoder, interleaved run by run
+so that all sides see the same machine load:
+
+- encoder: ms for the clip (official: the audio tower alone; ours: the merged encoder graph of
+  the smallest fitting duration, host-side masks included), and ms per audio second. The
+  encoder graph does not depend on the decoder dtype, so it is timed once per round as its
+  own row (``onnx-encoder``, run after the decoders, not right after the official model);
+- prefill: the prompt (audio embeddings spliced in) through the decoder with a KV cache,
+  tokens/s (official: one thinker forward with ``use_cache=True``; ours: ``Generation`` prefill);
+- decode: a fixed number of greedy single-token steps with the KV cache, end of sequence ignored,
+  tokens/s (official: thinker forwards with ``past_key_values``; ours: ``Generation.run``).
+
+Warm-up runs come first and are not counted; the table gives the median with the min..max
+spread and each of our numbers as a ratio of the official median of the same run (> 1 is
+faster). ``--preset`` builds a random-weight checkpoint with the official code into build/
+and exports a bundle from it (only the 3 s merged encoder) when they are missing.
+Random weights give the real shapes and costs, never meaningful text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from qwen3asr.audio import SAMPLE_RATE, prepare_audio
+from qwen3asr.encoder import tokens_for_frames
+from qwen3asr.mel import log_mel
+
+from . import REPO_ROOT as ROOT
+
+log = logging.getLogger("bench")
+
+DEFAULT_AUDIO = os.path.join(ROOT, "audio", "long_mixed.wav")
+AUDIO_OFFSET_S = 2.0  # skip the clip's leading silence
+DTYPES = ("fp32", "int8", "int4")
+OFFICIAL = "official-fp32"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Median and range of one measured quantity over the counted runs."""
+
+    median: float
+    min: float
+    max: float
+    values: tuple  # every counted run, in order
+
+    @staticmethod
+    def of(values: Sequence[float]) -> "Spread":
+        v = tuple(float(x) for x in values)
+        return Spread(statistics.median(v), min(v), max(v), v)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunTimes:
+    """One run of one system."""
+
+    encoder_ms: Optional[float] = None  # the whole clip; None = not measured by this system
+    prefill_tokens: Optional[int] = None  # None: prefill and decode not measured by this system
+    prefill_ms: Optional[float] = None
+    decode_tokens: Optional[int] = None
+    decode_ms: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SystemResult:
+    """All counted runs of one system, as rates."""
+
+    name: str  # "official-fp32", "onnx-encoder", or "onnx-fp32" / "onnx-int8" / "onnx-int4"
+    encoder_ms: Optional[Spread]  # for the clip; None for the onnx-<dtype> rows
+    encoder_ms_per_audio_s: Optional[Spread]
+    prefill_tok_s: Optional[Spread]  # None for the onnx-encoder row
+    decode_tok_s: Optional[Spread]
+    prefill_tokens: Optional[int]
+    decode_tokens: Optional[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratio:
+    """Our median over the official median of the same run (> 1 is faster than official)."""
+
+    encoder_speedup: Optional[float]  # official encoder ms / ours (onnx-encoder row only)
+    prefill_speedup: Optional[float]  # onnx-<dtype> rows only
+    decode_speedup: Optional[float]
+
+
+# ----------------------------------------------------------------------------- systems
+class OfficialSystem:
+    """The official PyTorch model (fp32, eager attention) timed stage by stage."""
+
+    name = OFFICIAL
+
+    def __init__(self, ckpt_dir: str, threads: int):
+        import torch
+
+        from .official_ref import load_official_model
+
+        torch.set_num_threads(threads)
+        self.torch = torch
+        self.model = load_official_model(ckpt_dir, dtype=torch.float32)
+        self.thinker = self.model.thinker
+
+    def run(self, mel: np.ndarray, prompt_embeds: np.ndarray, n_decode: int) -> RunTimes:
+        torch = self.torch
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            self.thinker.audio_tower(torch.from_numpy(mel), feature_lens=torch.tensor([mel.shape[1]]))
+            enc_ms = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            out = self.thinker(inputs_embeds=torch.from_numpy(prompt_embeds)[None], use_cache=True)
+            tok = int(out.logits[0, -1].argmax())
+            prefill_ms = (time.perf_counter() - t0) * 1000
+            past = out.past_key_values
+            t0 = time.perf_counter()
+            for _ in range(n_decode):
+                out = self.thinker(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                tok = int(out.logits[0, -1].argmax())
+            decode_ms = (time.perf_counter() - t0) * 1000
+        return RunTimes(enc_ms, prompt_embeds.shape[0], prefill_ms, n_decode, decode_ms)
+
+
+class OnnxEncoderSystem:
+    """Our encoder (the engine's merged graph for the clip), timed alone."""
+
+    name = "onnx-encoder"
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def run(self, mel: np.ndarray, prompt_embeds: np.ndarray, n_decode: int) -> RunTimes:
+        t0 = time.perf_counter()
+        self.engine.encode(mel)
+        return RunTimes(encoder_ms=(time.perf_counter() - t0) * 1000)
+
+
+class OnnxSystem:
+    """Our ONNX Runtime decoder with one dtype (prefill + decode), through the engine's own stages."""
+
+    def __init__(self, bundle_dir: str, dtype: str, seconds: int, threads: int):
+        from qwen3asr import Qwen3ASREngine
+
+        self.name = f"onnx-{dtype}"
+        self.engine = Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="merged", encoder_sizes=[seconds],
+                                     decoder_dtype=dtype, threads=threads)
+
+    def run(self, mel: np.ndarray, prompt_embeds: np.ndarray, n_decode: int) -> RunTimes:
+        from qwen3asr.decoding import DecodingOptions, Generation
+
+        # no end-of-sequence ids: exactly n_decode decoder steps after the prefill
+        # (the token chosen last ends the budget and needs no step of its own)
+        gen = Generation(self.engine.decoder.kv, prompt_embeds, (), self.engine.embeddings.row,
+                         DecodingOptions(max_new_tokens=n_decode + 1))
+        gen.run()
+        t = gen.times
+        if t.decode_tokens != n_decode:
+            raise RuntimeError(f"{self.name}: {t.decode_tokens} decode steps instead of {n_decode}")
+        return RunTimes(None, t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms)
+
+
+def summarize(name: str, runs: Sequence[RunTimes], audio_seconds: float) -> SystemResult:
+    enc = runs[0].encoder_ms is not None
+    dec = runs[0].decode_tokens is not None
+    return SystemResult(
+        name=name,
+        encoder_ms=Spread.of([r.encoder_ms for r in runs]) if enc else None,
+        encoder_ms_per_audio_s=Spread.of([r.encoder_ms / audio_seconds for r in runs]) if enc else None,
+        prefill_tok_s=Spread.of([r.prefill_tokens / r.prefill_ms * 1000 for r in runs]) if dec else None,
+        decode_tok_s=Spread.of([r.decode_tokens / r.decode_ms * 1000 for r in runs]) if dec else None,
+        prefill_tokens=runs[0].prefill_tokens, decode_tokens=runs[0].decode_tokens)
+
+
+def ratio(ours: SystemResult, official: SystemResult) -> Ratio:
+    """Ratios for the quantities ``ours`` measured (None for the others)."""
+    def faster(num: Optional[Spread], den: Optional[Spread]) -> Optional[float]:
+        return None if num is None or den is None else num.median / den.median
+
+    return Ratio(encoder_speedup=faster(official.encoder_ms, ours.encoder_ms),
+                 prefill_speedup=faster(ours.prefill_tok_s, official.prefill_tok_s),
+                 decode_speedup=faster(ours.decode_tok_s, official.decode_tok_s))
+
+
+# ----------------------------------------------------------------------------- report
+def _cell(s: Optional[Spread], fmt: str) -> str:
+    return "-" if s is None else f"{s.median:{fmt}} ({s.min:{fmt}}-{s.max:{fmt}})"
+
+
+def _ratio_cell(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def format_table(results: Sequence[SystemResult], ratios: dict) -> str:
+    """A Markdown table: one row per system, medians with (min-max), ratios vs official."""
+    head = ("| system | encoder ms (clip) | encoder ms / audio s | x off. | prefill tok/s | x off. "
+            "| decode tok/s | x off. |")
+    lines = [head, "|" + "---|" * 8]
+    for r in results:
+        q = ratios.get(r.name)
+        enc, pre, dec = (_ratio_cell(q.encoder_speedup), _ratio_cell(q.prefill_speedup),
+                         _ratio_cell(q.decode_speedup)) if q else ("1", "1", "1")
+        lines.append(f"| {r.name} | {_cell(r.encoder_ms, '.0f')} | {_cell(r.encoder_ms_per_audio_s, '.0f')} | {enc} | "
+                     f"{_cell(r.prefill_tok_s, '.1f')} | {pre} | {_cell(r.decode_tok_s, '.2f')} | {dec} |")
+    return "\n".join(lines)
+
+
+def machine_facts(threads: int) -> dict:
+    import onnxruntime
+
+    facts = {"python": platform.python_version(), "onnxruntime": onnxruntime.__version__,
+             "numpy": np.__version__, "cpu_count": os.cpu_count(), "threads": threads,
+             "machine": platform.machine(), "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")}
+    try:
+        import torch
+
+        facts["torch"] = torch.__version__
+    except ImportError:
+        pass
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+        for line in info.splitlines():
+            if line.startswith("model name"):
+                facts["cpu"] = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                facts["cpu_flags"] = sorted(flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
+                                                     "avx512_bf16", "amx_int8", "amx_bf16", "avx512_fp16"})
+                break
+    except OSError:
+        pass
+    return facts
+
+
+def _loadavg() -> Optional[float]:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+# ----------------------------------------------------------------------------- setup
+def ensure_model(preset: Optional[str], checkpoint: Optional[str], bundle: Optional[str],
+                 dtypes: Sequence[str], seconds: int) -> tuple[str, str]:
+    """(checkpoint_dir, bundle_dir); with ``preset`` both are built under build/ when missing."""
+    if preset:
+        checkpoint = checkpoint or os.path.join(ROOT, "build", f"ckpt-{preset}")
+        bundle = bundle or os.path.join(ROOT, "build", f"bundle-{preset}")
+        if not os.path.isfile(os.path.join(checkpoint, "config.json")):
+            from .make_random_checkpoint import make_checkpoint
+
+            log.info("building a random-weight %s checkpoint in %s", preset, checkpoint)
+            make_checkpoint(preset, checkpoint, dtype="bfloat16")
+        if not os.path.isfile(os.path.join(bundle, "model.json")):
+            from . import export_onnx
+
+            log.info("exporting %s to %s", checkpoint, bundle)
+            export_onnx.export(checkpoint, bundle, durations=(seconds,), forms=("merged",),
+                               decoder_dtypes=tuple(dtypes))
+    if not checkpoint or not bundle:
+        raise ValueError("give --preset, or both --checkpoint and --bundle")
+    for path, what in ((os.path.join(checkpoint, "config.json"), "checkpoint"),
+                       (os.path.join(bundle, "model.json"), "bundle")):
+        if not os.path.isfile(path):
+            raise ValueError(f"{what} file missing: {path}")
+    return checkpoint, bundle
+
+
+def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, warmup: int, threads: int,
+          decode_tokens: int, dtypes: Sequence[str], official: bool = True,
+          progress: Callable[[str], None] = lambda s: None) -> dict:
+    """Measure every system ``warmup + runs`` times, interleaved; returns the JSON-ready report."""
+    if runs < 1 or warmup < 0 or decode_tokens < 1:
+        raise ValueError("runs >= 1, warmup >= 0 and decode_tokens >= 1 are required")
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise ValueError(f"unknown decoder dtypes {bad}; accepted: {', '.join(DTYPES)}")
+    pcm = prepare_audio(audio)
+    start = int(AUDIO_OFFSET_S * SAMPLE_RATE)
+    if pcm.shape[0] < start + int(seconds * SAMPLE_RATE):
+        start = 0
+    pcm = pcm[start:start + int(round(seconds * SAMPLE_RATE))]
+    audio_s = pcm.shape[0] / SAMPLE_RATE
+    if audio_s < seconds - 1e-3:
+        raise ValueError(f"{audio} holds {audio_s:.2f} s of audio, less than --seconds {seconds}")
+    mel = log_mel(pcm)
+    size = math.ceil(seconds)
+    systems: list = [OnnxSystem(bundle, d, size, threads) for d in dtypes]
+    engine = systems[0].engine if systems else None
+    if engine is None:
+        from qwen3asr import Qwen3ASREngine
+
+        engine = Qwen3ASREngine(bundle, backend="onnx", encoder_form="merged", encoder_sizes=[size],
+                                decoder_dtype="fp32", threads=threads)
+    # Run order per round: official, onnx-<dtype>..., onnx-encoder; rows: official, encoder, decoders.
+    systems.append(OnnxEncoderSystem(engine))
+    n_audio = tokens_for_frames(mel.shape[1])
+    prompt = engine.prompt(n_audio)
+    prompt_embeds = engine.embed_prompt(prompt, engine.encode(mel))
+    if official:
+        systems.insert(0, OfficialSystem(checkpoint, threads))
+    times: dict = {s.name: [] for s in systems}
+    load_before = _loadavg()
+    for i in range(warmup + runs):
+        for s in systems:
+            r = s.run(mel, prompt_embeds, decode_tokens)
+            tag = "warm-up" if i < warmup else f"run {i - warmup + 1}/{runs}"
+            parts = ([f"encoder {r.encoder_ms:.0f} ms"] if r.encoder_ms is not None else []) + \
+                ([f"prefill {r.prefill_ms:.0f} ms", f"decode {r.decode_tokens / r.decode_ms * 1000:.2f} tok/s"]
+                 if r.decode_tokens is not None else [])
+            progress(f"{tag} {s.name}: {', '.join(parts)}")
+            if i >= warmup:
+                times[s.name].append(r)
+    order = ([OFFICIAL] if official else []) + ["onnx-encoder"] + [f"onnx-{d}" for d in dtypes]
+    results = [summarize(name, times[name], audio_s) for name in order]
+    ratios = {}
+    if official:
+        ref = results[0]
+        ratios = {r.name: ratio(r, ref) for r in results[1:]}
+    return {
+        "settings": {"audio": os.path.basename(audio), "audio_seconds": audio_s, "encoder_variant_s": size,
+                     "prompt_tokens": len(prompt), "decode_tokens": decode_tokens, "runs": runs, "warmup": warmup,
+                     "threads": threads, "dtypes": list(dtypes), "official": official},
+        "machine": machine_facts(threads),
+        "loadavg_1min": {"before": load_before, "after": _loadavg()},
+        "results": [dataclasses.asdict(r) for r in results],
+        "ratios_vs_official": {k: dataclasses.asdict(v) for k, v in ratios.items()},
+        "table": format_table(results, ratios),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", help="build a random-weight checkpoint of this preset (e.g. 0.6b) into build/")
+    ap.add_argument("--checkpoint", help="official checkpoint directory")
+    ap.add_argument("--bundle", help="bundle exported from it (scripts/export_onnx.py)")
+    ap.add_argument("--audio", default=DEFAULT_AUDIO, help="speech file (default: the bundled 77 s clip)")
+    ap.add_argument("--seconds", type=float, default=3.0, help="clip length in seconds (default %(default)s)")
+    ap.add_argument("--runs", type=int, default=3, help="counted runs per system (default %(default)s)")
+    ap.add_argument("--warmup", type=int, default=1, help="uncounted runs first (default %(default)s)")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads for both sides (default %(default)s)")
+    ap.add_argument("--decode-tokens", type=int, default=64, help="greedy steps, EOS ignored (default %(default)s)")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="our decoder dtypes (default %(default)s)")
+    ap.add_argument("--no-official", action="store_true", help="only our backend (no torch needed)")
+    ap.add_argument("--json", help="write the report here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    try:
+        ck, bd = ensure_model(args.preset, args.checkpoint, args.bundle, dtypes, math.ceil(args.seconds))
+        report = bench(ck, bd, args.audio, args.seconds, args.runs, args.warmup, args.threads, args.decode_tokens,
+                       dtypes, official=not args.no_official, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    s = report["settings"]
+    print(f"{s['audio_seconds']:.2f} s audio, prompt {s['prompt_tokens']} tokens, {s['decode_tokens']} decode "
+          f"steps, {s['runs']} runs (+{s['warmup']} warm-up), {s['threads']} threads; "
+          f"load avg {report['loadavg_1min']['before']} -> {report['loadavg_1min']['after']}")
+    print(report["table"])
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

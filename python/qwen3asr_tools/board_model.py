@@ -1,0 +1,781 @@
+#!/usr/bin/env python3
+"""Board cost model: predicted wall time, RTF and caption latency on RK3576 / RK3588.
+
+    PYTHONPATH=python .venv/bin/python scripts/board_model.py --model models/default --json build/board_model.json
+
+The model multiplies the compute accounting of a REAL run of our engine (any backend: per
+chunk the encoder graphs run, the decoder's prefill tokens and decode steps, and when the
+chunk's audio was complete) by per-SoC unit costs with stated sources (``unit_costs``):
+
+    chunk ms = sum(encoder graph ms) + prefill_tokens / prefill rate
+               + decode_tokens / decode rate + one decoder-run overhead
+
+Serial: the encoder, then the decoder, chunk after chunk. Overlap (``overlap=True``): a
+two-stage pipeline where the encoder of chunk n+1 runs while the decoder works on chunk n
+(per step the max of the two stages instead of their sum once both are busy); this is an
+upper bound on the gain, as the two share the NPU's memory bandwidth.
+
+Wall time is for audio that is all there (a file); RTF = wall / audio seconds. Caption
+latency is per chunk, in a live stream (audio arriving in real time): from the moment the
+chunk's audio was complete (``ChunkWork.ready``, measured in the run) to the moment its
+decoder run ends.
+
+The one unknown unit cost, the RK3576 W4A16 prefill rate, is fitted (``fit_prefill_rate``)
+so that the reference design's settings reproduce its published RTF (docs/board.md, "Cost
+model"). No board SDK is imported here; the engine is imported only by the functions that
+run it (``record_stream``, ``record_file``, ``record_one_pass``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+SOCS = ("rk3576", "rk3588")
+SAMPLE_RATE = 16000
+FEED_SECONDS = 0.02  # piece size when a stream is fed to measure when each chunk became ready
+
+# ----------------------------------------------------------------------------- unit costs
+# Reference design's RK3576 encoder table (fp16 RKNN, Qwen3-ASR-0.6B, clocks locked):
+REF_MERGED_MS = ((2.0, 302.0), (3.0, 364.0), (4.0, 499.0), (5.0, 643.0))  # graph seconds -> ms per call
+REF_FRONTEND_MS = 60.0  # split front end, per call (one 1 s chunk; the source says "~60 ms")
+REF_BACKEND_MS = ((2.0, 480.0), (3.0, 505.0), (4.0, 630.0), (5.0, 710.0))
+# Rockchip's rknn-llm benchmark, Qwen3-0.6B text-only:
+DECODE_TOK_S = {"rk3576": 24.9, "rk3588": 32.9}  # W4A16 / W8A8
+RK3588_TTFT_MS, RK3588_TTFT_TOKENS = 199.0, 128  # W8A8, time to first token of a 128-token prompt
+# RK3576 W4A16 prefill: not published; fitted to the reference design's RTF (see fit_prefill_rate
+# and docs/board.md "Cost model"; refit with this script, test_board_model checks it is current).
+RK3576_PREFILL_TOK_S_FIT = 96.6
+DECODER_RUN_MS = 15.0  # per decoder run: host mel + prompt embedding + rkllm_run setup (assumed)
+RK3588_ENCODER_SCALE = 1.0  # RK3588 encoder ms = RK3576 ms x this (assumed, see unit_costs)
+
+PUBLISHED_RTF = {  # reference design, RK3576, clocks locked: chunk seconds -> (low, high) published
+    2.0: (0.55, 0.58), 3.0: (0.55, 0.58), 4.0: (0.57, 0.57), 5.0: (0.55, 0.58)}
+PUBLISHED_LATENCY_S = (1.8, 1.4)  # reference design at 4 s chunks: first chunk, later chunks
+OTHERS = (  # published end-to-end RTF of other designs, for the comparison table
+    ("reference design (RK3576, 4 s chunks, memory 2)", {"rk3576": "0.57"}),
+    ("rkvoice-stream (RKNN 2/4/15 s buckets + RKLLM)", {"rk3576": "0.36-0.44", "rk3588": "0.23-0.34"}),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitCosts:
+    """What one unit of work costs on one SoC (all ms or tokens per second)."""
+
+    soc: str
+    decoder_quant: str  # "w4a16_g128" (RK3576) or "w8a8" (RK3588)
+    merged_ms: Tuple[Tuple[float, float], ...]  # (graph seconds, ms per call), ascending
+    frontend_ms: float  # split front end, per call (one 1 s chunk)
+    backend_ms: Tuple[Tuple[float, float], ...]  # split back end: (graph seconds, ms per call)
+    prefill_tok_s: float  # decoder prefill, prompt positions per second
+    decode_tok_s: float  # decoder generation, tokens per second
+    decoder_run_ms: float  # fixed cost of each decoder run
+    sources: Tuple[Tuple[str, str], ...]  # (cost, where it comes from)
+
+    def __post_init__(self):
+        problems = []
+        if self.soc not in SOCS:
+            problems.append(f"soc must be one of {', '.join(SOCS)} (got {self.soc!r})")
+        for name in ("frontend_ms", "prefill_tok_s", "decode_tok_s", "decoder_run_ms"):
+            v = getattr(self, name)
+            low_ok = v >= 0 if name in ("frontend_ms", "decoder_run_ms") else v > 0
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low_ok:
+                problems.append(f"{name} must be a finite number > 0 (>= 0 for overheads), got {v!r}")
+        for name in ("merged_ms", "backend_ms"):
+            table = getattr(self, name)
+            if len(table) < 2 or any(b[0] <= a[0] for a, b in zip(table, table[1:])):
+                problems.append(f"{name} needs at least two (seconds, ms) rows in ascending seconds")
+        if problems:
+            raise ValueError("invalid unit costs: " + "; ".join(problems))
+
+    def graph_ms(self, part: str, seconds: float) -> float:
+        """ms of one call of a ``part`` ("merged", "backend", "frontend") graph of ``seconds``.
+
+        Sizes between rows are interpolated; beyond the table they are extrapolated linearly
+        from its last two rows (the 8 s graph: an assumption, recorded in ``sources``)."""
+        if part == "frontend":
+            return self.frontend_ms
+        if part not in ("merged", "backend"):
+            raise ValueError(f"unknown encoder graph part {part!r}; accepted: merged, backend, frontend")
+        table = self.merged_ms if part == "merged" else self.backend_ms
+        for s, ms in table:
+            if abs(s - seconds) < 1e-9:
+                return ms
+        (s0, m0), (s1, m1) = table[-2], table[-1]
+        if seconds < table[0][0]:
+            (s0, m0), (s1, m1) = table[0], table[1]
+        else:
+            for a, b in zip(table, table[1:]):
+                if a[0] < seconds < b[0]:
+                    (s0, m0), (s1, m1) = a, b
+        return m0 + (m1 - m0) * (seconds - s0) / (s1 - s0)
+
+
+def unit_costs(soc: str, prefill_tok_s: Optional[float] = None, decoder_run_ms: float = DECODER_RUN_MS,
+               rk3588_encoder_scale: float = RK3588_ENCODER_SCALE, prefill_source: str = "given") -> UnitCosts:
+    """The unit costs of ``soc`` ("rk3576" W4A16_G128 or "rk3588" W8A8) with their sources.
+
+    prefill_tok_s: override the prefill rate (default: RK3576 the fitted value, RK3588 from the
+    published time to first token; ``prefill_source`` then says where the given rate comes from).
+    rk3588_encoder_scale: RK3588 encoder ms per RK3576 ms.
+    """
+    if soc not in SOCS:
+        raise ValueError(f"unknown SoC {soc!r}; accepted: {', '.join(SOCS)}")
+    ref = "reference design's RK3576 table (fp16 RKNN, Qwen3-ASR-0.6B, clocks locked)"
+    extrap = "8 s and other sizes beyond 5 s: linear from the 4 s and 5 s rows (assumed)"
+    if soc == "rk3576":
+        scale, enc_src = 1.0, f"{ref}; {extrap}"
+        rate = RK3576_PREFILL_TOK_S_FIT if prefill_tok_s is None else prefill_tok_s
+        pre_src = ("fitted: the rate at which the reference design's settings reproduce its published RTF "
+                   "0.55-0.58 at 2-5 s chunks (fit_prefill_rate, value of the committed run)"
+                   if prefill_tok_s is None else prefill_source)
+        quant = "w4a16_g128"
+    else:
+        scale = rk3588_encoder_scale
+        enc_src = (f"derived, no RK3588 table published: RK3576 table x {scale:g}. Both NPUs are 6 TOPS (int8) "
+                   "in total (RK3588 3 cores x 2, RK3576 2 cores x 3) and the encoder runs on all cores by "
+                   "default, so equal time is assumed; on one core RK3588 would be ~1.5x slower; "
+                   f"uncertainty x1.0-1.5. {extrap}")
+        rate = RK3588_TTFT_TOKENS / (RK3588_TTFT_MS / 1000.0) if prefill_tok_s is None else prefill_tok_s
+        pre_src = (f"Rockchip benchmark: time to first token {RK3588_TTFT_MS:g} ms for {RK3588_TTFT_TOKENS} "
+                   "tokens, all counted as prefill" if prefill_tok_s is None else prefill_source)
+        quant = "w8a8"
+    return UnitCosts(
+        soc=soc, decoder_quant=quant,
+        merged_ms=tuple((s, ms * scale) for s, ms in REF_MERGED_MS), frontend_ms=REF_FRONTEND_MS * scale,
+        backend_ms=tuple((s, ms * scale) for s, ms in REF_BACKEND_MS),
+        prefill_tok_s=rate, decode_tok_s=DECODE_TOK_S[soc], decoder_run_ms=decoder_run_ms,
+        sources=(("encoder", enc_src),
+                 ("prefill", pre_src),
+                 ("decode", f"Rockchip rknn-llm benchmark, Qwen3-0.6B {quant.upper()}: "
+                            f"{DECODE_TOK_S[soc]} tokens/s"),
+                 ("decoder run", f"{decoder_run_ms:g} ms per run, assumed (host mel, prompt embedding, "
+                                 "rkllm_run setup on the CPU; not measured, 5-30 ms)")))
+
+
+# ----------------------------------------------------------------------------- accounting
+@dataclasses.dataclass(frozen=True)
+class ChunkWork:
+    """What the engine computed for one chunk (one decoder run)."""
+
+    start: float  # s of the input where the chunk's audio starts
+    end: float  # s where it ends
+    ready: float  # s of input time at which the engine had all audio it needed to decode it
+    graphs: Tuple[Tuple[str, float], ...]  # encoder calls in order: ("merged"|"backend"|"frontend", seconds)
+    prefill_tokens: int  # decoder prompt positions
+    decode_tokens: int  # decoder steps after the prefill (one generated token each)
+    prefix_tokens: int = 0  # header + text prefix tokens in the assistant turn (part of prefill_tokens)
+
+
+CHUNK_FIELDS = tuple(f.name for f in dataclasses.fields(ChunkWork))
+
+
+@dataclasses.dataclass(frozen=True)
+class Accounting:
+    """The compute of one real run: its chunks in decoding order."""
+
+    label: str  # what was run (settings, clip)
+    audio_seconds: float  # input duration
+    chunks: Tuple[ChunkWork, ...]
+    live: bool  # ready times are those of a stream fed in real time (caption latency applies)
+    system_tokens: int = 5  # prompt tokens of the empty system block (what a compact prompt drops)
+
+    def __post_init__(self):
+        if not (isinstance(self.audio_seconds, (int, float)) and self.audio_seconds > 0):
+            raise ValueError(f"audio_seconds must be > 0, got {self.audio_seconds!r}")
+        if not self.chunks:
+            raise ValueError("an accounting needs at least one chunk")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: Mapping) -> "Accounting":
+        """From ``to_dict()`` output (e.g. a JSON file); ValueError names a missing or bad field."""
+        need = ("label", "audio_seconds", "chunks", "live")
+        if not isinstance(d, Mapping):
+            raise ValueError(f"an accounting is a JSON object with fields {', '.join(need)}, got {type(d).__name__}")
+        missing = [k for k in need if k not in d]
+        if missing:
+            raise ValueError(f"accounting is missing {', '.join(missing)}; fields: {', '.join(need)} "
+                             "(optional: system_tokens)")
+        chunks = []
+        if not isinstance(d["chunks"], (list, tuple)):
+            raise ValueError("accounting chunks must be a list of objects with fields " + ", ".join(CHUNK_FIELDS))
+        for i, c in enumerate(d["chunks"]):
+            if not isinstance(c, Mapping):
+                raise ValueError(f"chunk {i} must be an object with fields {', '.join(CHUNK_FIELDS)}")
+            miss = [k for k in CHUNK_FIELDS if k not in c and k != "prefix_tokens"]
+            if miss:
+                raise ValueError(f"chunk {i} is missing {', '.join(miss)}; chunk fields: {', '.join(CHUNK_FIELDS)}")
+            graphs = []
+            for g in c["graphs"]:
+                if len(g) != 2 or g[0] not in ("merged", "backend", "frontend"):
+                    raise ValueError(f"chunk {i}: bad encoder graph {g!r}; expected [part, seconds] with part "
+                                     "merged, backend or frontend")
+                graphs.append((str(g[0]), float(g[1])))
+            for k in ("prefill_tokens", "decode_tokens"):
+                if not isinstance(c[k], int) or c[k] < 0:
+                    raise ValueError(f"chunk {i}: {k} must be an integer >= 0, got {c[k]!r}")
+            chunks.append(ChunkWork(start=float(c["start"]), end=float(c["end"]), ready=float(c["ready"]),
+                                    graphs=tuple(graphs), prefill_tokens=c["prefill_tokens"],
+                                    decode_tokens=c["decode_tokens"], prefix_tokens=int(c.get("prefix_tokens", 0))))
+        return Accounting(label=str(d["label"]), audio_seconds=float(d["audio_seconds"]), chunks=tuple(chunks),
+                          live=bool(d["live"]), system_tokens=int(d.get("system_tokens", 5)))
+
+
+def compact_prompt(acc: Accounting, header_tokens: int = 3) -> Accounting:
+    """The same run with a compact prompt: no system block, no language header in the assistant turn.
+
+    Saved per chunk: the empty system block (``acc.system_tokens``) and, on chunks whose
+    assistant turn held text (prefix_tokens > 0, where a detected header is kept in front of
+    the prefix), ``header_tokens`` (``language X<asr_text>`` is 3 tokens). Decode steps are
+    left as they are. Only the cost is modelled: whether the model transcribes as well
+    without those parts must be measured."""
+    out = []
+    for c in acc.chunks:
+        saved = acc.system_tokens + (min(header_tokens, c.prefix_tokens) if c.prefix_tokens > 0 else 0)
+        out.append(dataclasses.replace(c, prefill_tokens=max(0, c.prefill_tokens - saved),
+                                       prefix_tokens=max(0, c.prefix_tokens - (saved - acc.system_tokens))))
+    return dataclasses.replace(acc, label=acc.label + ", compact prompt", chunks=tuple(out), system_tokens=0)
+
+
+# ----------------------------------------------------------------------------- prediction
+@dataclasses.dataclass(frozen=True)
+class ChunkPrediction:
+    start: float  # s
+    end: float
+    encoder_ms: float
+    prefill_ms: float
+    decode_ms: float
+    run_ms: float  # decoder-run overhead
+    latency_s: Optional[float]  # live: chunk audio complete -> its text (None for offline runs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """Predicted board timings for one accounting on one SoC."""
+
+    label: str
+    soc: str
+    overlap: bool  # encoder of chunk n+1 during the decoder of chunk n
+    audio_seconds: float
+    chunks: int
+    encoder_s: float  # totals of the unit costs (s)
+    prefill_s: float
+    decode_s: float
+    overhead_s: float
+    wall_s: float  # all audio present at t = 0 (a file)
+    latency_first_s: Optional[float]  # live stream: first chunk
+    latency_median_s: Optional[float]  # median over the later chunks
+    latency_max_s: Optional[float]
+    per_chunk: Tuple[ChunkPrediction, ...]
+
+    @property
+    def rtf(self) -> float:
+        return self.wall_s / self.audio_seconds
+
+
+def _schedule(ready: Sequence[float], enc: Sequence[float], dec: Sequence[float], overlap: bool) -> List[float]:
+    """Finish time (s) of each chunk's decoder run. Serial: one resource, encoder then decoder
+    of each chunk. Overlap: encoder and decoder stages, chunk n's decoder after its encoder and
+    after chunk n-1's decoder; chunk n+1's encoder after its audio and chunk n's encoder."""
+    done, t_enc, t_dec = [], 0.0, 0.0
+    for r, e, d in zip(ready, enc, dec):
+        if overlap:
+            t_enc = max(r, t_enc) + e
+            t_dec = max(t_enc, t_dec) + d
+        else:
+            t_dec = max(r, t_dec) + e + d
+        done.append(t_dec)
+    return done
+
+
+def predict(acc: Accounting, costs: UnitCosts, overlap: bool = False) -> Prediction:
+    """Board timings of ``acc`` under ``costs`` (see the module docstring for the formula)."""
+    if not isinstance(acc, Accounting):
+        raise ValueError(f"predict needs an Accounting (Accounting.from_dict for JSON), got {type(acc).__name__}")
+    per = []
+    enc, dec = [], []
+    for c in acc.chunks:
+        e = sum(costs.graph_ms(part, s) for part, s in c.graphs)
+        p = c.prefill_tokens / costs.prefill_tok_s * 1000.0
+        g = c.decode_tokens / costs.decode_tok_s * 1000.0
+        per.append((c, e, p, g, costs.decoder_run_ms))
+        enc.append(e / 1000.0)
+        dec.append((p + g + costs.decoder_run_ms) / 1000.0)
+    wall = _schedule([0.0] * len(enc), enc, dec, overlap)[-1]
+    lat: List[Optional[float]] = [None] * len(per)
+    if acc.live:
+        ready = [c.ready for c in acc.chunks]
+        lat = [d - r for d, r in zip(_schedule(ready, enc, dec, overlap), ready)]
+    chunks = tuple(ChunkPrediction(c.start, c.end, e, p, g, o, l) for (c, e, p, g, o), l in zip(per, lat))
+    later = [x for x in lat[1:] if x is not None]
+    return Prediction(
+        label=acc.label, soc=costs.soc, overlap=overlap, audio_seconds=acc.audio_seconds, chunks=len(per),
+        encoder_s=sum(x[1] for x in per) / 1000, prefill_s=sum(x[2] for x in per) / 1000,
+        decode_s=sum(x[3] for x in per) / 1000, overhead_s=sum(x[4] for x in per) / 1000, wall_s=wall,
+        latency_first_s=lat[0], latency_median_s=statistics.median(later) if later else None,
+        latency_max_s=max(x for x in lat if x is not None) if acc.live else None, per_chunk=chunks)
+
+
+# ----------------------------------------------------------------------------- calibration
+def band_error(rtf: float, chunk_s: float) -> float:
+    """Relative distance of ``rtf`` from the published band at ``chunk_s`` (0 inside it)."""
+    if chunk_s not in PUBLISHED_RTF:
+        raise ValueError(f"no published RTF for {chunk_s} s chunks; accepted: {', '.join(map(str, PUBLISHED_RTF))}")
+    lo, hi = PUBLISHED_RTF[chunk_s]
+    return rtf / hi - 1 if rtf > hi else (rtf / lo - 1 if rtf < lo else 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """The fitted RK3576 prefill rate and how the calibration runs come out with it."""
+
+    prefill_tok_s: float
+    rows: Tuple[Tuple[float, float, float], ...]  # (chunk s, predicted RTF, rate alone: RTF = band middle)
+
+    def errors(self) -> Dict[float, float]:
+        """Chunk seconds -> relative distance from the published band (0 inside it)."""
+        return {s: band_error(p, s) for s, p, _ in self.rows}
+
+    @property
+    def worst_error(self) -> float:
+        """Largest |distance from the published band| over the rows."""
+        return max(abs(e) for e in self.errors().values())
+
+
+def published_target(chunk_s: float) -> float:
+    """The middle of the reference design's published RTF band at ``chunk_s``."""
+    band_error(0.5, chunk_s)  # validates chunk_s
+    lo, hi = PUBLISHED_RTF[chunk_s]
+    return (lo + hi) / 2
+
+
+def _rate_for(acc: Accounting, base: UnitCosts, target: float) -> float:
+    """Prefill rate at which ``acc`` predicts ``target`` RTF (inf if other costs already exceed it)."""
+    rest = predict(acc, dataclasses.replace(base, prefill_tok_s=1e12)).wall_s
+    tokens = sum(c.prefill_tokens for c in acc.chunks)
+    budget = target * acc.audio_seconds - rest
+    return tokens / budget if budget > 0 else math.inf
+
+
+def _golden(f, lo: float, hi: float) -> float:
+    """Minimum of a unimodal f on [lo, hi]."""
+    for _ in range(200):
+        m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+        if f(m1) < f(m2):
+            hi = m2
+        else:
+            lo = m1
+    return (lo + hi) / 2
+
+
+def fit_prefill_rate(runs: Mapping[float, Accounting], base: Optional[UnitCosts] = None) -> Fit:
+    """Fit the RK3576 prefill rate to the reference design's published RTF.
+
+    ``runs``: chunk seconds -> accounting of the reference design's settings at that chunk size.
+    Published is a band, 0.55-0.58 over 2-5 s chunks (which size gave which value is not
+    said) and 0.57 at 4 s; the loss is the sum of squared log distances from the band
+    (0 inside it), then the squared log distance from the band's middle as a tie-break."""
+    base = base or unit_costs("rk3576")
+    for s in runs:
+        band_error(0.5, s)
+
+    def loss(log_rate: float) -> float:
+        c = dataclasses.replace(base, prefill_tok_s=math.exp(log_rate))
+        total = 0.0
+        for s, a in runs.items():
+            rtf = predict(a, c).rtf
+            total += math.log1p(band_error(rtf, s)) ** 2 + 1e-6 * math.log(rtf / published_target(s)) ** 2
+        return total
+
+    rate = math.exp(_golden(loss, math.log(1.0), math.log(1e5)))
+    fitted = dataclasses.replace(base, prefill_tok_s=rate)
+    rows = tuple((s, predict(a, fitted).rtf, _rate_for(a, base, published_target(s)))
+                 for s, a in sorted(runs.items()))
+    return Fit(prefill_tok_s=rate, rows=rows)
+
+
+def fit_prefill_to_latency(acc: Accounting, target_s: float, base: Optional[UnitCosts] = None) -> float:
+    """Prefill rate at which the median caption latency of ``acc``'s later chunks is ``target_s``
+    (the reference design's published 1.4 s at 4 s chunks); inf if unreachable."""
+    base = base or unit_costs("rk3576")
+    if not acc.live:
+        raise ValueError("latency needs a live accounting (record_stream)")
+
+    def lat(rate: float) -> float:
+        return predict(acc, dataclasses.replace(base, prefill_tok_s=rate)).latency_median_s
+
+    if lat(1e9) > target_s:
+        return math.inf
+    lo, hi = 1.0, 1e9
+    for _ in range(200):  # bisection in log rate; latency falls as the rate rises
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if lat(mid) > target_s else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def rate_needed(acc: Accounting, base: UnitCosts, target_rtf: float, overlap: bool = False) -> float:
+    """Smallest prefill rate (tok/s) at which ``acc`` reaches ``target_rtf``; inf if no rate does."""
+    def rtf(rate: float) -> float:
+        return predict(acc, dataclasses.replace(base, prefill_tok_s=rate), overlap).rtf
+
+    if rtf(1e9) > target_rtf:
+        return math.inf
+    lo, hi = 1.0, 1e9
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if rtf(mid) > target_rtf else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+# ----------------------------------------------------------------------------- real runs
+class _GraphLog:
+    """Wraps an EncoderRunner and records every graph call as (part, seconds)."""
+
+    def __init__(self, runner):
+        self._runner = runner
+        self.calls: List[Tuple[str, float]] = []
+
+    def run_merged(self, variant, *args):
+        self.calls.append(("merged", float(variant.seconds)))
+        return self._runner.run_merged(variant, *args)
+
+    def run_frontend(self, *args):
+        self.calls.append(("frontend", 1.0))
+        return self._runner.run_frontend(*args)
+
+    def run_backend(self, variant, *args):
+        self.calls.append(("backend", float(variant.seconds)))
+        return self._runner.run_backend(variant, *args)
+
+    def __getattr__(self, name):  # release() and anything else the backend asks of its runner
+        return getattr(self._runner, name)
+
+
+@contextlib.contextmanager
+def graph_log(engine):
+    """Record the encoder graphs ``engine`` runs (any backend whose encoder is an AudioEncoder)."""
+    enc = engine.encoder
+    log = _GraphLog(enc.runner)
+    enc.runner = log
+    try:
+        yield log
+    finally:
+        enc.runner = log._runner
+
+
+def chunk_works(chunks, calls, ready: Sequence[float]) -> Tuple[ChunkWork, ...]:
+    """ChunkStats of a session + the recorded graph calls -> ChunkWork (checks they agree)."""
+    if sum(c.encoder_calls for c in chunks) != len(calls):
+        raise RuntimeError(f"internal: {len(calls)} encoder calls recorded, the session counted "
+                           f"{sum(c.encoder_calls for c in chunks)}")
+    out, i = [], 0
+    for c, r in zip(chunks, ready):
+        g = tuple(calls[i:i + c.encoder_calls])
+        i += c.encoder_calls
+        out.append(ChunkWork(start=c.start, end=c.end, ready=r, graphs=g, prefill_tokens=int(c.prefill_tokens),
+                             decode_tokens=int(c.decode_tokens), prefix_tokens=int(c.prefix_tokens)))
+    return tuple(out)
+
+
+def record_stream(engine, pcm, label: str, feed_seconds: float = FEED_SECONDS, **stream_options):
+    """Stream (n,) float32 16 kHz ``pcm`` in real-time order through ``engine.create_stream(**stream_options)``
+    in pieces of ``feed_seconds``; returns (Accounting, StreamResult). A chunk's ``ready`` is the
+    input time at the end of the piece whose feeding decoded it (finish(): the end of the audio)."""
+    step = max(1, int(round(feed_seconds * SAMPLE_RATE)))
+    session = engine.create_stream(**stream_options)
+    ready: List[float] = []
+    with graph_log(engine) as log:
+        for a in range(0, pcm.shape[0], step):
+            r = session.feed_audio(pcm[a:a + step])
+            t = min(pcm.shape[0], a + step) / SAMPLE_RATE
+            ready.extend([t] * (len(r.chunks) - len(ready)))
+        r = session.finish()
+    total = pcm.shape[0] / SAMPLE_RATE
+    ready.extend([total] * (len(r.chunks) - len(ready)))
+    return Accounting(label=label, audio_seconds=total, chunks=chunk_works(r.chunks, log.calls, ready), live=True,
+                      system_tokens=system_tokens(engine)), r
+
+
+def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: int = 2, rollback_tokens: int = 5,
+                max_new_tokens: int = 256, vad=True):
+    """A file the way ``engine.transcribe(pcm, vad=..., chunk_size=...)`` decodes it (qwen3asr.longform:
+    a StreamSession with the clip's mel ceiling, fed in chunk-size pieces); returns (Accounting, StreamResult).
+    transcribe_long returns totals only, so the session is run here with the same options."""
+    from qwen3asr.longform import clip_ceiling
+    from qwen3asr.stream import StreamOptions, StreamSession
+
+    opts = StreamOptions(chunk_size=chunk_size, memory_num=memory_num, rollback_tokens=rollback_tokens,
+                         max_new_tokens=max_new_tokens, vad=vad)
+    session = StreamSession(engine, opts, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
+    with graph_log(engine) as log:
+        for a in range(0, pcm.shape[0], opts.chunk_samples):
+            session.feed_audio(pcm[a:a + opts.chunk_samples])
+        r = session.finish()
+    return Accounting(label=label, audio_seconds=pcm.shape[0] / SAMPLE_RATE,
+                      chunks=chunk_works(r.chunks, log.calls, [0.0] * len(r.chunks)), live=False,
+                      system_tokens=system_tokens(engine)), r
+
+
+def record_one_pass(engine, pcm, label: str, max_new_tokens: int = 256):
+    """The whole clip in one decoder pass (``engine.transcribe(pcm)``); returns (Accounting, Transcription)."""
+    with graph_log(engine) as log:
+        t = engine.transcribe(pcm, max_new_tokens=max_new_tokens, one_pass=True)
+    s = t.stats
+    total = pcm.shape[0] / SAMPLE_RATE
+    work = ChunkWork(start=0.0, end=total, ready=total, graphs=tuple(log.calls), prefill_tokens=int(s.prefill_tokens),
+                     decode_tokens=int(s.decode_tokens))
+    return Accounting(label=label, audio_seconds=total, chunks=(work,), live=False,
+                      system_tokens=system_tokens(engine)), t
+
+
+def system_tokens(engine) -> int:
+    """Prompt tokens of the empty system block (``<|im_start|>system\\n<|im_end|>\\n``)."""
+    return len(engine.tokenizer.encode("<|im_start|>system\n<|im_end|>\n"))
+
+
+def joined_speech(pcm, clip: str = "long_mixed.wav", transcripts: Optional[str] = None):
+    """Continuous speech: the reference speech segments of ``clip`` (audio/transcripts.json) joined
+    with no pauses, as scripts/eval_streaming.py --robustness makes it."""
+    import numpy as np
+
+    from . import REPO_ROOT
+
+    path = transcripts or os.path.join(REPO_ROOT, "audio", "transcripts.json")
+    with open(path, encoding="utf-8") as f:
+        clips = {c["file"]: c for c in json.load(f)["clips"]}
+    if clip not in clips or "segments" not in clips[clip]:
+        raise ValueError(f"{path} has no speech segments for {clip!r}")
+    segs = clips[clip]["segments"]
+    return np.concatenate([pcm[int(s["start"] * SAMPLE_RATE):int(s["end"] * SAMPLE_RATE)] for s in segs])
+
+
+# ----------------------------------------------------------------------------- report
+def _f(x: Optional[float], fmt: str = ".2f") -> str:
+    return "-" if x is None else f"{x:{fmt}}"
+
+
+def prediction_table(preds: Iterable[Prediction]) -> str:
+    """Markdown table in the format bench_board.py prints measurements in."""
+    lines = ["| run | SoC | overlap | audio s | chunks | encoder s | prefill s | decode s | overhead s | wall s | RTF "
+             "| latency first s | latency median s | latency max s |", "|" + "---|" * 14]
+    for p in preds:
+        lines.append(f"| {p.label} | {p.soc} | {'yes' if p.overlap else 'no'} | {p.audio_seconds:.1f} | {p.chunks} | "
+                     f"{p.encoder_s:.2f} | {p.prefill_s:.2f} | {p.decode_s:.2f} | {p.overhead_s:.2f} | {p.wall_s:.2f} "
+                     f"| {p.rtf:.3f} | {_f(p.latency_first_s)} | {_f(p.latency_median_s)} | {_f(p.latency_max_s)} |")
+    return "\n".join(lines)
+
+
+def accounting_summary(acc: Accounting) -> str:
+    n = len(acc.chunks)
+    pre = sum(c.prefill_tokens for c in acc.chunks)
+    dec = sum(c.decode_tokens for c in acc.chunks)
+    graphs: Dict[str, int] = {}
+    for c in acc.chunks:
+        for part, s in c.graphs:
+            key = f"{part} {s:g} s"
+            graphs[key] = graphs.get(key, 0) + 1
+    g = ", ".join(f"{v} x {k}" for k, v in sorted(graphs.items()))
+    return (f"{acc.label}: {acc.audio_seconds:.1f} s, {n} decoder runs, encoder calls {g}; prefill {pre} tokens "
+            f"({pre / acc.audio_seconds:.1f}/s), decode {dec} ({dec / acc.audio_seconds:.2f}/s)")
+
+
+def _load_audio(path: str):
+    from qwen3asr.audio import prepare_audio
+
+    return prepare_audio(path)
+
+
+def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
+    """All runs and predictions of docs/board.md "Cost model" (runs the engine on the CPU backend)."""
+    from qwen3asr import Qwen3ASREngine
+
+    engine = Qwen3ASREngine(model, backend="onnx", threads=threads)
+    pcm = _load_audio(audio)
+    name = os.path.basename(audio)
+    joined = joined_speech(pcm, name)
+    r: dict = {"model": model, "audio": name}
+
+    # 1. calibration: the reference design's settings (memory 2, rollback 2, official prompt,
+    #    each chunk encoded once, no pause rules, no VAD)
+    ref = dict(memory_num=2, rollback_tokens=2, pause_db=None)
+    calib = {cs: record_stream(engine, pcm, f"reference settings, {cs:g} s chunks, {name}", chunk_size=cs, **ref)[0]
+             for cs in sorted(PUBLISHED_RTF)}
+    calib_joined = {cs: record_stream(engine, joined, f"reference settings, {cs:g} s chunks, continuous speech",
+                                      chunk_size=cs, **ref)[0] for cs in sorted(PUBLISHED_RTF)}
+    fit = fit_prefill_rate(calib)
+    fit_joined = fit_prefill_rate(calib_joined)
+    costs = {"rk3576": unit_costs("rk3576", prefill_tok_s=fit.prefill_tok_s, prefill_source=(
+        "fitted in this run: the rate at which the reference design's settings reproduce its published "
+        "RTF 0.55-0.58 at 2-5 s chunks (fit_prefill_rate)")), "rk3588": unit_costs("rk3588")}
+    ref4 = predict(calib[4.0], costs["rk3576"])
+    lat_rate = fit_prefill_to_latency(calib[4.0], PUBLISHED_LATENCY_S[1], costs["rk3576"])
+    lat_costs = dataclasses.replace(costs["rk3576"], prefill_tok_s=lat_rate)
+    r["fit"] = {
+        "prefill_tok_s": fit.prefill_tok_s, "worst_error": fit.worst_error,
+        "rows": [{"chunk_s": cs, "predicted_rtf": p, "published": PUBLISHED_RTF[cs], "error_vs_band": fit.errors()[cs],
+                  "error_vs_middle": p / published_target(cs) - 1, "rate_alone": alone}
+                 for cs, p, alone in fit.rows],
+        "continuous_prefill_tok_s": fit_joined.prefill_tok_s, "continuous_worst_error": fit_joined.worst_error,
+        "continuous_rows": [{"chunk_s": cs, "predicted_rtf": p} for cs, p, _ in fit_joined.rows],
+        "decoder_run_sensitivity": {f"{ms:g} ms": fit_prefill_rate(calib, unit_costs("rk3576", decoder_run_ms=ms))
+                                    .prefill_tok_s for ms in (0.0, 30.0)},
+        "latency_4s": {"first": ref4.latency_first_s, "median_later": ref4.latency_median_s,
+                       "published": PUBLISHED_LATENCY_S},
+        "latency_fit_prefill_tok_s": lat_rate,
+        "latency_fit_rtf_4s": predict(calib[4.0], lat_costs).rtf,
+    }
+    r["unit_costs"] = {k: dataclasses.asdict(v) for k, v in costs.items()}
+
+    # 2. our defaults: files (one pass; VAD-first 30 s, memory 2, rollback 5), streams (4 s,
+    #    memory 2, rollback 2, pause rules), on the clip and on continuous speech
+    ours = [record_one_pass(engine, pcm, f"file, one pass, {name}")[0],
+            record_file(engine, pcm, f"file, VAD-first, {name}")[0],
+            record_stream(engine, pcm, f"stream defaults, {name}")[0],
+            record_stream(engine, joined, "stream defaults, continuous speech")[0]]
+    r["defaults"] = []
+    for a in ours:
+        row = {"run": a.label}
+        for soc in SOCS:
+            for ov in (False, True):
+                p = predict(a, costs[soc], ov)
+                key = f"{soc}_{'overlap' if ov else 'serial'}"
+                row[key] = {"rtf": p.rtf, "wall_s": p.wall_s, "latency_first_s": p.latency_first_s,
+                            "latency_median_s": p.latency_median_s, "latency_max_s": p.latency_max_s}
+        row["rk3576_latency_fit_rtf"] = predict(a, lat_costs).rtf
+        r["defaults"].append(row)
+    r["defaults_table"] = prediction_table([predict(a, costs[soc], ov) for a in ours for soc in SOCS
+                                            for ov in (False, True)])
+
+    # 3. streaming settings for continuous speech on RK3576
+    r["grid"] = []
+    grid_accs = []
+    for cs in (2.0, 3.0, 4.0, 5.0, 8.0):
+        for mem in (1, 2):
+            acc = record_stream(engine, joined, f"continuous speech, {cs:g} s, memory {mem}", chunk_size=cs,
+                                memory_num=mem, rollback_tokens=2)[0]
+            grid_accs.append(acc)
+            for compact in (False, True):
+                a = compact_prompt(acc) if compact else acc
+                serial, over = predict(a, costs["rk3576"]), predict(a, costs["rk3576"], True)
+                r["grid"].append({
+                    "chunk_s": cs, "memory": mem, "prompt": "compact" if compact else "official",
+                    "rtf_serial": serial.rtf, "rtf_overlap": over.rtf, "latency_median_s": serial.latency_median_s,
+                    "latency_median_overlap_s": over.latency_median_s,
+                    "rate_for": {f"{t:.2f}_{'overlap' if ov else 'serial'}": rate_needed(a, costs["rk3576"], t, ov)
+                                 for t in (0.30, 0.25) for ov in (False, True)}})
+    r["accountings"] = {a.label: a.to_dict() for a in list(calib.values()) + list(calib_joined.values()) + ours
+                        + grid_accs}
+    r["summaries"] = [accounting_summary(a) for a in list(calib.values()) + list(calib_joined.values()) + ours
+                      + grid_accs]
+    return r
+
+
+def _print_report(r: dict) -> None:
+    f = r["fit"]
+    print("## Calibration: the reference design's settings (4 runs, one per chunk size)\n")
+    print("| chunk s | predicted RTF | published | error vs published | vs band middle "
+          "| prefill tok/s fitting this size alone (band middle) |")
+    print("|---|---|---|---|---|---|")
+    for row in f["rows"]:
+        lo, hi = row["published"]
+        pub = f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
+        print(f"| {row['chunk_s']:g} | {row['predicted_rtf']:.3f} | {pub} | {100 * row['error_vs_band']:+.1f} % "
+              f"| {100 * row['error_vs_middle']:+.1f} % | {row['rate_alone']:.1f} |")
+    lat = f["latency_4s"]
+    print(f"\nfitted RK3576 prefill: {f['prefill_tok_s']:.1f} tok/s (worst error {100 * f['worst_error']:.1f} %); "
+          f"fitted on continuous speech instead: {f['continuous_prefill_tok_s']:.1f} tok/s (worst "
+          f"{100 * f['continuous_worst_error']:.1f} %); decoder-run overhead "
+          + ", ".join(f"{k}: {v:.1f}" for k, v in f["decoder_run_sensitivity"].items()) + " tok/s")
+    print(f"latency at 4 s chunks: predicted first {lat['first']:.2f} s, later (median) {lat['median_later']:.2f} s; "
+          f"published {lat['published'][0]} / {lat['published'][1]} s. Prefill rate for a 1.4 s median: "
+          f"{f['latency_fit_prefill_tok_s']:.1f} tok/s, which predicts RTF {f['latency_fit_rtf_4s']:.3f} at 4 s\n")
+    print("## Unit costs\n")
+    print("| SoC | merged encoder ms (2/3/4/5/8 s) | prefill tok/s | decode tok/s | decoder run ms |")
+    print("|---|---|---|---|---|")
+    for soc, c in r["unit_costs"].items():
+        uc = UnitCosts(**{k: (tuple(tuple(x) for x in v) if isinstance(v, list) else v) for k, v in c.items()})
+        enc = " / ".join(f"{uc.graph_ms('merged', s):.0f}" for s in (2, 3, 4, 5, 8))
+        print(f"| {soc} | {enc} | {uc.prefill_tok_s:.1f} | {uc.decode_tok_s:g} | {uc.decoder_run_ms:g} |")
+    for soc, c in r["unit_costs"].items():
+        for k, v in c["sources"]:
+            print(f"- {soc} {k}: {v}")
+    print("\n## Our defaults (RTF serial / overlap; caption latency first / median / max s, serial)\n")
+    print("| run | RK3576 RTF | RK3576 latency | RK3588 RTF | RK3588 latency | RK3576 RTF, latency-fitted prefill |")
+    print("|---|---|---|---|---|---|")
+    for row in r["defaults"]:
+        cells = []
+        for soc in SOCS:
+            s, o = row[f"{soc}_serial"], row[f"{soc}_overlap"]
+            cells.append(f"{s['rtf']:.3f} / {o['rtf']:.3f}")
+            cells.append("-" if s["latency_median_s"] is None else
+                         f"{s['latency_first_s']:.2f} / {s['latency_median_s']:.2f} / {s['latency_max_s']:.2f}")
+        print(f"| {row['run']} | " + " | ".join(cells) + f" | {row['rk3576_latency_fit_rtf']:.3f} |")
+    for name, pub in OTHERS:
+        print(f"| {name}, published | {pub.get('rk3576', '-')} | - | {pub.get('rk3588', '-')} | - | - |")
+    print("\n" + r["defaults_table"] + "\n")
+    print("## Continuous speech on RK3576: settings (rollback 2, pause rules on)\n")
+    print("| chunk s | memory | prompt | RTF serial | RTF overlap | latency median s serial / overlap "
+          "| prefill tok/s for RTF 0.30 serial / overlap | for 0.25 serial / overlap |")
+    print("|---|---|---|---|---|---|---|---|")
+    for g in r["grid"]:
+        q = g["rate_for"]
+        print(f"| {g['chunk_s']:g} | {g['memory']} | {g['prompt']} | {g['rtf_serial']:.3f} | {g['rtf_overlap']:.3f} "
+              f"| {g['latency_median_s']:.2f} / {g['latency_median_overlap_s']:.2f} "
+              f"| {q['0.30_serial']:.0f} / {q['0.30_overlap']:.0f} "
+              f"| {q['0.25_serial']:.0f} / {q['0.25_overlap']:.0f} |")
+    print("\n## Accountings (bundled model on the CPU: only these counts feed the model)\n")
+    for s in r["summaries"]:
+        print("-", s)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="models/default", help="bundle to run on the CPU (default %(default)s)")
+    ap.add_argument("--audio", default="audio/long_mixed.wav", help="clip with speech segments in "
+                    "audio/transcripts.json (default %(default)s)")
+    ap.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
+    ap.add_argument("--accounting", help="instead: predict a saved accounting (JSON from --json or bench_board.py)")
+    ap.add_argument("--soc", default="rk3576", help=f"with --accounting: {', '.join(SOCS)}")
+    ap.add_argument("--json", help="write the report here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        if args.accounting:
+            with open(args.accounting, encoding="utf-8") as f:
+                data = json.load(f)
+            items = data["accountings"].values() if "accountings" in data else [data]
+            accs = [Accounting.from_dict(d) for d in items]
+            costs = unit_costs(args.soc)
+            print(prediction_table([predict(a, costs, ov) for a in accs for ov in (False, True)]))
+            return 0
+        try:
+            import qwen3asr  # noqa: F401
+        except ImportError:
+            print("error: the qwen3asr package is not importable: run with PYTHONPATH=python or after "
+                  "pip install -e .", file=sys.stderr)
+            return 2
+        report = build_report(args.model, args.audio, args.threads)
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _print_report(report)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

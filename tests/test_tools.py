@@ -1,0 +1,104 @@
+"""The development tools as an importable package (python/qwen3asr_tools/) with thin launchers at
+scripts/NAME.py: every launcher runs its tool, a missing install is a one-line error, children
+run this checkout's code, the runtime never imports the tools, and no file edits sys.path."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+import qwen3asr_tools
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = os.path.join(ROOT, "python")
+LAUNCHERS = sorted(glob.glob(os.path.join(ROOT, "scripts", "*.py")))
+ENV = dict(os.environ, PYTHONPATH=PYTHON)
+
+
+def _python_files(*dirs: str):
+    for d in dirs:
+        yield from glob.glob(os.path.join(ROOT, d, "**", "*.py"), recursive=True)
+
+
+def _imported_modules(path: str) -> set:
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_package_is_this_checkout():
+    assert qwen3asr_tools.PYTHON_DIR == PYTHON and qwen3asr_tools.REPO_ROOT == ROOT
+
+
+def test_each_launcher_is_a_tool_with_a_main():
+    names = {os.path.basename(p)[:-3] for p in LAUNCHERS}
+    modules = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(PYTHON, "qwen3asr_tools", "*.py"))}
+    assert names and names <= modules, names - modules
+    for path in LAUNCHERS:
+        name = os.path.basename(path)[:-3]
+        assert f"qwen3asr_tools.{name}" in _imported_modules(path), path
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda p: os.path.basename(p))
+def test_launcher_runs_its_tool(launcher, tmp_path):
+    """`python scripts/NAME.py --help` from another directory: the tool's own argparse answers."""
+    r = subprocess.run([sys.executable, launcher, "--help"], cwd=tmp_path, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith(f"usage: {os.path.basename(launcher)}"), r.stdout[:200]
+
+
+def test_launcher_without_the_package_says_what_to_install(tmp_path):
+    # -I -S: no PYTHONPATH, no site-packages (an editable install there would be found otherwise).
+    r = subprocess.run([sys.executable, "-I", "-S", os.path.join(ROOT, "scripts", "export_onnx.py"), "--help"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("error: the qwen3asr_tools package is not installed: run `pip install -e .` "
+                                "in the checkout (or set PYTHONPATH=python)")
+
+
+def test_child_env_runs_this_checkouts_tools(tmp_path):
+    """child_env() is what train_tiny and eval_streaming give `python -m qwen3asr_tools.make_dataset`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(tmp_path)  # a foreign entry is kept, after ours
+    r = subprocess.run([sys.executable, "-c", "import qwen3asr_tools, sys; print(qwen3asr_tools.__file__)"],
+                       cwd=tmp_path, env=qwen3asr_tools.child_env(env), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == os.path.join(PYTHON, "qwen3asr_tools", "__init__.py")
+    assert qwen3asr_tools.child_env(env)["PYTHONPATH"] == os.pathsep.join([PYTHON, str(tmp_path)])
+    r = subprocess.run([sys.executable, "-m", "qwen3asr_tools.make_dataset", "--help"], cwd=tmp_path,
+                       env=qwen3asr_tools.child_env(env), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("usage: make_dataset.py"), r.stderr[-2000:]
+
+
+def test_runtime_never_imports_the_tools():
+    bad = [p for p in _python_files("python/qwen3asr")
+           if any(m.split(".")[0] == "qwen3asr_tools" for m in _imported_modules(p))]
+    bad += [p for p in (os.path.join(PYTHON, "transcribe.py"), os.path.join(PYTHON, "mic_stream.py"))
+            if any(m.split(".")[0] == "qwen3asr_tools" for m in _imported_modules(p))]
+    assert not bad
+
+
+def test_no_file_touches_sys_path():
+    """The import path comes from the install (or PYTHONPATH, or pytest's pythonpath setting)."""
+    offenders = []
+    for path in _python_files("python", "scripts", "tests"):
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                    and node.value.id == "sys"):
+                offenders.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert not offenders
