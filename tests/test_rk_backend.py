@@ -734,3 +734,28 @@ def test_auto_falls_back_to_the_cpu_naming_what_is_missing(rk_bundle, fake_rknnl
     with caplog.at_level(logging.WARNING, logger="qwen3asr.backends"):
         assert Qwen3ASREngine(rk_bundle, backend="auto").backend == "onnx"
     assert "pip install 'rknn-toolkit-lite2>=2.3'" in caplog.text
+
+
+def test_a_library_that_cannot_be_this_machines_is_named_for_what_it_is(build_lib, tmp_path, monkeypatch):
+    """A Git LFS pointer, a file that is no library, and a library for the other CPU each get
+    their own message (the loader says "invalid ELF header" or "No such file or directory")."""
+    real = build_lib("1.2")  # built here: loads
+    assert rkllm.describe_library_file(real) is None
+    lfs = tmp_path / "lfs.so"
+    lfs.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"not a library at all" * 4)
+    other = tmp_path / "other.so"
+    data = bytearray(open(real, "rb").read())
+    here = os.uname().machine
+    data[18:20] = (62 if here in ("aarch64", "arm64") else 183).to_bytes(2, "little")  # the other CPU
+    other.write_bytes(bytes(data))
+    cases = [(lfs, "is a Git LFS pointer, not the library"), (junk, r"is not a shared library \(no ELF header\)"),
+             (other, "is built for (aarch64|x86_64), this machine is")]
+    for path, msg in cases:
+        with pytest.raises(rkllm.RKLLMError, match=msg):
+            rkllm.load_library(str(path))
+        monkeypatch.setenv(rkllm.ENV_LIB, str(path))
+        with pytest.raises(rkllm.RKLLMError, match=msg):
+            rkllm.load_library()
+        monkeypatch.delenv(rkllm.ENV_LIB)

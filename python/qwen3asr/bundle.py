@@ -26,12 +26,19 @@ class BundleError(RuntimeError):
 
 
 def default_model_dir() -> str:
-    """``$QWEN3ASR_MODEL``, else ``models/default`` of this repository checkout."""
+    """``$QWEN3ASR_MODEL``, else ``models/default`` of the source checkout this package runs
+    from; BundleError saying how to name a model when neither exists (an installed package
+    carries no model)."""
     env = os.environ.get(DEFAULT_MODEL_ENV)
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "..", "models", "default"))
+    checkout = os.path.normpath(os.path.join(here, "..", "..", "models", "default"))
+    if os.path.isdir(checkout):
+        return checkout
+    raise BundleError(f"no model given: pass a model directory (--model DIR, or Qwen3ASREngine(model_dir)) or set "
+                      f"{DEFAULT_MODEL_ENV}. The bundled demo model is models/default in the source checkout; "
+                      "docs/conversion.md makes one from the official Qwen3-ASR checkpoint.")
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:

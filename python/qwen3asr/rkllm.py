@@ -21,6 +21,7 @@ import ctypes
 import enum
 import logging
 import os
+import platform
 import re
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, Union, c_bool, c_char_p, c_float, c_int,
@@ -350,6 +351,10 @@ def load_library(lib_path: Optional[str | os.PathLike] = None) -> tuple[ctypes.C
         candidates.append(LIB_NAME)  # system loader
     errors = []
     for cand in candidates:
+        problem = describe_library_file(cand) if os.path.isfile(cand) else None
+        if problem is not None:
+            errors.append(f"{cand}: {problem}")
+            continue
         try:
             lib = ctypes.CDLL(cand)
         except OSError as exc:
@@ -358,6 +363,32 @@ def load_library(lib_path: Optional[str | os.PathLike] = None) -> tuple[ctypes.C
         logger.info("loaded RKLLM runtime from %s", cand)
         return lib, cand
     raise RKLLMError("cannot load librkllmrt.so (" + "; ".join(errors) + "). " + _DOWNLOAD_HINT)
+
+
+_ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "32-bit ARM", 3: "x86 (32-bit)"}
+
+
+def describe_library_file(path: str) -> Optional[str]:
+    """Why ``path`` cannot be this machine's librkllmrt.so, from its first bytes (None if it
+    looks loadable): a Git LFS pointer, not an ELF file, or a library for another CPU (the
+    loader itself reports some of these as "No such file or directory")."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        return f"cannot be read ({exc})"
+    if head.startswith(b"version https://git-lfs"):
+        return "is a Git LFS pointer, not the library (run git lfs pull, or download the real file)"
+    if not head.startswith(b"\x7fELF") or len(head) < 20:
+        return "is not a shared library (no ELF header)"
+    machine = int.from_bytes(head[18:20], "big" if head[5] == 2 else "little")
+    built = _ELF_MACHINES.get(machine, f"ELF machine {machine}")
+    here = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+    if built in ("x86_64", "aarch64") and built != here:
+        return (f"is built for {built}, this machine is {here}"
+                + ("; the RKLLM runtime runs on the board only" if here != "aarch64" else
+                   "; use the aarch64 build from rkllm-runtime/Linux/librkllm_api/aarch64/"))
+    return None
 
 
 # The runtime logs "rkllm-runtime version: 1.2.3, ..." at init; if the version is a

@@ -103,8 +103,8 @@ def detect_soc(compatible_path: str = DEVICE_TREE_COMPATIBLE) -> str:
         with open(compatible_path, "rb") as f:
             compat = f.read().split(b"\0")
     except OSError:
-        raise RuntimeError(f"cannot read {compatible_path}: not a Rockchip board? Pass soc='rk3588' or 'rk3576' "
-                           f"explicitly.") from None
+        raise RuntimeError(f"cannot read {compatible_path}: not a Rockchip board? Name the SoC: --soc rk3588|rk3576 "
+                           f"(CLIs), RKOptions(soc=...) (API) or QWEN3ASR_SOC=rk3588|rk3576") from None
     for entry in compat:
         name = entry.decode("ascii", errors="replace").strip()
         for soc in SUPPORTED_SOCS:
@@ -112,7 +112,7 @@ def detect_soc(compatible_path: str = DEVICE_TREE_COMPATIBLE) -> str:
                 return soc
     found = ", ".join(e.decode("ascii", errors="replace") for e in compat if e)
     raise RuntimeError(f"unsupported SoC (device tree says: {found or 'nothing'}); the RKNN encoder supports "
-                       f"{', '.join(SUPPORTED_SOCS)}. Pass soc=... to override.")
+                       f"{', '.join(SUPPORTED_SOCS)}. Override with --soc, RKOptions(soc=...) or QWEN3ASR_SOC.")
 
 
 def resolve_core_mask(soc: str, core_mask: Any = None) -> int:
