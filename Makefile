@@ -30,7 +30,8 @@ setup-dev: $(VENV)/.dev system-deps setup-rknn
 setup-rknn:
 	bash scripts/setup_rknn_env.sh $(RKNN_VENV)
 
-# Debian packages the tests use (espeak-ng speech, sox, PortAudio, gcc for the RKLLM ABI test);
+# Debian packages the tests use (espeak-ng speech, sox, PortAudio, gcc for the RKLLM ABI test,
+# chromium and nginx for the server tests);
 # installed only if missing.
 system-deps:
 	bash scripts/install_system_deps.sh
