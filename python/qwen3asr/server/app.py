@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from typing import Callable, Optional
@@ -70,9 +72,8 @@ def create_app(engine, scheduler: Scheduler, settings: ServerSettings = ServerSe
     """
     runtime = Runtime(engine, scheduler, settings, loader)
 
+    @contextlib.asynccontextmanager
     async def lifespan(app):
-        import asyncio
-
         load = asyncio.ensure_future(runtime.load())
         try:
             yield
