@@ -85,7 +85,9 @@ async def _read_form(request: Request, rt) -> TranscriptionRequest:
     except _BodyTooLarge:
         raise _too_large(settings.max_upload_mb) from None
     except Exception as exc:  # python-multipart / starlette parse errors
-        raise ApiError(400, f"malformed multipart body: {exc}", code="invalid_multipart") from None
+        reason = getattr(exc, "detail", None) or exc
+        raise ApiError(400, f"malformed multipart/form-data body ({reason}); send the audio as field 'file'",
+                       code="invalid_multipart") from None
     try:
         return await _fields(form, rt)
     finally:
