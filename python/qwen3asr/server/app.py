@@ -85,6 +85,7 @@ def create_app(engine, scheduler: Scheduler, settings: ServerSettings = ServerSe
     app = Starlette(
         routes=[
             Route("/", index, methods=["GET"]),
+            Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),

@@ -47,7 +47,7 @@ async function startLive() {
   ws.onopen = () => {
     const lang = $("language").value || null;
     ws.send(JSON.stringify({ type: "start", sample_rate: RATE, format: "s16le", language: lang,
-                             chunk_size: parseFloat($("chunk-size").value) || 1.0, vad: $("vad").checked }));
+                             chunk_size: parseFloat($("chunk-size").value) || 2.0, vad: $("vad").checked }));
     setStatus("connecting");
   };
   ws.onmessage = (e) => {
