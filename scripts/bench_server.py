@@ -116,9 +116,15 @@ class UploadKind:
         import openai
 
         self.openai = openai
-        self.client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key or "none", max_retries=0,
-                                         timeout=300)
-        self.model = model
+        self.base_url, self.api_key, self.model = base_url, api_key, model
+        self._clients: dict = {}  # one AsyncOpenAI per event loop (its connections belong to the loop)
+
+    def _client(self):
+        loop = asyncio.get_running_loop()
+        if loop not in self._clients:
+            self._clients[loop] = self.openai.AsyncOpenAI(base_url=self.base_url + "/v1",
+                                                          api_key=self.api_key or "none", max_retries=0, timeout=300)
+        return self._clients[loop]
 
     async def run(self, clip: str) -> Outcome:
         path = os.path.join(AUDIO, clip)
@@ -127,7 +133,7 @@ class UploadKind:
         seconds = sf.info(path).duration
         try:
             with open(path, "rb") as f:
-                r = await self.client.audio.transcriptions.create(model=self.model, file=f)
+                r = await self._client().audio.transcriptions.create(model=self.model, file=f)
             return Outcome(self.name, clip, "ok", r.text, seconds)
         except self.openai.APIStatusError as exc:
             if exc.status_code == 503:
