@@ -45,41 +45,45 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-class _Server:
-    """uvicorn.Server with SIGTERM/SIGINT handled here: first finish the live streams, then let
-    uvicorn stop accepting and wait for in-flight HTTP requests; the process then exits 0
-    (uvicorn's own handler re-raises the signal after shutdown, which would kill it)."""
+def _make_server(config, runtime, grace: float):
+    """A uvicorn.Server whose shutdown first finishes the live streams (their final text is
+    sent), then lets uvicorn stop accepting and wait for in-flight HTTP requests. SIGTERM and
+    SIGINT only ask it to stop: uvicorn's own handler re-raises the signal after shutdown,
+    which would kill the process instead of letting it exit 0."""
+    import uvicorn
 
-    def __new__(cls, config, runtime, grace: float):
-        import uvicorn
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            previous = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, h in previous.items():
+                    signal.signal(s, h)
 
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self):
-                previous = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
-                try:
-                    yield
-                finally:
-                    for s, h in previous.items():
-                        signal.signal(s, h)
+        async def shutdown(self, sockets=None):
+            for server in self.servers:  # stop accepting first
+                server.close()
+            await runtime.drain(grace)
+            await super().shutdown(sockets)
 
-            async def shutdown(self, sockets=None):
-                for server in self.servers:  # stop accepting first
-                    server.close()
-                await runtime.drain(grace)
-                await super().shutdown(sockets)
-
-        return Server(config)
+    return Server(config)
 
 
 def _load_wyoming():
+    """serve_wyoming, imported only with --wyoming; None and a printed reason when it is missing."""
     try:
-        from . import wyoming as wy
-    except ModuleNotFoundError as exc:
-        if exc.name in ("qwen3asr.server.wyoming", "wyoming"):
-            raise SystemExit(f"error: --wyoming needs {'the wyoming package (pip install wyoming>=1.10,<1.11)' if exc.name == 'wyoming' else 'qwen3asr.server.wyoming, which this installation lacks'}") from None
-        raise
-    return wy.serve_wyoming
+        from .wyoming import serve_wyoming
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or ""
+        if missing == "wyoming" or missing.startswith("wyoming."):
+            print("error: --wyoming needs the wyoming package: pip install 'wyoming>=1.10,<1.11' "
+                  "(or the server extra: pip install '.[server]')", file=sys.stderr)
+        else:
+            print(f"error: --wyoming is not available in this installation ({exc})", file=sys.stderr)
+        return None
+    return serve_wyoming
 
 
 async def _serve(args, app, runtime, serve_wyoming) -> int:
@@ -88,7 +92,7 @@ async def _serve(args, app, runtime, serve_wyoming) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.grace_seconds, ws="websockets-sansio",
                             lifespan="on", access_log=False)
-    server = _Server(config, runtime, args.grace_seconds)
+    server = _make_server(config, runtime, args.grace_seconds)
     http = asyncio.ensure_future(server.serve())
     stop = asyncio.Event()
     wyoming = None
@@ -136,7 +140,11 @@ def main(argv=None) -> int:
     except ImportError as exc:
         print(f"error: the server needs its extra dependencies ({exc}); pip install '.[server]'", file=sys.stderr)
         return 1
-    serve_wyoming = _load_wyoming() if args.wyoming else None
+    serve_wyoming = None
+    if args.wyoming:
+        serve_wyoming = _load_wyoming()
+        if serve_wyoming is None:
+            return 2
     try:
         settings = ServerSettings(api_key=args.api_key or os.environ.get("QWEN3ASR_API_KEY") or None,
                                   model_name=args.model_name or DEFAULT_MODEL_NAME,

@@ -17,6 +17,7 @@ from typing import Optional
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from ..audio import SAMPLE_RATE
 from ..languages import LanguageError, resolve_language
 from ..results import Transcription
 from ..work import Cancelled
@@ -245,7 +246,7 @@ async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
                 yield _sse({"type": "transcript.text.delta", "delta": value})
             elif kind == "done":
                 yield _sse({"type": "transcript.text.done", "text": value.text,
-                            "usage": {"type": "duration", "seconds": round(pcm.shape[0] / 16000, 3)}})
+                            "usage": {"type": "duration", "seconds": round(pcm.shape[0] / SAMPLE_RATE, 3)}})
                 yield _sse("[DONE]")
                 return
             else:
@@ -276,7 +277,7 @@ async def transcriptions(request: Request) -> Response:
     try:
         req = await _read_form(request, rt)
         pcm = await rt.run(decode_upload, req.data, req.filename, rt.settings.max_audio_seconds)
-        duration = pcm.shape[0] / 16000
+        duration = pcm.shape[0] / SAMPLE_RATE
         if req.stream:
             handed_over = True
             return StreamingResponse(_stream_events(rt, client, req, pcm), media_type="text/event-stream",
