@@ -203,6 +203,15 @@ def test_ws_bad_input(server, messages, close, code):
     assert got[-1]["message"]
 
 
+def test_ws_bad_frame_while_decoding(server):
+    """A protocol error that arrives while chunks are being decoded is still reported."""
+    import soundfile as sf
+
+    x, _ = sf.read(os.path.join(AUDIO, "long_mixed.wav"), dtype="int16", frames=16000 * 30)
+    got, closed = asyncio.run(_ws_exchange(server.ws_url, START, x.tobytes(), b"\x00\x01\x02"))
+    assert closed == 1007 and got[-1]["code"] == "partial_sample", got[-3:]
+
+
 def test_ws_partial_float_sample(server):
     start = json.dumps({"type": "start", "format": "f32le"})
     got, closed = asyncio.run(_ws_exchange(server.ws_url, start, b"\x00" * 6))
@@ -259,7 +268,11 @@ def open_server(tmp_path_factory):
 UPLOADER = """
 import sys, openai
 client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="x", max_retries=0, timeout=600)
-client.audio.transcriptions.create(model="qwen3-asr", file=open(sys.argv[2], "rb"))
+if sys.argv[3] == "stream":
+    for event in client.audio.transcriptions.create(model="qwen3-asr", file=open(sys.argv[2], "rb"), stream=True):
+        print(event.type, flush=True)
+else:
+    client.audio.transcriptions.create(model="qwen3-asr", file=open(sys.argv[2], "rb"))
 """
 
 STREAMER = """
@@ -277,7 +290,8 @@ asyncio.run(main())
 """
 
 
-def test_killed_http_client_is_cancelled_and_the_server_keeps_serving(open_server, long_wav):
+@pytest.mark.parametrize("mode", ["json", "stream"])
+def test_killed_http_client_is_cancelled_and_the_server_keeps_serving(open_server, long_wav, mode):
     s = open_server
     # what the whole file costs in units of model work, run to the end
     before = _stats(s)["units"]
@@ -287,8 +301,10 @@ def test_killed_http_client_is_cancelled_and_the_server_keeps_serving(open_serve
     full_units = _stats(s)["units"] - before
     assert full_units > 20
     base = _stats(s)
-    p = subprocess.Popen([sys.executable, "-c", UPLOADER, s.url, long_wav])
+    p = subprocess.Popen([sys.executable, "-c", UPLOADER, s.url, long_wav, mode], stdout=subprocess.PIPE, text=True)
     try:
+        if mode == "stream":
+            assert p.stdout.readline().strip() == "transcript.text.delta"  # the first piece arrived
         _wait(lambda: _stats(s)["active"] == 1 and _stats(s)["units"] > base["units"], "the upload to run", proc=p)
     finally:
         p.kill()

@@ -28,7 +28,7 @@ import time
 from typing import Optional
 
 import numpy as np
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..audio import SAMPLE_RATE
 from ..languages import LanguageError, resolve_language
@@ -189,11 +189,16 @@ async def live_stream(ws: WebSocket) -> None:
     await ws.accept()
     try:
         await _serve(stream)
+        if ws.application_state == WebSocketState.CONNECTED and ws.client_state == WebSocketState.CONNECTED:
+            # ended without a final message (its work was cancelled, e.g. at shutdown)
+            await stream.fail(ProtocolError(CLOSE_GOING_AWAY, "stream_ended", "the stream was ended by the server"))
     except ProtocolError as err:
         logger.info("live stream refused: %s", err.message)
         await stream.fail(err)
     except WebSocketDisconnect:
         pass
+    except RuntimeError as exc:  # a send after the client vanished
+        logger.info("live stream ended: %s", exc)
     finally:
         if stream.client is not None:
             stream.client.cancel()  # no-op when finished; stops work of a vanished client
@@ -242,52 +247,56 @@ async def _serve(stream: LiveStream) -> None:
 
 
 async def _receive(stream: LiveStream, audio: _Audio) -> None:
-    """Read client messages into the queue; a protocol error or disconnect ends the stream."""
+    """Read client messages into the queue. A disconnect or a protocol error cancels the
+    scheduler client at once (its running chunk stops at the next token) and is handed to the
+    decoder loop; after stop, only a disconnect is watched for."""
     ws = stream.ws
+    stopped = False
     try:
         while True:
             msg = await ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
+            if stopped:
+                continue  # nothing more is expected; the final message is on its way
             if msg.get("bytes") is not None:
                 pcm = audio.convert(msg["bytes"])
                 stream.queue.put_nowait((pcm, audio.samples_in / audio.rate))
-            else:
-                m = _json(msg.get("text") or "")
-                if m.get("type") == "stop":
-                    stream.queue.put_nowait(_STOP)
-                    return
+                continue
+            m = _json(msg.get("text") or "")
+            if m.get("type") != "stop":
                 raise ProtocolError(CLOSE_UNSUPPORTED, "unknown_message",
                                     f"unknown message type {m.get('type')!r}; after start send binary audio "
                                     f"or {{\"type\": \"stop\"}}")
-    except BaseException as exc:  # hand the reason to the decoder loop
-        if not isinstance(exc, asyncio.CancelledError):
-            stream.queue.put_nowait(exc)
+            stream.queue.put_nowait(_STOP)
+            stopped = True
+    except asyncio.CancelledError:
         raise
+    except BaseException as exc:
+        if not stopped or isinstance(exc, WebSocketDisconnect):
+            stream.client.cancel()
+        stream.queue.put_nowait(exc)
 
 
 async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> None:
+    """Feed queued audio to the session (all that is waiting in one call), send updates; on
+    stop, finish and send the final message."""
     rt = stream.rt
     while True:
         item = await stream.queue.get()
-        batch, received = [], 0.0
-        while True:  # everything already queued goes into one feed_audio call
-            if isinstance(item, tuple):
-                batch.append(item[0])
-                received = item[1]
-            else:
-                break
-            if stream.queue.empty():
-                item = None
-                break
-            item = stream.queue.get_nowait()
-        if batch:
-            pcm = np.concatenate(batch)
+        frames = []
+        while isinstance(item, tuple):  # (pcm, input seconds received so far)
+            frames.append(item)
+            item = None if stream.queue.empty() else stream.queue.get_nowait()
+        if frames:
             try:
-                result = await rt.run(session.feed_audio, pcm)
-            except Cancelled:
+                result = await rt.run(session.feed_audio, np.concatenate([f[0] for f in frames]))
+            except Cancelled:  # the receiver cancelled it: a disconnect, or an error to report
+                if isinstance(item, ProtocolError):
+                    raise item from None
+                _raise_queued_error(stream)
                 return
-            await _send_update(stream, result, pieces, received)
+            await _send_update(stream, result, pieces, frames[-1][1])
         if item is None:
             continue
         if isinstance(item, BaseException):
@@ -295,10 +304,10 @@ async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> N
                 raise item
             raise ProtocolError(CLOSE_INTERNAL, "internal_error", f"receiving failed: {item}")
         # _STOP: the client sent stop, or the server finishes the stream (shutdown)
-        tail = audio.flush()
         try:
-            if tail.size:
-                await rt.run(session.feed_audio, tail)
+            rest = audio.flush()
+            if rest.size:
+                await rt.run(session.feed_audio, rest)
             result = await rt.run(session.finish)
         except Cancelled:
             return
@@ -312,6 +321,13 @@ async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> N
                            **({"reason": stream.finish_reason} if stream.finish_reason else {})})
         await stream.ws.close(CLOSE_GOING_AWAY if stream.finish_reason else CLOSE_NORMAL)
         return
+
+
+def _raise_queued_error(stream: LiveStream) -> None:
+    while not stream.queue.empty():
+        item = stream.queue.get_nowait()
+        if isinstance(item, ProtocolError):
+            raise item
 
 
 async def _send_update(stream: LiveStream, result, pieces: list, received: float) -> None:
