@@ -76,7 +76,7 @@ class LiveKind:
                                           "chunk_size": self.chunk_size}))
                 first = json.loads(await ws.recv())
                 if first["type"] == "error":
-                    status = "rejected" if first["code"] in ("server_busy", "shutting_down") else "error"
+                    status = "rejected" if first["code"] == "server_busy" else "error"
                     return Outcome(self.name, clip, status, detail=f"{first['code']}: {first['message']}")
                 final: List[str] = []
 
@@ -137,10 +137,67 @@ class UploadKind:
             return Outcome(self.name, clip, "ok", r.text, seconds)
         except self.openai.APIStatusError as exc:
             if exc.status_code == 503:
-                return Outcome(self.name, clip, "rejected", audio_seconds=seconds, detail=str(exc.body))
+                code = (exc.body or {}).get("code", "") if isinstance(exc.body, dict) else ""
+                return Outcome(self.name, clip, "rejected" if code == "server_busy" else "error",
+                               detail=f"{code}: {exc.body}")
             return Outcome(self.name, clip, "error", detail=f"HTTP {exc.status_code}: {exc.body}")
         except Exception as exc:
             return Outcome(self.name, clip, "error", detail=f"{type(exc).__name__}: {exc}")
+
+
+class WyomingKind:
+    """One Wyoming utterance as Home Assistant sends it: connect, transcribe, audio-start,
+    16-bit mono chunks of FRAME_SECONDS (real-time pace), audio-stop, read until the
+    transcript. Needs a server started with --wyoming (``host``/``port`` of that URI)."""
+
+    name = "wyoming"
+
+    def __init__(self, host: str, port: int, realtime: bool = True):
+        self.host, self.port, self.realtime = host, port, realtime
+
+    async def run(self, clip: str) -> Outcome:
+        from wyoming.client import AsyncTcpClient
+
+        outcome = None
+        try:
+            async with AsyncTcpClient(self.host, self.port) as client:
+                outcome = await self._utterance(client, clip)
+        except Exception as exc:  # closing a connection the server already closed may fail
+            if outcome is None:
+                return Outcome(self.name, clip, "error", detail=f"{type(exc).__name__}: {exc}")
+        return outcome
+
+    async def _utterance(self, client, clip: str) -> Outcome:
+        from wyoming.asr import Transcribe, Transcript
+        from wyoming.audio import AudioChunk, AudioStart, AudioStop
+        from wyoming.error import Error
+
+        pcm, sr = load_clip(clip)
+        n = int(sr * FRAME_SECONDS)
+        t_stop = None
+        try:
+            await client.write_event(Transcribe().event())
+            await client.write_event(AudioStart(rate=sr, width=2, channels=1).event())
+            t0 = time.perf_counter()
+            for k, i in enumerate(range(0, len(pcm), n)):
+                if self.realtime:
+                    await asyncio.sleep(max(0.0, t0 + k * FRAME_SECONDS - time.perf_counter()))
+                await client.write_event(AudioChunk(rate=sr, width=2, channels=1, audio=pcm[i:i + n].tobytes()).event())
+            await client.write_event(AudioStop().event())
+            t_stop = time.perf_counter()
+        except ConnectionError:
+            pass  # the server refused (e.g. busy) and closed: its error event is read below
+        while True:
+            event = await asyncio.wait_for(client.read_event(), 300)
+            if event is None:
+                return Outcome(self.name, clip, "error", detail="closed before the transcript")
+            if Transcript.is_type(event.type) and t_stop is not None:
+                latency = (time.perf_counter() - t_stop) * 1000  # audio-stop -> transcript
+                return Outcome(self.name, clip, "ok", Transcript.from_event(event).text, len(pcm) / sr, (latency,))
+            if Error.is_type(event.type):
+                err = Error.from_event(event)
+                status = "rejected" if err.code == "busy" else "error"
+                return Outcome(self.name, clip, status, detail=f"{err.code}: {err.text}")
 
 
 async def run_load(kinds: list, workers: int, seconds: float, clips=CLIPS, offset: int = 0) -> tuple[list, float]:
