@@ -99,3 +99,14 @@ def test_bad_settings_are_refused():
     p = subprocess.run([sys.executable, "-m", "qwen3asr.server", "--max-clients", "0"], capture_output=True,
                        text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")})
     assert p.returncode == 2 and "max_clients must be an integer >= 1" in p.stderr
+
+
+def test_api_key_from_the_environment(tmp_path):
+    from server_proc import ServerProcess
+
+    with ServerProcess(env={"QWEN3ASR_API_KEY": "env-key"}, log_path=str(tmp_path / "server.log")) as s:
+        st, _, body = _get(s.url + "/v1/models")
+        assert st == 401 and body["error"]["code"] == "missing_api_key"
+        req = urllib.request.Request(s.url + "/v1/models", headers={"Authorization": "Bearer env-key"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert json.loads(r.read())["data"][0]["id"] == "qwen3-asr"
