@@ -140,7 +140,11 @@ def test_unknown_response_format_and_bad_fields(server):
                                 ({"stream": "maybe"}, "invalid_stream", "stream"),
                                 ({"stream": "true", "response_format": "srt"}, "invalid_response_format",
                                  "response_format"),
-                                ({"colour": "red"}, "unknown_field", "colour")]:
+                                ({"colour": "red"}, "unknown_field", "colour"),
+                                ({"timestamp_granularities[]": "word"}, "unsupported_value",
+                                 "timestamp_granularities[]"),
+                                ({"include[]": "logprobs"}, "unsupported_value", "include[]"),
+                                ({"chunking_strategy": "server_vad"}, "unsupported_value", "chunking_strategy")]:
         body, ct = _multipart(fields, {"file": ("a.wav", wav)})
         _err(_post(server.url, body, ct), 400, code, param)
 

@@ -76,6 +76,13 @@ def test_verbose_json(client, reference, name):
     assert all(s.tokens for s in r.segments)
 
 
+def test_segment_timestamps_and_auto_chunking_are_accepted(client, reference):
+    with _open("en_1.wav") as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
+                                               timestamp_granularities=["segment"], chunking_strategy="auto")
+    assert r.text == reference["en_1.wav"].text and len(r.segments) == 1
+
+
 def test_verbose_json_long_file_has_the_long_path_segments(client, reference):
     ref = reference["long_mixed.wav"]
     assert len(ref.segments) > 10  # the long-file path cut it

@@ -104,6 +104,23 @@ def _field(form, name: str) -> Optional[str]:
     return v
 
 
+def _check_unsupported(form) -> None:
+    """OpenAI fields this server accepts only with the value it really implements."""
+    for name in ("timestamp_granularities[]", "timestamp_granularities"):
+        bad = [v for v in form.getlist(name) if v != "segment"]
+        if bad:
+            raise ApiError(400, f"{name} {bad[0]!r} is not supported; this server gives segment timestamps "
+                                f"only (verbose_json segments)", code="unsupported_value", param=name)
+    if form.getlist("include[]"):
+        raise ApiError(400, "include[] is not supported (no log probabilities are computed)",
+                       code="unsupported_value", param="include[]")
+    strategy = _field(form, "chunking_strategy")
+    if strategy not in (None, "auto"):
+        raise ApiError(400, f"chunking_strategy {strategy!r} is not supported; long audio is always cut "
+                            f"at speech (VAD) or in 30 s chunks ('auto')", code="unsupported_value",
+                       param="chunking_strategy")
+
+
 async def _fields(form, rt) -> TranscriptionRequest:
     unknown = sorted(set(form.keys()) - set(FIELDS))
     if unknown:
@@ -115,6 +132,7 @@ async def _fields(form, rt) -> TranscriptionRequest:
                        code="missing_file", param="file")
     if isinstance(upload, str):
         raise ApiError(400, "the 'file' field must be a file upload, not text", code="invalid_file", param="file")
+    _check_unsupported(form)
     model = _field(form, "model")
     if model is not None and model != rt.settings.model_name:
         raise ApiError(400, f"unknown model {model!r}; this server serves {rt.settings.model_name!r} "
