@@ -8,14 +8,16 @@ RKNN_VENV ?= .venv-rknn
 
 .PHONY: demo test setup setup-dev setup-rknn system-deps clean-venv
 
-$(VENV)/.runtime: requirements.txt
+# The checkout installed editable (pyproject.toml is the one list of dependencies): the console
+# scripts, the launchers in scripts/ and `import qwen3asr` then run this checkout's code.
+$(VENV)/.runtime: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-nodeps.txt
-	$(PY) -m pip install -q -r requirements-dev.txt
+$(VENV)/.dev: $(VENV)/.runtime pyproject.toml requirements-nodeps.txt
+	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
@@ -30,7 +32,8 @@ setup-dev: $(VENV)/.dev system-deps setup-rknn
 setup-rknn:
 	bash scripts/setup_rknn_env.sh $(RKNN_VENV)
 
-# Debian packages the tests use (espeak-ng speech, sox, PortAudio, gcc for the RKLLM ABI test);
+# Debian packages the tests use (espeak-ng speech, sox, PortAudio, gcc for the RKLLM ABI test,
+# chromium and nginx for the server tests);
 # installed only if missing.
 system-deps:
 	bash scripts/install_system_deps.sh

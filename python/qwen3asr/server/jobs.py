@@ -1,0 +1,87 @@
+"""Blocking work for the server's worker threads: decode an upload, transcribe a file.
+
+Runs in Runtime.executor threads, never on the event loop."""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE, AudioError, prepare_audio
+from ..results import Transcription
+from ..work import Work
+from .errors import ApiError
+
+logger = logging.getLogger(__name__)
+
+_FORMATS_HINT = ("send WAV, FLAC, OGG/Vorbis, MP3 or another format libsndfile reads "
+                 "(convert others with `ffmpeg -i input -ar 16000 -ac 1 out.wav`)")
+
+
+def decode_upload(data: bytes, filename: str, max_seconds: float) -> np.ndarray:
+    """Uploaded file bytes -> (n,) float32 16 kHz mono.
+
+    Raises ApiError 400 (empty, undecodable, unusable audio) or 413 (longer than max_seconds).
+    """
+    import soundfile as sf
+
+    if not data:
+        raise ApiError(400, f"the uploaded file {filename!r} is empty (0 bytes)", code="empty_file", param="file")
+    try:
+        info = sf.info(io.BytesIO(data))
+        if info.samplerate > 0 and info.frames / info.samplerate > max_seconds:
+            raise ApiError(413, f"the audio is {info.frames / info.samplerate:.1f} s long, over this server's limit "
+                                f"of {max_seconds:g} s; cut it shorter", code="audio_too_long", param="file")
+        samples, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        reason = str(exc).split(": ", 1)[-1] if "BytesIO" in str(exc) else str(exc)  # no object repr
+        raise ApiError(400, f"cannot decode {filename!r} as audio ({reason}); {_FORMATS_HINT}",
+                       code="invalid_audio", param="file") from None
+    try:
+        pcm = prepare_audio(np.asarray(samples, dtype=np.float32), int(sr))
+    except AudioError as exc:
+        raise ApiError(400, f"unusable audio in {filename!r}: {exc}", code="invalid_audio", param="file") from None
+    if pcm.shape[0] / SAMPLE_RATE > max_seconds:
+        raise ApiError(413, f"the audio is {pcm.shape[0] / SAMPLE_RATE:.1f} s long, over this server's limit of "
+                            f"{max_seconds:g} s; cut it shorter", code="audio_too_long", param="file")
+    return pcm
+
+
+def _vad_installed() -> bool:
+    from ..vad import find_model
+
+    try:
+        find_model()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+# TODO(lead): engine.transcribe does this after the seam refactor
+def long_audio_options(engine, pcm: np.ndarray, context: str, language: Optional[str],
+                       max_new_tokens: int) -> dict:
+    """How python/transcribe.py decodes audio: one pass when it fits the context and the
+    bundle's one-pass limit, else VAD speech segments (Silero installed), else 30 s chunks.
+    Returns the chunk_size/vad keyword arguments for engine.transcribe."""
+    limit = engine.bundle.one_pass_seconds
+    if engine.fits_one_pass(pcm, context, language, max_new_tokens) and \
+            (limit is None or pcm.shape[0] / SAMPLE_RATE <= limit):
+        return {}
+    if _vad_installed():
+        return {"vad": True}
+    return {"chunk_size": 30.0}
+
+
+def transcribe_file(engine, pcm: np.ndarray, *, language: Optional[str], context: str, temperature: float,
+                    work: Work, on_text: Optional[Callable[[str], None]] = None,
+                    max_new_tokens: int = 256) -> Transcription:
+    """One uploaded file through the engine (see long_audio_options); raises qwen3asr.work.Cancelled."""
+    opts = long_audio_options(engine, pcm, context, language, max_new_tokens)
+    try:
+        return engine.transcribe(pcm, language=language, context=context, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, on_text=on_text, work=work, **opts)
+    except AudioError as exc:
+        raise ApiError(400, f"cannot transcribe this audio: {exc}", code="invalid_audio", param="file") from None

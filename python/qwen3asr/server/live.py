@@ -1,0 +1,342 @@
+"""Live captions over a WebSocket (``/v1/stream``): one StreamSession per connection.
+
+Protocol (docs/serving.md has the full description):
+
+client -> server
+  1. a JSON text message ``{"type": "start", "sample_rate": 16000, "format": "s16le"|"f32le",
+     "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false}``
+  2. binary messages: mono PCM in that format and rate (any length, whole samples)
+  3. ``{"type": "stop"}``: no more audio
+server -> client (JSON text messages)
+  ``{"type": "ready", ...}`` after the start message was accepted;
+  ``{"type": "committed", "text": piece}`` each newly committed piece (append it; never changes);
+  ``{"type": "tail", "text": tail, "received_seconds": s, "chunks": n}`` after each decoded
+  batch: the whole unstable tail (replace the previous one), ``received_seconds`` the audio
+  received when it was decoded (input seconds);
+  ``{"type": "final", "text": full, "language": ..., "segments": [...]}`` after stop, then the
+  server closes with 1000;
+  ``{"type": "error", "code": ..., "message": ...}`` then a close with a code that says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from typing import Optional
+
+import numpy as np
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from ..audio import SAMPLE_RATE
+from ..languages import LanguageError, resolve_language
+from ..work import Cancelled
+from .errors import ApiError
+from .scheduler import LIVE
+
+logger = logging.getLogger(__name__)
+
+FORMATS = {"s16le": ("<i2", 32768.0), "f32le": ("<f4", 1.0)}
+MIN_RATE, MAX_RATE = 8000, 192000  # Hz accepted in the start message
+START_TIMEOUT = 30.0  # seconds a new connection may take to send its start message
+
+# Close codes (RFC 6455 and the IANA registry)
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # the server shuts down (after the final message)
+CLOSE_UNSUPPORTED = 1003  # a message of the wrong kind (binary before start, unknown type)
+CLOSE_INVALID = 1007  # malformed JSON, bad start fields, PCM not whole samples
+CLOSE_POLICY = 1008  # missing or wrong API key
+CLOSE_INTERNAL = 1011
+CLOSE_TRY_LATER = 1013  # busy, or the model is still loading
+
+
+class ProtocolError(Exception):
+    """A client message that breaks the protocol: sent as an error message, then closed."""
+
+    def __init__(self, close_code: int, code: str, message: str):
+        super().__init__(message)
+        self.close_code, self.code, self.message = close_code, code, message
+
+
+@dataclasses.dataclass(frozen=True)
+class StartMessage:
+    """The validated start message of a live stream."""
+
+    sample_rate: int = SAMPLE_RATE  # Hz of the PCM frames
+    format: str = "s16le"  # "s16le" (int16 little-endian) or "f32le" (float32 little-endian, [-1, 1])
+    language: Optional[str] = None  # canonical name, None: detect
+    context: str = ""  # context biasing text
+    chunk_size: float = 1.0  # seconds per decoded chunk (StreamOptions.chunk_size)
+    vad: bool = False  # decode only speech (Silero VAD)
+
+    @classmethod
+    def parse(cls, text: str) -> "StartMessage":
+        msg = _json(text)
+        if msg.get("type") != "start":
+            raise ProtocolError(CLOSE_UNSUPPORTED, "expected_start",
+                                f"the first message must be {{\"type\": \"start\", ...}}, got type {msg.get('type')!r}")
+        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad"}
+        unknown = sorted(set(msg) - known)
+        if unknown:
+            raise ProtocolError(CLOSE_INVALID, "unknown_field",
+                                f"unknown start field(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
+        rate = msg.get("sample_rate", SAMPLE_RATE)
+        if isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE:
+            raise ProtocolError(CLOSE_INVALID, "invalid_sample_rate",
+                                f"sample_rate must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}")
+        fmt = msg.get("format", "s16le")
+        if fmt not in FORMATS:
+            raise ProtocolError(CLOSE_INVALID, "invalid_format",
+                                f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        try:
+            language = resolve_language(msg.get("language"))
+        except LanguageError as exc:
+            raise ProtocolError(CLOSE_INVALID, "invalid_language", str(exc)) from None
+        context = msg.get("context") or ""
+        if not isinstance(context, str):
+            raise ProtocolError(CLOSE_INVALID, "invalid_context", "context must be a string")
+        chunk = msg.get("chunk_size", cls.chunk_size)
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, float)):
+            raise ProtocolError(CLOSE_INVALID, "invalid_chunk_size", f"chunk_size must be a number of seconds, "
+                                                                       f"got {chunk!r}")
+        vad = msg.get("vad", False)
+        if not isinstance(vad, bool):
+            raise ProtocolError(CLOSE_INVALID, "invalid_vad", f"vad must be true or false, got {vad!r}")
+        return cls(sample_rate=rate, format=fmt, language=language, context=context, chunk_size=float(chunk), vad=vad)
+
+
+def _json(text: str) -> dict:
+    try:
+        msg = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ProtocolError(CLOSE_INVALID, "malformed_json", f"a text message is not valid JSON ({exc})") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(CLOSE_INVALID, "malformed_json", "a text message must be a JSON object")
+    return msg
+
+
+class _Audio:
+    """Binary frames of one stream -> 16 kHz float32 (a streaming resampler keeps the phase)."""
+
+    def __init__(self, start: StartMessage):
+        self.dtype, self.scale = FORMATS[start.format]
+        self.width = np.dtype(self.dtype).itemsize
+        self.rate = start.sample_rate
+        self.samples_in = 0
+        self._rs = None
+        if self.rate != SAMPLE_RATE:
+            import soxr
+
+            self._rs = soxr.ResampleStream(self.rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+
+    def convert(self, data: bytes) -> np.ndarray:
+        if len(data) % self.width:
+            raise ProtocolError(CLOSE_INVALID, "partial_sample",
+                                f"a binary message of {len(data)} bytes is not a whole number of "
+                                f"{self.width}-byte samples; send whole samples")
+        x = np.frombuffer(data, dtype=self.dtype).astype(np.float32)
+        if self.scale != 1.0:
+            x /= self.scale
+        elif not np.all(np.isfinite(x)):
+            raise ProtocolError(CLOSE_INVALID, "invalid_samples", "float32 samples must be finite")
+        self.samples_in += x.shape[0]
+        if self._rs is not None:
+            x = self._rs.resample_chunk(x, last=False)
+        return x
+
+    def flush(self) -> np.ndarray:
+        if self._rs is None:
+            return np.zeros(0, np.float32)
+        return self._rs.resample_chunk(np.zeros(0, np.float32), last=True)
+
+
+_STOP = object()
+
+
+class LiveStream:
+    """One connection's state: the scheduler client, the session, the audio queue."""
+
+    def __init__(self, ws: WebSocket, rt):
+        self.ws, self.rt = ws, rt
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.done = asyncio.Event()
+        self.finish_reason: Optional[str] = None  # set when the server asks the stream to finish
+        self.client = None
+        self.chunks_sent = 0  # chunks decoded when the last tail message was sent
+
+    def request_finish(self, reason: str) -> None:
+        """Finish this stream as if the client had sent stop (shutdown)."""
+        self.finish_reason = reason
+        self.queue.put_nowait(_STOP)
+
+    async def send(self, msg: dict) -> None:
+        await self.ws.send_text(json.dumps(msg, ensure_ascii=False))
+
+    async def fail(self, err: ProtocolError) -> None:
+        try:
+            await self.send({"type": "error", "code": err.code, "message": err.message})
+            await self.ws.close(err.close_code, reason=err.code)
+        except (WebSocketDisconnect, RuntimeError):
+            pass
+
+
+async def live_stream(ws: WebSocket) -> None:
+    """The /v1/stream endpoint."""
+    rt = ws.app.state.runtime
+    stream = LiveStream(ws, rt)
+    await ws.accept()
+    try:
+        await _serve(stream)
+        if ws.application_state == WebSocketState.CONNECTED and ws.client_state == WebSocketState.CONNECTED:
+            # ended without a final message (its work was cancelled, e.g. at shutdown)
+            await stream.fail(ProtocolError(CLOSE_GOING_AWAY, "stream_ended", "the stream was ended by the server"))
+    except ProtocolError as err:
+        logger.info("live stream refused: %s", err.message)
+        await stream.fail(err)
+    except WebSocketDisconnect:
+        pass
+    except RuntimeError as exc:  # a send after the client vanished
+        logger.info("live stream ended: %s", exc)
+    finally:
+        if stream.client is not None:
+            stream.client.cancel()  # no-op when finished; stops work of a vanished client
+            stream.client.close()
+        rt.live.discard(stream)
+        stream.done.set()
+
+
+async def _serve(stream: LiveStream) -> None:
+    ws, rt = stream.ws, stream.rt
+    try:
+        rt.check_key(ws.headers.get("authorization"), ws.query_params.get("api_key"))
+        engine = rt.ready_engine()
+    except ApiError as err:
+        raise ProtocolError(CLOSE_POLICY if err.status == 401 else CLOSE_TRY_LATER, err.code, err.message) from None
+    try:
+        first = await asyncio.wait_for(ws.receive(), START_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise ProtocolError(CLOSE_INVALID, "no_start", f"no start message within {START_TIMEOUT:.0f} s") from None
+    if first["type"] == "websocket.disconnect":
+        return
+    if first.get("text") is None:
+        raise ProtocolError(CLOSE_UNSUPPORTED, "expected_start",
+                            "binary audio before the start message; send {\"type\": \"start\", ...} first")
+    start = StartMessage.parse(first["text"])
+    try:
+        stream.client = rt.admit(f"ws:{ws.client.host if ws.client else '?'}:{time.monotonic_ns()}", LIVE)
+    except ApiError as err:
+        raise ProtocolError(CLOSE_TRY_LATER, err.code, err.message) from None
+    pieces: list = []
+    try:
+        session = await rt.run(engine.create_stream, language=start.language, context=start.context,
+                               chunk_size=start.chunk_size, vad=True if start.vad else None,
+                               on_text=pieces.append, work=stream.client.work)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        raise ProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
+    audio = _Audio(start)
+    rt.live.add(stream)
+    await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
+                       "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad})
+    receiver = asyncio.ensure_future(_receive(stream, audio))
+    try:
+        await _decode(stream, session, audio, pieces)
+    finally:
+        receiver.cancel()
+
+
+async def _receive(stream: LiveStream, audio: _Audio) -> None:
+    """Read client messages into the queue. A disconnect or a protocol error cancels the
+    scheduler client at once (its running chunk stops at the next token) and is handed to the
+    decoder loop; after stop, only a disconnect is watched for."""
+    ws = stream.ws
+    stopped = False
+    try:
+        while True:
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(msg.get("code", 1000))
+            if stopped:
+                continue  # nothing more is expected; the final message is on its way
+            if msg.get("bytes") is not None:
+                pcm = audio.convert(msg["bytes"])
+                stream.queue.put_nowait((pcm, audio.samples_in / audio.rate))
+                continue
+            m = _json(msg.get("text") or "")
+            if m.get("type") != "stop":
+                raise ProtocolError(CLOSE_UNSUPPORTED, "unknown_message",
+                                    f"unknown message type {m.get('type')!r}; after start send binary audio "
+                                    f"or {{\"type\": \"stop\"}}")
+            stream.queue.put_nowait(_STOP)
+            stopped = True
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        if not stopped or isinstance(exc, WebSocketDisconnect):
+            stream.client.cancel()
+        stream.queue.put_nowait(exc)
+
+
+async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> None:
+    """Feed queued audio to the session (all that is waiting in one call), send updates; on
+    stop, finish and send the final message."""
+    rt = stream.rt
+    while True:
+        item = await stream.queue.get()
+        frames = []
+        while isinstance(item, tuple):  # (pcm, input seconds received so far)
+            frames.append(item)
+            item = None if stream.queue.empty() else stream.queue.get_nowait()
+        if frames:
+            try:
+                result = await rt.run(session.feed_audio, np.concatenate([f[0] for f in frames]))
+            except Cancelled:  # the receiver cancelled it: a disconnect, or an error to report
+                if isinstance(item, ProtocolError):
+                    raise item from None
+                _raise_queued_error(stream)
+                return
+            await _send_update(stream, result, pieces, frames[-1][1])
+        if item is None:
+            continue
+        if isinstance(item, BaseException):
+            if isinstance(item, (ProtocolError, WebSocketDisconnect)):
+                raise item
+            raise ProtocolError(CLOSE_INTERNAL, "internal_error", f"receiving failed: {item}")
+        # _STOP: the client sent stop, or the server finishes the stream (shutdown)
+        try:
+            rest = audio.flush()
+            if rest.size:
+                await rt.run(session.feed_audio, rest)
+            result = await rt.run(session.finish)
+        except Cancelled:
+            return
+        for p in pieces:
+            await stream.send({"type": "committed", "text": p})
+        pieces.clear()
+        await stream.send({"type": "final", "text": result.text, "language": result.language,
+                           "audio_seconds": round(result.stats.audio_seconds, 3),
+                           "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
+                                         "language": s.language} for s in result.segments],
+                           **({"reason": stream.finish_reason} if stream.finish_reason else {})})
+        await stream.ws.close(CLOSE_GOING_AWAY if stream.finish_reason else CLOSE_NORMAL)
+        return
+
+
+def _raise_queued_error(stream: LiveStream) -> None:
+    while not stream.queue.empty():
+        item = stream.queue.get_nowait()
+        if isinstance(item, ProtocolError):
+            raise item
+
+
+async def _send_update(stream: LiveStream, result, pieces: list, received: float) -> None:
+    """Committed pieces, then the tail, once per feed that decoded a chunk."""
+    if not pieces and len(result.chunks) == stream.chunks_sent:
+        return
+    stream.chunks_sent = len(result.chunks)
+    for p in pieces:
+        await stream.send({"type": "committed", "text": p})
+    pieces.clear()
+    await stream.send({"type": "tail", "text": result.tail, "received_seconds": round(received, 3),
+                       "chunks": len(result.chunks)})

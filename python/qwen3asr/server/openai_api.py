@@ -1,0 +1,322 @@
+"""OpenAI-compatible HTTP: POST /v1/audio/transcriptions and GET /v1/models.
+
+The request fields, response formats and streaming events follow the OpenAI audio API, so the
+official clients work unchanged (see docs/serving.md for what each field does here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+import zlib
+from typing import Optional
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from ..audio import SAMPLE_RATE
+from ..languages import LanguageError, resolve_language
+from ..results import Transcription
+from ..work import Cancelled
+from .errors import ApiError
+from .jobs import decode_upload, transcribe_file
+from .scheduler import BULK
+
+logger = logging.getLogger(__name__)
+
+RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature", "stream",
+          "timestamp_granularities[]", "timestamp_granularities", "include[]", "chunking_strategy")
+MAX_PROMPT_CHARS = 4000  # a longer context only fills the decoder's window
+
+
+@dataclasses.dataclass(frozen=True)
+class TranscriptionRequest:
+    """The validated fields of one POST /v1/audio/transcriptions."""
+
+    data: bytes  # the uploaded file
+    filename: str
+    language: Optional[str]  # canonical name ("English") or None: detect
+    context: str  # the prompt, used as context biasing
+    response_format: str  # one of RESPONSE_FORMATS
+    temperature: float  # 0 = greedy
+    stream: bool  # Server-Sent Events
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _limited(receive, limit: int):
+    """An ASGI receive that raises _BodyTooLarge once more than ``limit`` body bytes arrived."""
+    seen = 0
+
+    async def wrapped():
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _BodyTooLarge()
+        return message
+
+    return wrapped
+
+
+def _too_large(limit_mb: float) -> ApiError:
+    return ApiError(413, f"the request is larger than this server's upload limit of {limit_mb:g} MB; send a "
+                         f"shorter or compressed file (FLAC, OGG)", code="file_too_large", param="file")
+
+
+async def _read_form(request: Request, rt) -> TranscriptionRequest:
+    settings = rt.settings
+    ctype = request.headers.get("content-type", "")
+    if not ctype.lower().startswith("multipart/form-data"):
+        raise ApiError(400, f"expected a multipart/form-data body with a 'file' field, got content type "
+                            f"{ctype or 'none'!r}", code="invalid_content_type")
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > settings.max_upload_bytes:
+        raise _too_large(settings.max_upload_mb)
+    limited = Request(request.scope, _limited(request.receive, settings.max_upload_bytes))
+    try:
+        form = await limited.form(max_files=1, max_fields=32)
+    except _BodyTooLarge:
+        raise _too_large(settings.max_upload_mb) from None
+    except Exception as exc:  # python-multipart / starlette parse errors
+        reason = getattr(exc, "detail", None) or exc
+        raise ApiError(400, f"malformed multipart/form-data body ({reason}); send the audio as field 'file'",
+                       code="invalid_multipart") from None
+    try:
+        return await _fields(form, rt)
+    finally:
+        await form.close()
+
+
+def _field(form, name: str) -> Optional[str]:
+    v = form.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise ApiError(400, f"field {name!r} must be text, not a file", code="invalid_field", param=name)
+    return v
+
+
+def _check_unsupported(form) -> None:
+    """OpenAI fields this server accepts only with the value it really implements."""
+    for name in ("timestamp_granularities[]", "timestamp_granularities"):
+        bad = [v for v in form.getlist(name) if v != "segment"]
+        if bad:
+            raise ApiError(400, f"{name} {bad[0]!r} is not supported; this server gives segment timestamps "
+                                f"only (verbose_json segments)", code="unsupported_value", param=name)
+    if form.getlist("include[]"):
+        raise ApiError(400, "include[] is not supported (no log probabilities are computed)",
+                       code="unsupported_value", param="include[]")
+    strategy = _field(form, "chunking_strategy")
+    if strategy not in (None, "auto"):
+        raise ApiError(400, f"chunking_strategy {strategy!r} is not supported; long audio is always cut "
+                            f"at speech (VAD) or in 30 s chunks ('auto')", code="unsupported_value",
+                       param="chunking_strategy")
+
+
+async def _fields(form, rt) -> TranscriptionRequest:
+    unknown = sorted(set(form.keys()) - set(FIELDS))
+    if unknown:
+        raise ApiError(400, f"unknown field(s) {', '.join(unknown)}; accepted: {', '.join(FIELDS[:7])}",
+                       code="unknown_field", param=unknown[0])
+    upload = form.get("file")
+    if upload is None:
+        raise ApiError(400, "missing the 'file' field: attach the audio file as multipart field 'file'",
+                       code="missing_file", param="file")
+    if isinstance(upload, str):
+        raise ApiError(400, "the 'file' field must be a file upload, not text", code="invalid_file", param="file")
+    _check_unsupported(form)
+    model = _field(form, "model")
+    if model is not None and model != rt.settings.model_name:
+        raise ApiError(400, f"unknown model {model!r}; this server serves {rt.settings.model_name!r} "
+                            f"(GET /v1/models)", code="model_not_found", param="model")
+    try:
+        language = resolve_language(_field(form, "language"))
+    except LanguageError as exc:
+        raise ApiError(400, str(exc), code="invalid_language", param="language") from None
+    fmt = (_field(form, "response_format") or "json").strip()
+    if fmt not in RESPONSE_FORMATS:
+        raise ApiError(400, f"unknown response_format {fmt!r}; accepted: {', '.join(RESPONSE_FORMATS)}",
+                       code="invalid_response_format", param="response_format")
+    raw_t = _field(form, "temperature")
+    temperature = 0.0
+    if raw_t is not None and raw_t.strip():
+        try:
+            temperature = float(raw_t)
+        except ValueError:
+            temperature = float("nan")
+        if not 0.0 <= temperature <= 2.0:
+            raise ApiError(400, f"temperature must be a number from 0 to 2, got {raw_t!r}",
+                           code="invalid_temperature", param="temperature")
+    raw_s = (_field(form, "stream") or "false").strip().lower()
+    if raw_s not in ("true", "false", "1", "0"):
+        raise ApiError(400, f"stream must be true or false, got {raw_s!r}", code="invalid_stream", param="stream")
+    stream = raw_s in ("true", "1")
+    if stream and fmt not in ("json", "text"):
+        raise ApiError(400, f"stream=true sends text events; response_format {fmt!r} cannot be streamed "
+                            f"(use json or text)", code="invalid_response_format", param="response_format")
+    context = _field(form, "prompt") or ""
+    if len(context) > MAX_PROMPT_CHARS:
+        raise ApiError(400, f"prompt is {len(context)} characters, over the limit of {MAX_PROMPT_CHARS}",
+                       code="prompt_too_long", param="prompt")
+    data = await upload.read()
+    return TranscriptionRequest(data=data, filename=upload.filename or "file", language=language,
+                                context=context, response_format=fmt, temperature=temperature, stream=stream)
+
+
+# ---------------------------------------------------------------------- responses
+def _segments(engine, result: Transcription, temperature: float) -> list:
+    out = []
+    for i, seg in enumerate(result.segments):
+        enc = seg.text.encode("utf-8")
+        out.append({
+            "id": i, "seek": int(round(seg.start * 100)), "start": round(seg.start, 3), "end": round(seg.end, 3),
+            "text": seg.text, "tokens": engine.tokenizer.encode(seg.text), "temperature": temperature,
+            "compression_ratio": len(enc) / len(zlib.compress(enc)) if enc else 0.0,
+            "language": seg.language,
+        })
+    return out
+
+
+def format_result(engine, result: Transcription, req: TranscriptionRequest, duration: float) -> Response:
+    """The body of a finished transcription in the requested response_format."""
+    fmt = req.response_format
+    if fmt == "text":
+        return PlainTextResponse(result.text)
+    if fmt in ("srt", "vtt"):
+        from ..subtitles import to_srt, to_vtt
+
+        body = (to_srt if fmt == "srt" else to_vtt)(result.segments)
+        return PlainTextResponse(body, media_type="text/vtt" if fmt == "vtt" else "application/x-subrip")
+    usage = {"type": "duration", "seconds": round(duration, 3)}
+    if fmt == "json":
+        return JSONResponse({"text": result.text, "usage": usage})
+    return JSONResponse({
+        "task": "transcribe", "language": (result.language or "").lower(), "language_code": result.language_code,
+        "duration": round(duration, 3), "text": result.text, "segments": _segments(engine, result, req.temperature),
+        "usage": usage,
+    })
+
+
+async def _wait_disconnect(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _run_watched(request: Request, client, coro_fn):
+    """Await the engine call; if the HTTP client disconnects first, cancel its scheduler client."""
+    job = asyncio.ensure_future(coro_fn())
+    watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+    try:
+        done, _ = await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the server gave up on this request (grace period over)
+        client.cancel()
+        watcher.cancel()
+        raise
+    if job in done:
+        watcher.cancel()
+        return job.result()
+    logger.info("client %s disconnected; cancelling its transcription", client.name)
+    client.cancel()
+    try:
+        await job
+    except Cancelled:
+        pass
+    return None
+
+
+def _sse(event) -> bytes:
+    if isinstance(event, str):
+        return f"data: {event}\n\n".encode()
+    return f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+
+
+async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
+    """SSE: a transcript.text.delta per committed piece, transcript.text.done, [DONE]."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def on_text(piece: str) -> None:  # in the worker thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("delta", piece))
+
+    async def run():
+        try:
+            result = await rt.run(transcribe_file, rt.engine, pcm, language=req.language, context=req.context,
+                                  temperature=req.temperature, work=client.work, on_text=on_text)
+            queue.put_nowait(("done", result))
+        except BaseException as exc:
+            queue.put_nowait(("error", exc))
+
+    job = asyncio.ensure_future(run())
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == "delta":
+                yield _sse({"type": "transcript.text.delta", "delta": value})
+            elif kind == "done":
+                yield _sse({"type": "transcript.text.done", "text": value.text,
+                            "usage": {"type": "duration", "seconds": round(pcm.shape[0] / SAMPLE_RATE, 3)}})
+                yield _sse("[DONE]")
+                return
+            else:
+                err = value if isinstance(value, ApiError) else ApiError(
+                    500, f"transcription failed: {value}", code="internal_error")
+                if not isinstance(value, (ApiError, Cancelled)):
+                    logger.error("streamed transcription failed", exc_info=value)
+                yield _sse({"type": "error", **err.body()})
+                yield _sse("[DONE]")
+                return
+    finally:  # also when the client disconnected (the generator is closed or cancelled)
+        if not job.done():
+            logger.info("client %s left during a streamed transcription; cancelling it", client.name)
+            client.cancel()
+            try:
+                await job
+            except BaseException:
+                pass
+        client.close()
+
+
+async def transcriptions(request: Request) -> Response:
+    rt = request.app.state.runtime
+    rt.check_key(request.headers.get("authorization"))
+    engine = rt.ready_engine()
+    client = rt.admit(f"http:{request.client.host if request.client else '?'}:{time.monotonic_ns()}", BULK)
+    handed_over = False
+    try:
+        req = await _read_form(request, rt)
+        pcm = await rt.run(decode_upload, req.data, req.filename, rt.settings.max_audio_seconds)
+        duration = pcm.shape[0] / SAMPLE_RATE
+        if req.stream:
+            handed_over = True
+            return StreamingResponse(_stream_events(rt, client, req, pcm), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        try:
+            result = await _run_watched(request, client, lambda: rt.run(
+                transcribe_file, engine, pcm, language=req.language, context=req.context,
+                temperature=req.temperature, work=client.work))
+        except Cancelled:  # not the client's doing: the scheduler closed (shutdown)
+            raise ApiError(503, "the server is shutting down; retry", code="shutting_down",
+                           retry_after=rt.settings.retry_after) from None
+        if result is None:
+            return Response(status_code=499)  # nobody is listening any more
+        return format_result(engine, result, req, duration)
+    finally:
+        if not handed_over:
+            client.close()
+
+
+async def models(request: Request) -> Response:
+    rt = request.app.state.runtime
+    rt.check_key(request.headers.get("authorization"))
+    return JSONResponse({"object": "list", "data": [
+        {"id": rt.settings.model_name, "object": "model", "created": 0, "owned_by": "qwen3asr-rk"}]})

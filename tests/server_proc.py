@@ -1,0 +1,97 @@
+"""A real qwen3asr server process on a free loopback port, for the server tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "models", "default")
+AUDIO = os.path.join(ROOT, "audio")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def expected(name: str) -> str:
+    """The reference transcript of a bundled clip (audio/transcripts.json)."""
+    with open(os.path.join(AUDIO, "transcripts.json"), encoding="utf-8") as f:
+        return next(c["text"] for c in json.load(f)["clips"] if c["file"] == name)
+
+
+class ServerProcess:
+    """``python -m qwen3asr.server`` as a subprocess; ``stop()`` sends SIGTERM and waits."""
+
+    def __init__(self, *args: str, port: int | None = None, env: dict | None = None, log_path: str | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}"
+        e = dict(os.environ)
+        e["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + e.get("PYTHONPATH", "")
+        e.update(env or {})
+        self.log_path = log_path
+        self._log = open(log_path, "w") if log_path else subprocess.DEVNULL
+        cmd = [sys.executable, "-m", "qwen3asr.server", "--port", str(self.port), "--model", MODEL,
+               "--backend", "onnx", "--threads", "1", "--log-level", "warning", *args]
+        self.proc = subprocess.Popen(cmd, env=e, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def health(self) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+    def wait_ready(self, timeout: float = 120.0) -> "ServerProcess":
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
+            try:
+                if self.health()[0] == 200:
+                    return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready after {timeout} s: {self.log()}")
+
+    def log(self) -> str:
+        if not self.log_path:
+            return "(no log)"
+        with open(self.log_path) as f:
+            return f.read()[-4000:]
+
+    def rss_kb(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> "ServerProcess":
+        return self.wait_ready()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,121 @@
+"""Load: 32 concurrent real clients for two minutes against one server process, mixing file
+uploads (openai client) and live WebSocket streams (real-time pace). No request is lost or
+answered with another's text (each equals its single-client result), rejections are only clean
+503s / close 1013, live chunk latency p50/p95 are reported, and the server's RSS stays flat.
+
+The client kinds come from scripts/bench_server.py; another kind (Wyoming utterances) plugs
+in by adding an object with ``name`` and ``async run(clip) -> Outcome`` to ``_kinds``.
+Set QWEN3ASR_LOAD_SECONDS to shorten a local run (CI runs the full 120 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e ".[dev]")")
+pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e ".[dev]")")
+pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
+
+from bench_server import CLIPS, LiveKind, UploadKind, WyomingKind, run_load, summarize  # noqa: E402
+from server_proc import ROOT, ServerProcess, free_port  # noqa: E402
+
+pytestmark = pytest.mark.load
+
+CLIENTS = 32
+SECONDS = float(os.environ.get("QWEN3ASR_LOAD_SECONDS", "120"))
+MAX_CLIENTS = 28  # below CLIENTS, so admission is refused at times: those must be clean 503s
+WARMUP = 0.15  # fraction of the run before RSS samples count
+RSS_GROWTH = 0.10  # last-quarter mean RSS within this of the first-quarter mean
+
+
+def _wyoming_available() -> bool:
+    """The Wyoming front end (qwen3asr.server.wyoming, from the wyoming branch) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("wyoming") is not None and \
+        importlib.util.find_spec("qwen3asr.server.wyoming") is not None
+
+
+WYOMING_PORT = free_port() if _wyoming_available() else None
+
+
+def _kinds(url: str) -> list:
+    kinds = [LiveKind(url, chunk_size=1.0), UploadKind(url)]
+    if WYOMING_PORT is not None:  # Wyoming utterances, as Home Assistant sends them
+        kinds.append(WyomingKind("127.0.0.1", WYOMING_PORT))
+    return kinds
+
+
+def _server_args() -> list:
+    args = ["--max-clients", str(MAX_CLIENTS)]
+    if WYOMING_PORT is not None:
+        args += ["--wyoming", f"tcp://127.0.0.1:{WYOMING_PORT}"]
+    return args
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, server: ServerProcess, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.server, self.every, self.samples, self.stop = server, every, [], threading.Event()
+
+    def run(self):
+        while not self.stop.wait(self.every):
+            self.samples.append((time.monotonic(), self.server.rss_kb()))
+
+
+def test_32_clients_for_two_minutes(tmp_path, capsys):
+    with ServerProcess(*_server_args(), log_path=str(tmp_path / "server.log")) as s:
+        kinds = _kinds(s.url)
+
+        async def references():  # every (kind, clip) alone, before the load
+            return {(k.name, c): (await k.run(c)) for k in kinds for c in CLIPS}
+
+        ref = asyncio.run(references())
+        bad = {key: o for key, o in ref.items() if o.status != "ok"}
+        assert not bad, bad
+        sampler = RssSampler(s)
+        sampler.start()
+        outcomes, wall = asyncio.run(run_load(kinds, CLIENTS, SECONDS))
+        sampler.stop.set()
+        sampler.join()
+        health = s.health()[1]
+        assert s.stop() == 0, s.log()
+
+    errors = [o for o in outcomes if o.status == "error"]
+    assert not errors, errors[:5]  # nothing lost: every request got its answer or a clean 503
+    wrong = [(o.kind, o.clip, o.text, ref[(o.kind, o.clip)].text) for o in outcomes
+             if o.status == "ok" and o.text != ref[(o.kind, o.clip)].text]
+    assert not wrong, wrong[:5]
+    rejected = [o for o in outcomes if o.status == "rejected"]
+    assert all(o.detail.startswith(("server_busy", "busy:")) for o in rejected), rejected[:3]
+    by_kind = {k.name: {key: (None if isinstance(v, float) and v != v else v) for key, v in
+                        summarize([o for o in outcomes if o.kind == k.name], wall).items()} for k in kinds}
+    assert all(v["ok"] > 0 for v in by_kind.values()), by_kind
+    assert health["rejected"] == len(rejected)
+
+    t = np.array([x[0] for x in sampler.samples]) - sampler.samples[0][0]
+    rss = np.array([x[1] for x in sampler.samples], dtype=np.float64) / 1024
+    keep = t >= WARMUP * t[-1]
+    t, rss = t[keep], rss[keep]
+    q = len(rss) // 4
+    first, last = float(rss[:q].mean()), float(rss[-q:].mean())
+    total = summarize(outcomes, wall)
+    report = {"clients": CLIENTS, "seconds": round(wall, 1), "max_clients": MAX_CLIENTS, "total": total,
+              "by_kind": by_kind, "rss_mb": {"first_quarter": round(first, 1), "last_quarter": round(last, 1),
+                                             "min": round(float(rss.min()), 1), "max": round(float(rss.max()), 1)}}
+    os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+    with open(os.path.join(ROOT, "build", "server-load.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    with capsys.disabled():
+        print(f"\nload: {CLIENTS} clients {wall:.0f} s: {total['requests']} requests, {total['ok']} ok, "
+              f"{total['rejected']} rejected (503), {total['errors']} errors; "
+              f"{total['throughput']:.1f} audio s/s; live chunk latency p50 {by_kind['live']['p50_ms']:.0f} ms "
+              f"p95 {by_kind['live']['p95_ms']:.0f} ms over {by_kind['live']['chunks']} chunks; "
+              f"RSS {first:.0f} -> {last:.0f} MB")
+    assert abs(last - first) <= RSS_GROWTH * first, report["rss_mb"]

@@ -1,0 +1,157 @@
+"""The OpenAI-compatible HTTP API with the official `openai` client against a real server
+process on the bundled model: every response_format and stream=True give the engine's own
+text for the bundled clips."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+openai = pytest.importorskip("openai", reason="the openai client is needed (pip install -e ".[dev]")")
+pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
+
+from server_proc import AUDIO, MODEL, ServerProcess, expected  # noqa: E402
+
+KEY = "test-key-123"
+CLIPS = ("en_1.wav", "zh_1.wav")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = str(tmp_path_factory.mktemp("server") / "server.log")
+    with ServerProcess("--api-key", KEY, log_path=log) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The engine's own results, in this process (what the server must reproduce)."""
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.server.jobs import long_audio_options
+    from qwen3asr.audio import prepare_audio
+
+    engine = Qwen3ASREngine(MODEL, backend="onnx")
+    out = {}
+    for name in CLIPS + ("long_mixed.wav",):
+        pcm = prepare_audio(os.path.join(AUDIO, name))
+        out[name] = engine.transcribe(pcm, **long_audio_options(engine, pcm, "", None, 256))
+    return out
+
+
+def _open(name):
+    return open(os.path.join(AUDIO, name), "rb")
+
+
+def test_models_lists_the_served_model(client):
+    ids = [m.id for m in client.models.list()]
+    assert ids == ["qwen3-asr"]
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_json_and_text_equal_the_engine(client, reference, name):
+    with _open(name) as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f)
+    assert r.text == reference[name].text == expected(name)
+    with _open(name) as f:
+        t = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="text")
+    assert t.strip() == reference[name].text
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_verbose_json(client, reference, name):
+    ref = reference[name]
+    with _open(name) as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json")
+    assert r.text == ref.text
+    assert r.language == ref.language.lower()
+    assert r.duration == pytest.approx(ref.stats.audio_seconds, abs=1e-3)
+    assert [s.text for s in r.segments] == [s.text for s in ref.segments]
+    assert [s.id for s in r.segments] == list(range(len(ref.segments)))
+    assert all(s.tokens for s in r.segments)
+
+
+def test_segment_timestamps_and_auto_chunking_are_accepted(client, reference):
+    with _open("en_1.wav") as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
+                                               timestamp_granularities=["segment"], chunking_strategy="auto")
+    assert r.text == reference["en_1.wav"].text and len(r.segments) == 1
+
+
+def test_verbose_json_long_file_has_the_long_path_segments(client, reference):
+    ref = reference["long_mixed.wav"]
+    assert len(ref.segments) > 10  # the long-file path cut it
+    with _open("long_mixed.wav") as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json")
+    assert r.text == ref.text
+    assert [(round(s.start, 2), round(s.end, 2), s.text) for s in r.segments] == \
+        [(round(s.start, 2), round(s.end, 2), s.text) for s in ref.segments]
+
+
+@pytest.mark.parametrize("fmt", ["srt", "vtt"])
+def test_subtitles_as_the_cli_writes_them(client, reference, fmt):
+    from qwen3asr.subtitles import to_srt, to_vtt
+
+    for name in CLIPS + ("long_mixed.wav",):
+        with _open(name) as f:
+            body = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format=fmt)
+        want = (to_srt if fmt == "srt" else to_vtt)(reference[name].segments)
+        assert body == want
+
+
+@pytest.mark.parametrize("name", CLIPS + ("long_mixed.wav",))
+def test_stream_deltas_then_done(client, reference, name):
+    with _open(name) as f:
+        events = list(client.audio.transcriptions.create(model="qwen3-asr", file=f, stream=True))
+    types = [e.type for e in events]
+    assert types[-1] == "transcript.text.done" and set(types[:-1]) == {"transcript.text.delta"}
+    deltas = "".join(e.delta for e in events[:-1])
+    assert events[-1].text == reference[name].text
+    assert deltas == reference[name].text
+    assert "<asr_text>" not in deltas and not deltas.startswith("language")
+    if name == "long_mixed.wav":
+        assert len(events) > 10  # one delta per committed piece, not one at the end
+
+
+def test_language_code_or_name_and_prompt(client, reference):
+    for lang in ("en", "English", "english"):
+        with _open("en_1.wav") as f:
+            r = client.audio.transcriptions.create(model="qwen3-asr", file=f, language=lang,
+                                                   prompt="back door", temperature=0.0)
+        assert r.text == expected("en_1.wav")
+
+
+def test_wrong_or_missing_api_key_is_401(server):
+    bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as e, _open("en_1.wav") as f:
+        bad.audio.transcriptions.create(model="qwen3-asr", file=f)
+    assert e.value.status_code == 401
+    assert e.value.body["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(server.url + "/v1/models", timeout=10)
+    assert e.value.code == 401
+    assert b'"missing_api_key"' in e.value.read()
+    assert server.health()[0] == 200  # /health needs no key (load balancers)
+
+
+def test_unknown_model_and_response_format_are_400(client):
+    with pytest.raises(openai.BadRequestError) as e, _open("en_1.wav") as f:
+        client.audio.transcriptions.create(model="whisper-9", file=f)
+    assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
+    with pytest.raises(openai.BadRequestError) as e, _open("en_1.wav") as f:
+        client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="xml")
+    assert e.value.body["param"] == "response_format"
+    assert "json, text, srt, vtt, verbose_json" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e, _open("en_1.wav") as f:
+        client.audio.transcriptions.create(model="qwen3-asr", file=f, language="Klingon")
+    assert e.value.body["param"] == "language" and "English (en)" in e.value.body["message"]

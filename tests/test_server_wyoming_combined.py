@@ -1,0 +1,52 @@
+"""qwen3asr-serve --wyoming: Wyoming and HTTP from one process, one engine, one scheduler.
+
+The Wyoming server itself (qwen3asr.server.wyoming) is built and tested on its own branch
+(tests/test_wyoming.py); this checks the combined process: both front ends answer, share the
+scheduler's counters, and SIGTERM stops both with exit 0."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+
+import pytest
+
+if importlib.util.find_spec("qwen3asr.server.wyoming") is None:
+    pytest.skip("qwen3asr.server.wyoming is not in this tree (it comes from the wyoming branch)",
+                allow_module_level=True)
+pytest.importorskip("wyoming", reason="the wyoming package is needed (the dev extra: pip install -e ".[dev]")")
+openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e ".[dev]")")
+
+from bench_server import WyomingKind  # noqa: E402
+from server_proc import AUDIO, ServerProcess, expected, free_port  # noqa: E402
+
+
+def test_wyoming_and_http_in_one_process(tmp_path):
+    port = free_port()
+    with ServerProcess("--wyoming", f"tcp://127.0.0.1:{port}", log_path=str(tmp_path / "server.log")) as s:
+        kind = WyomingKind("127.0.0.1", port, realtime=False)
+
+        async def both():
+            end = asyncio.get_running_loop().time() + 60
+            while True:  # Wyoming starts listening once the engine is loaded
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    await writer.wait_closed()
+                    break
+                except OSError:
+                    assert asyncio.get_running_loop().time() < end, s.log()
+                    await asyncio.sleep(0.1)
+            client = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+            with open(os.path.join(AUDIO, "zh_1.wav"), "rb") as f:
+                upload = asyncio.ensure_future(client.audio.transcriptions.create(model="qwen3-asr", file=f))
+                utterance = await kind.run("en_2.wav")
+                return utterance, await upload
+
+        before = s.health()[1]["admitted"]
+        utterance, upload = asyncio.run(both())
+        assert utterance.status == "ok" and utterance.text == expected("en_2.wav"), utterance
+        assert upload.text == expected("zh_1.wav")
+        assert s.health()[1]["admitted"] == before + 2  # both went through the one scheduler
+        assert s.stop() == 0, s.log()
