@@ -33,14 +33,13 @@ def client(server):
 def reference():
     """The engine's own results, in this process (what the server must reproduce)."""
     from qwen3asr import Qwen3ASREngine
-    from qwen3asr.server.jobs import long_audio_options
     from qwen3asr.audio import prepare_audio
 
     engine = Qwen3ASREngine(MODEL, backend="onnx")
     out = {}
     for name in CLIPS + ("long_mixed.wav",):
         pcm = prepare_audio(os.path.join(AUDIO, name))
-        out[name] = engine.transcribe(pcm, **long_audio_options(engine, pcm, "", None, 256))
+        out[name] = engine.transcribe(pcm)
     return out
 
 

@@ -50,38 +50,13 @@ def decode_upload(data: bytes, filename: str, max_seconds: float) -> np.ndarray:
     return pcm
 
 
-def _vad_installed() -> bool:
-    from ..vad import find_model
-
-    try:
-        find_model()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-# TODO(lead): engine.transcribe does this after the seam refactor
-def long_audio_options(engine, pcm: np.ndarray, context: str, language: Optional[str],
-                       max_new_tokens: int) -> dict:
-    """How python/transcribe.py decodes audio: one pass when it fits the context and the
-    bundle's one-pass limit, else VAD speech segments (Silero installed), else 30 s chunks.
-    Returns the chunk_size/vad keyword arguments for engine.transcribe."""
-    limit = engine.bundle.one_pass_seconds
-    if engine.fits_one_pass(pcm, context, language, max_new_tokens) and \
-            (limit is None or pcm.shape[0] / SAMPLE_RATE <= limit):
-        return {}
-    if _vad_installed():
-        return {"vad": True}
-    return {"chunk_size": 30.0}
-
-
 def transcribe_file(engine, pcm: np.ndarray, *, language: Optional[str], context: str, temperature: float,
                     work: Work, on_text: Optional[Callable[[str], None]] = None,
                     max_new_tokens: int = 256) -> Transcription:
-    """One uploaded file through the engine (see long_audio_options); raises qwen3asr.work.Cancelled."""
-    opts = long_audio_options(engine, pcm, context, language, max_new_tokens)
+    """One uploaded file through the engine (its long-audio policy: one pass when the audio fits,
+    else VAD speech segments or chunks, as the CLI); raises qwen3asr.work.Cancelled."""
     try:
         return engine.transcribe(pcm, language=language, context=context, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, on_text=on_text, work=work, **opts)
+                                 max_new_tokens=max_new_tokens, on_text=on_text, work=work)
     except AudioError as exc:
         raise ApiError(400, f"cannot transcribe this audio: {exc}", code="invalid_audio", param="file") from None
