@@ -407,7 +407,7 @@ def test_client_gone_mid_utterance_is_cancelled(engine):
     assert scheduler.stats().active == 0 and scheduler.stats().admitted == 2
 
 
-def test_full_scheduler_is_an_error_then_close(engine):
+def test_full_scheduler_is_an_error_then_close_at_audio_stop(engine):
     from qwen3asr.server.scheduler import Scheduler
 
     scheduler = Scheduler(max_clients=1)
@@ -418,7 +418,12 @@ def test_full_scheduler_is_an_error_then_close(engine):
             assert TranscriptStart.is_type((await read(first)).type)  # holds the only slot
             async with AsyncTcpClient("127.0.0.1", port) as second:
                 await second.write_event(AudioStart(rate=16000, width=2, channels=1).event())
-                refused = [await read(second), await read(second)]
+                error = await read(second)
+                # as Home Assistant does, it goes on sending its utterance: no reset mid-send
+                for ev in chunks_of(read_wav("en_1.wav").tobytes(), 16000, 2, 1):
+                    await second.write_event(ev)
+                await second.write_event(AudioStop().event())
+                refused = [error, await read(second)]
             for ev in chunks_of(read_wav("zh_1.wav").tobytes(), 16000, 2, 1):
                 await first.write_event(ev)
             await first.write_event(AudioStop().event())
@@ -426,7 +431,7 @@ def test_full_scheduler_is_an_error_then_close(engine):
 
     refused, events = asyncio.run(in_process(engine, scheduler, scenario))
     assert Error.from_event(refused[0]).code == "busy" and "limit 1" in Error.from_event(refused[0]).text
-    assert refused[1] is None  # then the server closed the connection
+    assert refused[1] is None  # then, at its audio-stop, the server closed the connection
     assert final_text(events).text == EXPECTED["zh_1.wav"]  # the admitted client is unaffected
     assert scheduler.stats().rejected == 1
 

@@ -385,6 +385,7 @@ class WyomingHandler:
         self.utterance: Optional[Utterance] = None
         self.stray_chunks = False  # an error was sent for audio-chunks outside an utterance
         self.refused = False  # an error was sent for this utterance: its audio is dropped until audio-stop
+        self.close_at_stop = False  # refused as busy / shutting down: close once its audio-stop arrives
         self.stopping = False  # the server stops: close after the current utterance
         self.gone = False  # the client closed or the connection broke
         self.queue: asyncio.Queue = asyncio.Queue(QUEUE_EVENTS)
@@ -510,7 +511,10 @@ class WyomingHandler:
             logger.warning("%s: %s", self.name, exc)
             code = "busy" if isinstance(exc, QueueFull) else "shutting-down"
             await self._send(Error(text=str(exc), code=code).event())
-            return False
+            # The client is still sending this utterance's audio: closing now would reset the
+            # connection before it reads the error. Drop its audio, close at its audio-stop.
+            self.refused = self.close_at_stop = True
+            return True
         try:
             utt = Utterance(self.engine, client, fmt, self.options, self.server_options, self.executor)
         except ValueError as exc:
@@ -554,6 +558,8 @@ class WyomingHandler:
 
     async def _on_stop(self) -> bool:
         utt = self.utterance
+        if self.close_at_stop:  # refused as busy: the error was the answer
+            return False
         if utt is None:  # nothing was started (or it was refused): the answer is still a transcript
             self.refused = self.stray_chunks = False
             await self._send(Transcript(text="").event())
