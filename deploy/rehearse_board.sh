@@ -30,10 +30,13 @@
 # - sudo cannot work inside: qemu-user-static's binfmt entry has no C (credentials) flag, so
 #   setuid bits are ignored. Everything runs as root, as on a freshly flashed board image;
 #   setup_board.sh then runs apt-get itself.
-# - No fake RK3588 device tree is mounted over /proc: the machine is what it is, an aarch64
-#   box without an NPU (setup_board.sh's no-hardware path). The rk steps name the SoC with
-#   QWEN3ASR_SOC; only the "board checks" step points setup_board.sh at a fake RK3588 tree
-#   (QWEN3ASR_SYSFS_ROOT), to show what it reports on a board whose runtimes are missing.
+# - A fake RK3588 device tree only where a step needs it. Otherwise the machine is what it is,
+#   an aarch64 box without a device tree or an NPU (setup_board.sh's no-hardware path), and the
+#   rk steps name the SoC with QWEN3ASR_SOC. But rknn-toolkit-lite2 reads
+#   /proc/device-tree/compatible itself, and nothing can be created inside a mounted procfs:
+#   the two steps about a board whose NPU runtime is missing run with /proc swapped for a plain
+#   directory holding the aarch64 cpuinfo and an RK3588 device tree (board_step). The "board
+#   checks" step points setup_board.sh at a fake RK3588 tree with QWEN3ASR_SYSFS_ROOT instead.
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -115,6 +118,12 @@ summary() {  # a Markdown table, to paste into an issue or a doc
 MOUNTS=()
 mount_in() {  # mount_in ARGS... TARGET: mount, and remember TARGET for unmount_all
   mount "$@" && MOUNTS+=("${!#}")
+}
+unmount_one() {  # unmount_one TARGET: one of MOUNTS
+  local i keep=()
+  umount "$1" || return 1
+  for i in "${MOUNTS[@]}"; do [[ "$i" == "$1" ]] || keep+=("$i"); done
+  MOUNTS=("${keep[@]}")
 }
 unmount_all() {
   local i
@@ -247,6 +256,36 @@ copy_pip_config() {
   [[ "${#dropped[@]}" -eq 0 ]] || printf 'left out (host-local wheel stores): %s\n' "${dropped[@]}"
 }
 
+mount_proc() {
+  mount_in -t proc proc "$WORK/proc" || return 1
+  mount_in --bind "$REHEARSAL_DIR/cpuinfo-$QEMU_CPU_MODEL" "$WORK/proc/cpuinfo"
+}
+
+# A board whose NPU runtime is missing, for the steps that need rknn-toolkit-lite2 to believe it
+# runs on an RK3588: rknnlite reads /proc/device-tree/compatible itself (QWEN3ASR_SOC does not
+# reach it), and nothing can be created inside a mounted procfs. So for those steps /proc is
+# the root file system's plain directory, holding only the aarch64 cpuinfo and an RK3588 device
+# tree; qemu-user, Python and onnxruntime run without procfs.
+board_proc_on() {
+  unmount_one "$WORK/proc/cpuinfo" && unmount_one "$WORK/proc" || return 1
+  mountpoint -q "$WORK/proc" && { echo "$WORK/proc is still mounted"; return 1; }
+  cp "$REHEARSAL_DIR/cpuinfo-$QEMU_CPU_MODEL" "$WORK/proc/cpuinfo"
+  mkdir -p "$WORK/proc/device-tree"
+  printf 'radxa,rock-5b\0rockchip,rk3588\0' > "$WORK/proc/device-tree/compatible"
+}
+board_proc_off() {
+  mountpoint -q "$WORK/proc" || rm -rf "$WORK/proc/device-tree" "$WORK/proc/cpuinfo"
+  mount_proc
+}
+board_step() {  # board_step NAME FUNCTION: step with the fake RK3588 /proc
+  local rc
+  board_proc_on || { echo "cannot set up the fake RK3588 /proc" >&2; return 1; }
+  step "$1" "$2"
+  rc=$?
+  board_proc_off || { echo "cannot mount /proc again" >&2; return 1; }
+  return "$rc"
+}
+
 fresh_copy() {
   remove_tree "$WORK" || return 1
   cp -a "$BASE" "$WORK" || return 1
@@ -266,11 +305,10 @@ fresh_copy() {
   copy_pip_config
   make_cpuinfo > "$REHEARSAL_DIR/cpuinfo-$QEMU_CPU_MODEL"
   mkdir -p "$REHEARSAL_DIR/pip-cache" "$WORK/root/.cache/pip"
-  mount_in -t proc proc "$WORK/proc" || return 1
+  mount_proc || return 1
   mount_in -t sysfs sysfs "$WORK/sys" || mount_in --bind /sys "$WORK/sys" || return 1
   mount_in --bind /dev "$WORK/dev" || return 1
   mount_in --bind /dev/pts "$WORK/dev/pts" || return 1
-  mount_in --bind "$REHEARSAL_DIR/cpuinfo-$QEMU_CPU_MODEL" "$WORK/proc/cpuinfo" || return 1
   # pip's download cache outlives the copy, so a second run does not fetch the wheels again.
   mount_in --bind "$REHEARSAL_DIR/pip-cache" "$WORK/root/.cache/pip" || return 1
   in_chroot 'uname -m; head -n 9 /proc/cpuinfo; python3 --version' || return 1
@@ -372,16 +410,20 @@ one_clear_error() {  # one_clear_error PATTERN COMMAND
   out="$(in_chroot "$2" 2>&1)"
   rc=$?
   echo "$ $2"; echo "$out"; echo "(exit status $rc)"
-  note "$(grep -m1 -iE 'error|exception' <<< "$out" | cut -c1-150)"
+  note "$(grep -m1 '^error' <<< "$out" || grep -m1 -iE 'error|exception' <<< "$out")"
   if [[ "$rc" -eq 0 ]]; then echo "expected a failure"; return 1; fi
   if grep -q 'Traceback' <<< "$out"; then echo "a traceback was printed"; NOTE="traceback, then: $NOTE"; return 1; fi
   if ! grep -qiE "$pattern" <<< "$out"; then echo "the message does not name the problem ($pattern)"; return 1; fi
 }
 RK_BUNDLE=/tmp/rk-standin
 rk_standin() {
-  in_chroot ".venv/bin/python deploy/rehearse_rk_standin.py --bundle models/default --out $RK_BUNDLE --soc rk3588"
+  local out
+  out="$(in_chroot ".venv/bin/python deploy/rehearse_rk_standin.py --bundle models/default --out $RK_BUNDLE --soc rk3588")" \
+    || return 1
+  echo "$out"
+  note "$out"
 }
-rk_forced() {
+rk_forced() {  # on the fake RK3588 (board_step): rk models there, librknnrt.so / librkllmrt.so / driver not
   one_clear_error 'librknnrt\.so|librkllmrt\.so|rknn-toolkit-lite2|NPU driver' \
     "QWEN3ASR_SOC=rk3588 .venv/bin/python python/transcribe.py --audio audio/en_1.wav --model $RK_BUNDLE --backend rk" \
     || return 1
@@ -400,14 +442,63 @@ rk_no_soc() {
     ".venv/bin/python python/transcribe.py --audio audio/en_1.wav --model $RK_BUNDLE --backend rk" || return 1
   if grep -q 'Pass soc=' "$CURRENT_LOG"; then echo "says 'Pass soc=...', which the CLI has no flag for"; return 1; fi
 }
-auto_fallback() {
+auto_fallback() {  # on the fake RK3588 (board_step)
   # README: backend "auto" is "NPU on a board, else CPU": with rk models but no NPU runtime it must fall back.
   local want got
   want="$(expect_text en_1.wav)" || return 1
-  got="$(in_chroot "QWEN3ASR_SOC=rk3588 .venv/bin/python python/transcribe.py --audio audio/en_1.wav --model $RK_BUNDLE" 2>&1)"
+  got="$(in_chroot ".venv/bin/python python/transcribe.py --audio audio/en_1.wav --model $RK_BUNDLE" 2>&1)"
   echo "$got"
   note "$(tail -n1 <<< "$got" | cut -c1-150)"
   [[ "$(tail -n1 <<< "$got")" == "$want" ]] && ! grep -q Traceback <<< "$got"
+}
+rkllm_messages() {
+  # librkllmrt.so is loaded only after the encoder's runtime, so off a board no CLI run gets that
+  # far: the package's loader is called directly, with the two wrong files users have had in lib/.
+  local out rc=0
+  local x86_lib=/lib/x86_64-linux-gnu/libc.so.6  # any x86_64 shared library: a PC's build copied by mistake
+  [[ -f "$x86_lib" ]] || x86_lib=/bin/true
+  mkdir -p "$WORK/tmp/pc" "$WORK/tmp/lfs"  # the names must not give the answer away
+  cp "$(readlink -f "$x86_lib")" "$WORK/tmp/pc/librkllmrt.so"
+  printf 'version https://git-lfs.github.com/spec/v1\noid sha256:%064d\nsize 7340032\n' 0 > "$WORK/tmp/lfs/librkllmrt.so"
+  out="$(in_chroot '.venv/bin/python - /tmp/pc/librkllmrt.so /tmp/lfs/librkllmrt.so' <<'EOF'
+import sys
+from qwen3asr.rkllm import RKLLMError, load_library
+for path in sys.argv[1:]:
+    try:
+        load_library(path)
+        print(f"{path}: loaded?!")
+    except RKLLMError as exc:
+        print(f"{path}: {exc}")
+EOF
+)" || return 1
+  echo "$out"
+  local x86 lfs
+  x86="$(grep '^/tmp/pc/' <<< "$out")"
+  lfs="$(grep '^/tmp/lfs/' <<< "$out")"
+  grep -qiE 'x86|architecture|e_machine' <<< "$x86" || { echo "x86_64 file: the message does not say it is built for another architecture"; rc=1; }
+  grep -qi 'LFS' <<< "$lfs" || { echo "LFS pointer: the message does not say it is a Git LFS pointer"; rc=1; }
+  # The loader's own reason, e.g. "(...so: cannot open shared object file: No such file or directory)".
+  note "x86_64 build: '$(sed -E 's/^[^(]*\(([^)]*)\).*/\1/; s/^.*: //' <<< "$x86")'; LFS pointer: '$(sed -E 's/^[^(]*\(([^)]*)\).*/\1/; s/^.*: //' <<< "$lfs")'"
+  return "$rc"
+}
+pip_install_no_model() {
+  # A user who runs `pip install .` (not -e) and then asks for the default model.
+  in_chroot "python3 -m venv /tmp/venv-plain && /tmp/venv-plain/bin/python -m pip install -q $CHECKOUT" || return 1
+  local out
+  out="$(in_chroot 'cd /tmp && /tmp/venv-plain/bin/python -c "
+from qwen3asr import Qwen3ASREngine
+from qwen3asr.bundle import BundleError
+try:
+    Qwen3ASREngine()
+except (BundleError, OSError, ValueError) as exc:
+    print(exc)
+else:
+    print(\"loaded a model\")
+"' 2>&1)" || return 1
+  echo "$out"
+  note "$(head -n1 <<< "$out" | cut -c1-150)"
+  if grep -q '/tmp/venv-plain' <<< "$out"; then echo "the message points into the installed package (/tmp/venv-plain)"; return 1; fi
+  grep -q 'QWEN3ASR_MODEL\|--model' <<< "$out" || { echo "the message does not say how to name a model"; return 1; }
 }
 board_checks() {
   # setup_board.sh --check-only on a fake RK3588 tree (device tree + rknpu debugfs), no runtimes.
@@ -439,10 +530,12 @@ if [[ "$ok" -eq 1 ]] && step "setup_board.sh" setup_board; then
   step "--format json (en_2)" json_format
   step "server /health" server_health
   if step "rk stand-in bundle" rk_standin; then
-    step "rk forced, SoC set" rk_forced
     step "rk forced, no SoC" rk_no_soc
-    step "auto falls back to CPU" auto_fallback
+    board_step "rk forced, SoC set (fake RK3588)" rk_forced
+    board_step "auto falls back (fake RK3588)" auto_fallback
   fi
+  step "librkllmrt.so messages" rkllm_messages
+  step "pip install . (no model)" pip_install_no_model
 fi
 [[ "$ok" -eq 1 ]] && step "board checks (fake RK3588)" board_checks
 unmount_all
