@@ -35,8 +35,9 @@
 #   rk steps name the SoC with QWEN3ASR_SOC. But rknn-toolkit-lite2 reads
 #   /proc/device-tree/compatible itself, and nothing can be created inside a mounted procfs:
 #   the two steps about a board whose NPU runtime is missing run with /proc swapped for a plain
-#   directory holding the aarch64 cpuinfo and an RK3588 device tree (board_step). The "board
-#   checks" step points setup_board.sh at a fake RK3588 tree with QWEN3ASR_SYSFS_ROOT instead.
+#   directory holding the aarch64 cpuinfo, an RK3588 device tree and links into a procfs
+#   mounted elsewhere (board_step). The "board checks" step points setup_board.sh at a fake
+#   RK3588 tree with QWEN3ASR_SYSFS_ROOT instead.
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -63,8 +64,8 @@ if [[ "$(id -u)" -ne 0 ]]; then
   echo "error: the rehearsal needs root (debootstrap, chroot, mount): run 'sudo make rehearse-board'" >&2
   exit 2
 fi
-if [[ "$(uname -m)" != "x86_64" && "$(uname -m)" != "aarch64" ]]; then
-  echo "error: written for x86_64 hosts (qemu-user); this is $(uname -m)" >&2
+if [[ "$(uname -m)" != "x86_64" ]]; then
+  echo "error: written for x86_64 hosts (arm64 under qemu-user); this is $(uname -m)" >&2
   exit 2
 fi
 
@@ -263,18 +264,29 @@ mount_proc() {
 
 # A board whose NPU runtime is missing, for the steps that need rknn-toolkit-lite2 to believe it
 # runs on an RK3588: rknnlite reads /proc/device-tree/compatible itself (QWEN3ASR_SOC does not
-# reach it), and nothing can be created inside a mounted procfs. So for those steps /proc is
-# the root file system's plain directory, holding only the aarch64 cpuinfo and an RK3588 device
-# tree; qemu-user, Python and onnxruntime run without procfs.
+# reach it), and nothing can be created inside a mounted procfs. So for those steps /proc is a
+# plain directory: the aarch64 cpuinfo, an RK3588 device tree, and for every other entry a
+# symlink into a procfs mounted at /.procfs (so /proc/self/fd/N still resolves, which
+# onnxruntime needs to open external weights).
 board_proc_on() {
+  local e
   unmount_one "$WORK/proc/cpuinfo" && unmount_one "$WORK/proc" || return 1
   mountpoint -q "$WORK/proc" && { echo "$WORK/proc is still mounted"; return 1; }
+  mkdir -p "$WORK/.procfs"
+  mount_in -t proc proc "$WORK/.procfs" || return 1
+  for e in "$WORK"/.procfs/*; do
+    e="${e##*/}"
+    [[ "$e" =~ ^[0-9]+$ || "$e" == cpuinfo || "$e" == device-tree ]] || ln -s "/.procfs/$e" "$WORK/proc/$e"
+  done
   cp "$REHEARSAL_DIR/cpuinfo-$QEMU_CPU_MODEL" "$WORK/proc/cpuinfo"
   mkdir -p "$WORK/proc/device-tree"
   printf 'radxa,rock-5b\0rockchip,rk3588\0' > "$WORK/proc/device-tree/compatible"
 }
 board_proc_off() {
-  mountpoint -q "$WORK/proc" || rm -rf "$WORK/proc/device-tree" "$WORK/proc/cpuinfo"
+  unmount_one "$WORK/.procfs" || return 1
+  if ! mountpoint -q "$WORK/proc"; then
+    find "$WORK/proc" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} + || return 1
+  fi
   mount_proc
 }
 board_step() {  # board_step NAME FUNCTION: step with the fake RK3588 /proc
