@@ -663,6 +663,14 @@ def test_setup_dry_run_prints_the_venv_commands_and_creates_nothing(board_ok):
     assert tree_contents(root) == before
 
 
+def test_setup_printed_commands_survive_spaces_and_quotes(board_ok):
+    root, rkllm, python, venv = board_ok
+    odd = venv.parent / "it's a venv"
+    proc = run_setup(root, "--dry-run", "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(odd))
+    assert proc.returncode == 0, proc.stdout
+    assert printed_commands(proc.stdout) == venv_commands(python, odd)
+
+
 def test_setup_dry_run_prints_the_commands_even_after_errors(board_ok):
     root, rkllm, python, venv = board_ok
     _put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.8.2\n")
