@@ -312,7 +312,8 @@ install_debian_packages() {  # returns 1 when the venv cannot be made
 EXTRAS=""
 pick_extras() {
   EXTRAS="rk,mic"
-  if grep -qE '^[[:space:]]*server[[:space:]]*=' "$REPO_ROOT/pyproject.toml" 2>/dev/null; then EXTRAS+=",server"; fi
+  if awk '/^\[/ { on = ($0 == "[project.optional-dependencies]") } on && /^[[:space:]]*server[[:space:]]*=/ { found = 1 }
+         END { exit !found }' "$REPO_ROOT/pyproject.toml" 2>/dev/null; then EXTRAS+=",server"; fi
 }
 
 # silero-vad is installed with --no-deps (we load only its ONNX file); one pin, in requirements-nodeps.txt.

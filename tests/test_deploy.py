@@ -763,18 +763,24 @@ def test_setup_no_apt_without_venv_module_is_an_error(board_ok):
     assert printed_commands(proc.stdout) == []
 
 
-def test_setup_installs_the_server_extra_when_the_checkout_has_one(tmp_path, board_ok):
+@pytest.mark.parametrize("where, extras", [("[project.optional-dependencies]", "rk,mic,server"),
+                                           ("[tool.elsewhere]", "rk,mic")])
+def test_setup_installs_the_server_extra_when_the_checkout_has_one(tmp_path, board_ok, where, extras):
     root, rkllm, python, venv = board_ok
     repo = tmp_path / "repo"
     (repo / "deploy").mkdir(parents=True)
     shutil.copy(DEPLOY / "setup_board.sh", repo / "deploy")
-    _put(repo / "pyproject.toml", (REPO / "pyproject.toml").read_text().replace(
-        "[project.optional-dependencies]\n", '[project.optional-dependencies]\nserver = ["anything>=1"]\n'))
+    text = (REPO / "pyproject.toml").read_text()
+    if where in text:
+        text = text.replace(where + "\n", where + '\nserver = ["anything>=1"]\n')
+    else:
+        text += f'\n{where}\nserver = ["anything>=1"]\n'
+    _put(repo / "pyproject.toml", text)
     shutil.copy(REPO / "requirements-nodeps.txt", repo)
     proc = run_setup(root, "--dry-run", "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(venv),
                      script=repo / "deploy/setup_board.sh")
     assert proc.returncode == 0, proc.stdout
-    assert expected_extras(repo) == "rk,mic,server"
+    assert expected_extras(repo) == extras
     assert printed_commands(proc.stdout) == venv_commands(python, venv, repo)
 
 
