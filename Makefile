@@ -6,7 +6,7 @@ DEMO_AUDIO ?= audio/en_1.wav
 
 RKNN_VENV ?= .venv-rknn
 
-.PHONY: demo test setup setup-dev setup-rknn system-deps clean-venv
+.PHONY: demo test setup setup-dev setup-rknn system-deps clean-venv rehearse-board
 
 # The checkout installed editable (pyproject.toml is the one list of dependencies): the console
 # scripts, the launchers in scripts/ and `import qwen3asr` then run this checkout's code.
@@ -45,6 +45,11 @@ demo: setup
 # The whole test suite.
 test: setup-dev
 	$(PY) -m pytest -q
+
+# A board install rehearsed in an arm64 Debian under qemu-user (needs root; not part of `make test`).
+# See docs/board_rehearsal.md.
+rehearse-board:
+	bash deploy/rehearse_board.sh
 
 clean-venv:
 	rm -rf $(VENV)
