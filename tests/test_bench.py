@@ -12,7 +12,7 @@ import pytest
 from qwen3asr_tools import bench
 import bundles
 
-pytest.importorskip("torch", reason="the official reference needs torch (the dev extra: pip install -e ".[dev]")")
+pytest.importorskip("torch", reason="the official reference needs torch (the dev extra: pip install -e '.[dev]')")
 if importlib.util.find_spec("qwen_asr") is None:
     pytest.skip("the official code is missing: pip install --no-deps qwen-asr==0.0.6", allow_module_level=True)
 

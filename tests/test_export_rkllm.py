@@ -19,7 +19,7 @@ import types
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the official reference needs torch (the dev extra: pip install -e ".[dev]")")
+torch = pytest.importorskip("torch", reason="the official reference needs torch (the dev extra: pip install -e '.[dev]')")
 if importlib.util.find_spec("qwen_asr") is None:
     pytest.skip("the official reference needs qwen-asr (pip install --no-deps qwen-asr==0.0.6)",
                 allow_module_level=True)

@@ -108,7 +108,7 @@ def test_matmulnbits_runs_padded_blocks(bits, block, k):
 # ----------------------------------------------------------------------------- bundle
 needs_official = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("qwen_asr") is None,
-    reason="the random checkpoint and the reference need torch and qwen-asr (the dev extra: pip install -e ".[dev]")")
+    reason="the random checkpoint and the reference need torch and qwen-asr (the dev extra: pip install -e '.[dev]')")
 
 
 @pytest.fixture(scope="module")

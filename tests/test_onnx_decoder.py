@@ -8,7 +8,7 @@ import pytest
 from qwen3asr import onnx_backend
 from qwen3asr.bundle import Bundle
 
-pytest.importorskip("torch", reason="building the random checkpoint needs torch (the dev extra: pip install -e ".[dev]")")
+pytest.importorskip("torch", reason="building the random checkpoint needs torch (the dev extra: pip install -e '.[dev]')")
 
 
 def make_decoder(bundle_dir, **kw):

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is needed (the dev extra: pip install -e ".[dev]")")
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
 from server_proc import AUDIO, ROOT, ServerProcess, expected  # noqa: E402

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 uvicorn = pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
-websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e ".[dev]")")
+websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
 
 from server_proc import AUDIO, MODEL, ROOT, free_port  # noqa: E402
 

@@ -18,12 +18,12 @@ import urllib.request
 import numpy as np
 import pytest
 
-websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e ".[dev]")")
-openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e ".[dev]")")
+websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
+openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
 from server_proc import AUDIO, ServerProcess, expected  # noqa: E402
-from bench_server import load_clip  # noqa: E402
+from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 KEY = "k-faults"
 

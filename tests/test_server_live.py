@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e ".[dev]")")
+websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
 from server_proc import ServerProcess, expected  # noqa: E402
-from bench_server import load_clip  # noqa: E402
+from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 
 @pytest.fixture(scope="module")

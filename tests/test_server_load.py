@@ -3,7 +3,7 @@ uploads (openai client) and live WebSocket streams (real-time pace). No request 
 answered with another's text (each equals its single-client result), rejections are only clean
 503s / close 1013, live chunk latency p50/p95 are reported, and the server's RSS stays flat.
 
-The client kinds come from scripts/bench_server.py; another kind (Wyoming utterances) plugs
+The client kinds come from qwen3asr_tools.bench_server (scripts/bench_server.py); another kind (Wyoming utterances) plugs
 in by adding an object with ``name`` and ``async run(clip) -> Outcome`` to ``_kinds``.
 Set QWEN3ASR_LOAD_SECONDS to shorten a local run (CI runs the full 120 s)."""
 
@@ -18,11 +18,11 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e ".[dev]")")
-pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e ".[dev]")")
+pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
+pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from bench_server import CLIPS, LiveKind, UploadKind, WyomingKind, run_load, summarize  # noqa: E402
+from qwen3asr_tools.bench_server import CLIPS, LiveKind, UploadKind, WyomingKind, run_load, summarize  # noqa: E402
 from server_proc import ROOT, ServerProcess, free_port  # noqa: E402
 
 pytestmark = pytest.mark.load

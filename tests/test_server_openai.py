@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-openai = pytest.importorskip("openai", reason="the openai client is needed (pip install -e ".[dev]")")
+openai = pytest.importorskip("openai", reason="the openai client is needed (pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
 from server_proc import AUDIO, MODEL, ServerProcess, expected  # noqa: E402

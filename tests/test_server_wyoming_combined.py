@@ -15,10 +15,10 @@ import pytest
 if importlib.util.find_spec("qwen3asr.server.wyoming") is None:
     pytest.skip("qwen3asr.server.wyoming is not in this tree (it comes from the wyoming branch)",
                 allow_module_level=True)
-pytest.importorskip("wyoming", reason="the wyoming package is needed (the dev extra: pip install -e ".[dev]")")
-openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e ".[dev]")")
+pytest.importorskip("wyoming", reason="the wyoming package is needed (the dev extra: pip install -e '.[dev]')")
+openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e '.[dev]')")
 
-from bench_server import WyomingKind  # noqa: E402
+from qwen3asr_tools.bench_server import WyomingKind  # noqa: E402
 from server_proc import AUDIO, ServerProcess, expected, free_port  # noqa: E402
 
 
