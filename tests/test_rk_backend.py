@@ -759,3 +759,40 @@ def test_a_library_that_cannot_be_this_machines_is_named_for_what_it_is(build_li
         with pytest.raises(rkllm.RKLLMError, match=msg):
             rkllm.load_library()
         monkeypatch.delenv(rkllm.ENV_LIB)
+
+
+def test_the_real_rknnlite_is_not_called_without_its_runtime_library(rk_bundle, monkeypatch, tmp_path):
+    """rknnlite loads /usr/lib/librknnrt.so itself and prints its own traceback when it is not
+    there (seen in the arm64 rehearsal): the backend checks the file first and says what to do."""
+    from qwen3asr import rknn_backend
+
+    calls = []
+
+    class RKNNLite:  # stands in for rknnlite.api.rknn_lite.RKNNLite: must not even be created
+        def __init__(self, *a, **kw):
+            calls.append("created")
+
+    RKNNLite.__module__ = "rknnlite.api.rknn_lite"
+    api = types.ModuleType("rknnlite.api")
+    api.RKNNLite = RKNNLite
+    pkg = types.ModuleType("rknnlite")
+    pkg.api = api
+    monkeypatch.setitem(sys.modules, "rknnlite", pkg)
+    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
+    missing = tmp_path / "librknnrt.so"
+    monkeypatch.setattr(rknn_backend, "RKNN_RUNTIME", str(missing))
+    monkeypatch.setattr(rknn_backend.check_rknn_runtime, "__defaults__", (str(missing),))
+    with pytest.raises(RuntimeError, match=r"the RKNN NPU runtime .*librknnrt.so is missing: copy librknnrt.so from "
+                                           r"rknn-toolkit2's rknpu2/runtime"):
+        rknn_backend.create_rknn_encoder(rk_bundle, soc=SOC)
+    missing.write_text("version https://git-lfs.github.com/spec/v1\n")
+    with pytest.raises(RuntimeError, match="is a Git LFS pointer"):
+        rknn_backend.create_rknn_encoder(rk_bundle, soc=SOC)
+    assert calls == []
+
+
+def test_the_rknnlite_hint_names_the_python_versions_it_has_wheels_for():
+    from qwen3asr import rknn_backend
+
+    assert "wheels for Python 3.7-3.12 only and this is 3.13" in rknn_backend.install_hint((3, 13, 5))
+    assert rknn_backend.install_hint((3, 11)).startswith("pip install rknn-toolkit-lite2")

@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -210,12 +211,38 @@ class RknnModel:
         return out
 
 
+RKNN_RUNTIME = "/usr/lib/librknnrt.so"  # where rknnlite loads the NPU runtime from (a fixed path in rknnlite)
+RUNTIME_HINT = ("copy librknnrt.so from rknn-toolkit2's rknpu2/runtime/Linux/librknn_api/aarch64/ (the release whose "
+                "toolkit converted the models) to /usr/lib; deploy/setup_board.sh checks it (docs/board_setup.md)")
+
+
+def install_hint(version: Optional[tuple] = None) -> str:
+    """How to install rknnlite on Python ``version`` (default this one; its wheels stop at 3.12)."""
+    major, minor = tuple(version or sys.version_info)[:2]
+    if (major, minor) >= (3, 13):
+        return (f"rknn-toolkit-lite2 (2.5.0) has wheels for Python 3.7-3.12 only and this is {major}.{minor}: "
+                "make the venv with a Python 3.10-3.12 (deploy/setup_board.sh), or use the CPU backend")
+    return INSTALL_HINT
+
+
 def _rknnlite_class():
     try:
         from rknnlite.api import RKNNLite
     except ImportError as exc:
-        raise RuntimeError(f"the RKNN encoder needs rknnlite, which is not installed: {INSTALL_HINT}") from exc
+        raise RuntimeError(f"the RKNN encoder needs rknnlite, which is not installed: {install_hint()}") from exc
     return RKNNLite
+
+
+def check_rknn_runtime(path: str = RKNN_RUNTIME) -> None:
+    """RuntimeError naming the fix when the NPU runtime rknnlite loads cannot be this machine's;
+    checked before rknnlite's init_runtime, which otherwise prints its own traceback first."""
+    from .rkllm import describe_library_file
+
+    if not os.path.exists(path):
+        raise RuntimeError(f"the RKNN NPU runtime {path} is missing: {RUNTIME_HINT}")
+    problem = describe_library_file(path)
+    if problem is not None:
+        raise RuntimeError(f"the RKNN NPU runtime {path} {problem}: {RUNTIME_HINT}")
 
 
 class RknnEncoderRunner:
@@ -257,6 +284,8 @@ class RknnEncoderRunner:
             raise BundleError(f"the split RKNN models for {self.soc} lack the front end; re-run scripts/onnx2rknn.py")
         self.variants = [EncoderVariant(c.form, c.n_chunks, c.path) for c in checked if c.part != "frontend"]
         lite = lite_class or _rknnlite_class()
+        if lite_class is None and str(getattr(lite, "__module__", "")).startswith("rknnlite."):
+            check_rknn_runtime()  # the real rknnlite: its runtime library must be there first
         self._models: dict[str, RknnModel] = {}
         self._frontend: Optional[RknnModel] = None
         try:
