@@ -30,7 +30,8 @@ MIB = 1 << 20
 class PrefixCacheOptions:
     """How many prompt prefixes the ONNX decoder keeps. Defaults fit a board with 4 GB: with
     the 0.6B/1.7B decoders (28 layers x 8 KV heads x 128, float32) a position takes 224 KiB, the
-    default empty-context prefix (9 positions) 2 MiB and a 180-token context about 41 MiB."""
+    default empty-context prefix (9 positions) 2 MiB and one with a 186-token context (195
+    positions) 43 MiB."""
 
     max_entries: int = 8  # distinct prefixes kept (0 = no reuse)
     max_bytes: int = 128 * MIB  # KV (and key) bytes of all kept prefixes together

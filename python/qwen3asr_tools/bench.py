@@ -18,8 +18,9 @@ so that all sides see the same machine load:
   tokens/s (official: thinker forwards with ``past_key_values``; ours: ``Generation.run``).
 
 Prompt-prefix reuse (``--reuse-rows``, on by default; ``--reuse-only`` skips everything else):
-the same work on two engines over the same decoder, one keeping prefix KV caches
-(qwen3asr.PrefixCacheOptions()) and one without (max_entries=0), interleaved run by run:
+the same work on one engine, its decoder keeping prefix KV caches (qwen3asr.PrefixCacheOptions())
+or not (max_entries=0) by turns, so both sides run the same sessions and weights; interleaved run
+by run, the side that goes first alternating from round to round:
 
 - long context: one request for the clip with a 180-token context (50 Home Assistant-style
   names, ``HA_CONTEXT``): ms per request (mel + encoder + prefill + decode), the prefill's share
@@ -204,15 +205,22 @@ class OnnxSystem:
 
 
 class ReuseBench:
-    """Prompt-prefix reuse on / off over one decoder graph (two engines, the same bundle and dtype)."""
+    """Prompt-prefix reuse on / off over one engine: ``use(on)`` gives its decoder the kept
+    prefix cache or one that keeps nothing."""
 
     def __init__(self, bundle_dir: str, dtype: str, threads: int):
         from qwen3asr import PrefixCacheOptions, Qwen3ASREngine
+        from qwen3asr.prefix import PrefixCache
 
-        kw = dict(backend="onnx", encoder_form="merged", decoder_dtype=dtype, threads=threads)
-        self.on = Qwen3ASREngine(bundle_dir, **kw, prefix_cache=PrefixCacheOptions())
-        self.off = Qwen3ASREngine(bundle_dir, **kw, prefix_cache=PrefixCacheOptions(max_entries=0))
+        self.engine = Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="merged", decoder_dtype=dtype,
+                                     threads=threads, prefix_cache=PrefixCacheOptions())
+        self.kept = self.engine.decoder.prefixes
+        self.none = PrefixCache(PrefixCacheOptions(max_entries=0))
         self.dtype = dtype
+
+    def use(self, on: bool):
+        self.engine.decoder.prefixes = self.kept if on else self.none
+        return self.engine
 
     def request(self, engine, pcm: np.ndarray, decode_tokens: int) -> tuple[dict, tuple]:
         r = engine.transcribe(pcm, context=HA_CONTEXT, max_new_tokens=decode_tokens, one_pass=True)
@@ -232,8 +240,7 @@ class ReuseBench:
                 "chunks": st.chunks, "prefill_tokens": st.prefill_tokens / n}, r.token_ids
 
     def close(self) -> None:
-        self.on.close()
-        self.off.close()
+        self.engine.close()
 
 
 def _med(runs: Sequence[dict], key: str) -> Spread:
@@ -256,8 +263,8 @@ def bench_reuse(bundle: str, pcm: np.ndarray, stream_pcm: np.ndarray, runs: int,
         for i in range(warmup + runs):
             for w, fn in work.items():
                 got = {}
-                for side, engine in (("off", rb.off), ("on", rb.on)):
-                    t, tokens = fn(engine)
+                for side in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                    t, tokens = fn(rb.use(side == "on"))
                     got[side] = tokens
                     if i >= warmup:
                         times[(w, side)].append(t)
@@ -278,8 +285,10 @@ def bench_reuse(bundle: str, pcm: np.ndarray, stream_pcm: np.ndarray, runs: int,
                          "prefill_share_without": po.median / o.median, "speedup": o.median / n.median,
                          "prefill_tokens": off[0]["prefill_tokens"],
                          "chunks": off[0].get("chunks")})
-        n_ctx = len(rb.on.tokenizer.encode(HA_CONTEXT))
-        stats = dataclasses.asdict(rb.on.decoder.prefixes.stats)
+        n_ctx = len(rb.engine.tokenizer.encode(HA_CONTEXT))
+        stats = dataclasses.asdict(rb.kept.stats)
+        if rb.none.stats.hits or len(rb.none):
+            raise RuntimeError("the side without reuse reused a prefix")
     finally:
         rb.close()
     return {"dtype": dtype, "context_tokens": n_ctx, "decode_tokens_cap": decode_tokens,
