@@ -110,3 +110,21 @@ def test_bad_arguments_are_refused(capsys):
     assert "give --preset, or both --checkpoint and --bundle" in capsys.readouterr().err
     with pytest.raises(ValueError, match="runs >= 1"):
         bench.bench(ck, bd, bench.DEFAULT_AUDIO, 3.0, 0, 0, 1, 4, ["fp32"], official=False)
+
+
+def test_reuse_rows_compare_the_same_work_with_and_without_prefix_reuse(report):
+    r = report["reuse"]
+    assert r["dtype"] == "fp32" and 150 <= r["context_tokens"] <= 220  # the 50 names
+    assert [row["work"] for row in r["rows"]] == ["long-context request", "stream, default context",
+                                                 "stream, 180-token context"]
+    for row in r["rows"]:
+        _check_spread(row["ms_without"])
+        _check_spread(row["ms_with"])
+        assert row["speedup"] == pytest.approx(row["ms_without"]["median"] / row["ms_with"]["median"])
+        assert 0 < row["prefill_share_without"] < 1
+    assert r["rows"][0]["prefill_tokens"] > r["context_tokens"] + 39  # the context, the 3 s of audio
+    assert r["rows"][1]["chunks"] >= 3
+    # one miss per distinct prefix (the 180-token context, the empty one), hits for everything else
+    assert r["prefix_cache"]["misses"] == 2 and r["prefix_cache"]["hits"] > 2 * RUNS
+    lines = r["table"].splitlines()
+    assert lines[0].startswith("| work (per unit) | ms without reuse") and len(lines) == 2 + 3

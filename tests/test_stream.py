@@ -131,7 +131,11 @@ class Script:
     def __init__(self, engine, outputs):
         self.engine, self.outputs, self.prompts = engine, list(outputs), []
 
-    def __call__(self, x, options, on_token=None):
+    def __call__(self, x, options, on_token=None, prefix_len=None):
+        # every window shares the rows before the first audio pad (the decoder may reuse their KV)
+        assert prefix_len == self.engine.prefix_len(self.engine.options) > 0
+        assert np.array_equal(x[:prefix_len], self.engine.embeddings(
+            self.engine.request_prompt(1, self.engine.options).ids[:prefix_len]))
         self.prompts.append(x)
         out = self.outputs.pop(0) if self.outputs else []
         return list(out), DecodeStats(len(x), 0.0, len(out), 0.0, "eos")

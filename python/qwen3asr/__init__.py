@@ -10,6 +10,7 @@ from .bundle import BundleError  # noqa: E402
 from .decoding import DecodingOptions, Generation  # noqa: E402
 from .engine import EngineClosed, Qwen3ASREngine  # noqa: E402
 from .options import TranscribeOptions  # noqa: E402
+from .prefix import PrefixCacheOptions  # noqa: E402
 from .results import Segment, Transcription, TranscriptionStats  # noqa: E402
 from .rk_backend import RKOptions  # noqa: E402
 from .vad import SileroVAD, VADOptions  # noqa: E402
@@ -17,4 +18,4 @@ from .work import Cancelled, Work  # noqa: E402
 
 __all__ = ["Qwen3ASREngine", "TranscribeOptions", "RKOptions", "Transcription", "TranscriptionStats", "Segment",
            "DecodingOptions", "Generation", "SileroVAD", "VADOptions", "Work", "Cancelled", "EngineClosed",
-           "AudioError", "BundleError", "prepare_audio", "__version__"]
+           "AudioError", "BundleError", "PrefixCacheOptions", "prepare_audio", "__version__"]

@@ -44,9 +44,10 @@ class Backend:
 
 def create_backend(name: str, bundle: Bundle, *, tokenizer, embeddings, encoder_form: str = "merged",
                    encoder_sizes: Optional[Sequence[int]] = None, decoder_dtype: str = "auto",
-                   threads: Optional[int] = None, rk=None, decoding=None) -> Backend:
+                   threads: Optional[int] = None, rk=None, decoding=None, prefix_cache=None) -> Backend:
     """Load backend ``name`` (one of BACKENDS) for ``bundle``; ``rk``: RKOptions (board settings);
-    ``decoding``: the DecodingOptions a runtime that fixes them at load (RKLLM) starts with.
+    ``decoding``: the DecodingOptions a runtime that fixes them at load (RKLLM) starts with;
+    ``prefix_cache``: the ONNX decoder's PrefixCacheOptions (qwen3asr.prefix).
 
     ``backend="rk"`` fails with the error that says what is missing; ``auto`` falls back to the
     CPU with that error as a warning.
@@ -74,7 +75,8 @@ def create_backend(name: str, bundle: Bundle, *, tokenizer, embeddings, encoder_
     from .onnx_backend import create_onnx_decoder, create_onnx_encoder
 
     encoder = create_onnx_encoder(bundle, encoder_form, encoder_sizes, threads)
-    decoder = create_onnx_decoder(bundle, decoder_dtype, threads, embed=embeddings.row, eos_ids=tokenizer.eos_ids)
+    decoder = create_onnx_decoder(bundle, decoder_dtype, threads, embed=embeddings.row, eos_ids=tokenizer.eos_ids,
+                                  prefix_cache=prefix_cache)
     return Backend("onnx", encoder, decoder)
 
 

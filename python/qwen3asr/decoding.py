@@ -2,11 +2,11 @@
 
 Two seams:
 
-- :class:`TextDecoder`, what the engine calls: ``generate(prompt_embeds, options, on_token)
-  -> (token ids, DecodeStats)`` and ``close()``. Implemented by the ONNX backend
+- :class:`TextDecoder`, what the engine calls: ``generate(prompt_embeds, options, on_token,
+  prefix_len) -> (token ids, DecodeStats)`` and ``close()``. Implemented by the ONNX backend
   (``onnx_backend.OnnxTextDecoder``, token-level sampling here) and the rk backend
   (``rk_backend.RKLLMTextDecoder``, the RKLLM runtime samples). A backend that can also pause,
-  resume and clone a generation offers ``start(prompt_embeds, options) -> Generation``.
+  resume and clone a generation offers ``start(prompt_embeds, options, prefix_len) -> Generation``.
 - :class:`KVDecoder`, what :class:`Generation` drives on the CPU: ``forward(embeds, cache,
   logit_rows) -> (logits, cache)``; everything here is backend-independent numpy.
 """
@@ -58,12 +58,16 @@ class TextDecoder(Protocol):
     max_context: int  # positions the decoder holds (prompt + generated tokens)
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions,
-                 on_token: Callable[[int], bool | None] | None = None) -> tuple[list[int], Any]:
+                 on_token: Callable[[int], bool | None] | None = None,
+                 prefix_len: int | None = None) -> tuple[list[int], Any]:
         """Generate from a whole embedded prompt ``(L, hidden) float32`` (prefilled in one go).
 
         ``on_token`` is called with every generated id (end-of-sequence ids are not generated);
-        returning False stops there (finish_reason "stopped"). Returns (ids without
-        end-of-sequence, :class:`~qwen3asr.results.DecodeStats`)."""
+        returning False stops there (finish_reason "stopped"). ``prefix_len``: the number of
+        leading rows that are the prompt prefix shared by many runs (the rows before the first
+        audio pad); a decoder may reuse their KV cache from an earlier run with byte-identical
+        rows (the result must not change) or ignore it. Returns (ids without end-of-sequence,
+        :class:`~qwen3asr.results.DecodeStats`)."""
 
     def close(self) -> None:
         """Free the decoder's runtime (safe to call twice)."""
@@ -108,8 +112,9 @@ def select_token(logits: np.ndarray, opts: DecodingOptions, history: list[int],
 
 @dataclasses.dataclass
 class GenerationTimes:
-    prefill_tokens: int = 0
+    prefill_tokens: int = 0  # prompt positions (reused ones included)
     prefill_ms: float = 0.0
+    reused_tokens: int = 0  # of those, positions whose KV came from a kept prefix (not computed)
     decode_tokens: int = 0
     decode_ms: float = 0.0
 
@@ -124,10 +129,15 @@ class Generation:
       eos_ids: token ids that end generation.
       embed: token id -> (hidden,) float32 embedding (the bundle's embedding table).
       options: sampling settings.
+      prefix_len / prefix: start from a cache of the first ``prefix_len`` prompt rows instead of
+        an empty one: ``prefix()`` (called once, at prefill, inside its timing) returns ``(cache,
+        reused)``, a cache this generation may extend (a copy) and whether it was reused rather
+        than computed just now.
     """
 
     def __init__(self, decoder: KVDecoder, prompt_embeds: np.ndarray, eos_ids: tuple[int, ...],
-                 embed: Callable[[int], np.ndarray], options: DecodingOptions):
+                 embed: Callable[[int], np.ndarray], options: DecodingOptions, prefix_len: int = 0,
+                 prefix: Callable[[], tuple[Any, bool]] | None = None):
         self.decoder = decoder
         self.options = options
         self.eos_ids = tuple(eos_ids)
@@ -139,6 +149,11 @@ class Generation:
         self._prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
         self._cache = None
         self._next_logits: np.ndarray | None = None
+        if (prefix is None) != (prefix_len == 0) or not 0 <= prefix_len < len(self._prompt):
+            raise ValueError(f"a prefix needs prefix_len in [1, {len(self._prompt) - 1}] and a prefix source "
+                             f"(got prefix_len={prefix_len!r}, prefix {'given' if prefix else 'None'})")
+        self._prefix_len = int(prefix_len)
+        self._prefix = prefix
 
     @property
     def finished(self) -> bool:
@@ -154,8 +169,17 @@ class Generation:
         if self._cache is not None:
             return
         t0 = time.perf_counter()
-        cache = self.decoder.new_cache()
-        logits, self._cache = self.decoder.forward(self._prompt, cache, np.array([len(self._prompt) - 1]))
+        n = self._prefix_len
+        if self._prefix is not None:
+            cache, reused = self._prefix()
+            self._prefix = None  # the source may hold a shared cache: drop it once used
+            if getattr(cache, "length", n) != n:
+                raise RuntimeError(f"the prefix cache holds {cache.length} positions, not prefix_len={n}")
+            self.times.reused_tokens = n if reused else 0
+        else:
+            cache = self.decoder.new_cache()
+        rest = self._prompt[n:]
+        logits, self._cache = self.decoder.forward(rest, cache, np.array([len(rest) - 1]))
         self._next_logits = logits[0]
         self.times.prefill_tokens = len(self._prompt)
         self.times.prefill_ms = (time.perf_counter() - t0) * 1000

@@ -78,6 +78,9 @@ class Qwen3ASREngine:
       rk: board settings for the rk backend (qwen3asr.rk_backend.RKOptions: SoC, NPU cores,
         decoder CPUs, librkllmrt.so path and ABI, max context, embed_flash).
       options: the default TranscribeOptions of this engine's requests (each call may override).
+      prefix_cache: reuse of the prompt prefix's KV cache on the ONNX decoder
+        (qwen3asr.PrefixCacheOptions: entries and bytes kept; max_entries=0 turns it off; default
+        8 prefixes, 128 MiB). The rk backend's counterpart is ``RKOptions.prefix_reuse``.
       platform / enabled_cpus / repeat_penalty: the reference design's spellings of ``rk.soc``,
         ``rk.cpus`` and ``options.repetition_penalty``.
 
@@ -88,7 +91,7 @@ class Qwen3ASREngine:
     def __init__(self, model_dir: Optional[str] = None, backend: str = "auto", *, encoder_form: str = "merged",
                  encoder_sizes=None, decoder_dtype: str = "auto", threads: Optional[int] = None, rk=None,
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
-                 enabled_cpus=None, repeat_penalty: Optional[float] = None):
+                 enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None):
         from .rk_backend import RKOptions
 
         if backend not in BACKENDS:
@@ -109,7 +112,7 @@ class Qwen3ASREngine:
         self.n_mels = int(self.bundle.audio_config["num_mel_bins"])
         loaded = create_backend(backend, self.bundle, tokenizer=self.tokenizer, embeddings=self.embeddings,
                                 encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype,
-                                threads=threads, rk=rk, decoding=self.options.decoding())
+                                threads=threads, rk=rk, decoding=self.options.decoding(), prefix_cache=prefix_cache)
         self._backend = loaded
         self.backend = loaded.name
         self.encoder = loaded.encoder
@@ -202,6 +205,12 @@ class Qwen3ASREngine:
         x[prompt.audio_slice] = audio_embeds
         return x
 
+    def prefix_len(self, options: TranscribeOptions) -> int:
+        """Rows of a request's decoder input before the first audio pad (the system turn with the
+        context, then ``<|im_start|>user\n<|audio_start|>``): the prefix shared by every run with
+        these prompt options, whose KV cache the decoder may reuse."""
+        return self.request_prompt(1, options).audio_start
+
     def decoder_input(self, audio_embeds: np.ndarray, options: TranscribeOptions, answer_ids=()) -> np.ndarray:
         """The whole decoder input: the request's prompt with ``audio_embeds`` (tokens, hidden)
         spliced in, then the embedded ``answer_ids`` (text already in the assistant turn):
@@ -212,7 +221,8 @@ class Qwen3ASREngine:
         return x
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-                 on_token: Optional[Callable[[int], Optional[bool]]] = None) -> tuple[list[int], DecodeStats]:
+                 on_token: Optional[Callable[[int], Optional[bool]]] = None,
+                 prefix_len: Optional[int] = None) -> tuple[list[int], DecodeStats]:
         """Generate from an embedded prompt on this engine's decoder (the TextDecoder seam).
 
         Args:
@@ -221,11 +231,14 @@ class Qwen3ASREngine:
           options: sampling settings and max_new_tokens.
           on_token: called with each generated id (end-of-sequence ids are not generated);
             returning False stops the generation there (finish_reason "stopped").
+          prefix_len: leading rows of ``prompt_embeds`` that are the shared prompt prefix
+            (``Prompt.audio_start``, ``prefix_len(options)``); the decoder may reuse their KV cache
+            from an earlier run with the same rows (same result; DecodeStats.reused_tokens).
         Returns:
           (generated ids without end-of-sequence, DecodeStats).
         """
         self.check_open()
-        return self.decoder.generate(prompt_embeds, options, on_token)
+        return self.decoder.generate(prompt_embeds, options, on_token, prefix_len=prefix_len)
 
     decode_embeddings = generate  # the name streaming code used before the seam
 
@@ -264,7 +277,7 @@ class Qwen3ASREngine:
                                f"{self.backend} backend generates inside its runtime: use transcribe()")
         o = build_options(options or self.options, kw, "start")
         req = self.prepare(prepare_audio(audio, sample_rate), o)
-        return self.decoder.start(req.embeds, o.decoding()), req
+        return self.decoder.start(req.embeds, o.decoding(), prefix_len=req.prompt.audio_start), req
 
     def create_stream(self, options: Optional[TranscribeOptions] = None, *,
                       on_text: Optional[Callable[[str], None]] = None, work: Work = NO_WORK, **kw):
@@ -386,7 +399,7 @@ class Qwen3ASREngine:
                 streamer.push(tok)
             return not work.cancelled
 
-        tokens, ds = self.generate(req.embeds, o.decoding(), on_token)
+        tokens, ds = self.generate(req.embeds, o.decoding(), on_token, prefix_len=req.prompt.audio_start)
         work.check()
         if streamer:
             streamer.finish()

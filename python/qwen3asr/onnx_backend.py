@@ -13,6 +13,7 @@ import numpy as np
 
 from .decoding import DecodingOptions, Generation
 from .encoder import AudioEncoder, EncoderVariant
+from .prefix import PrefixCache, PrefixCacheOptions, checked_prefix_len
 from .results import DecodeStats
 
 logger = logging.getLogger(__name__)
@@ -98,12 +99,18 @@ class KVCache:
     def capacity(self) -> int:
         return self.keys[0].shape[2] if self.keys else 0
 
-    def clone(self) -> "KVCache":
-        """An independent copy (only the valid rows are copied; the capacity is kept)."""
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.values)
+
+    def clone(self, capacity: int | None = None) -> "KVCache":
+        """An independent copy (only the valid rows are copied) with ``capacity`` positions
+        (default: the same; at least ``length``)."""
         n = self.length
+        cap = self.capacity if capacity is None else max(int(capacity), n)
 
         def copy(a: np.ndarray) -> np.ndarray:
-            b = np.empty_like(a)
+            b = np.empty(a.shape[:2] + (cap,) + a.shape[3:], a.dtype)
             b[:, :, :n] = a[:, :, :n]
             return b
 
@@ -114,6 +121,11 @@ class KVCache:
 
 
 CACHE_STEP = 256  # KV-cache capacity grows in multiples of this many positions
+# Rows that must follow a reused prefix. ONNX Runtime computes a call of one row (M = 1: the
+# matrix-vector kernels) with another summation order than a call of several: a prompt whose
+# last row alone followed the prefix gave logits up to 5.5e-6 off (tiny and bundled models), while
+# every split leaving 2 or more rows gave bitwise the same logits as one prefill (test_prefix_cache).
+MIN_ROWS_AFTER_PREFIX = 2
 
 
 class OnnxDecoder:
@@ -187,45 +199,74 @@ class OnnxDecoder:
 
 class OnnxTextDecoder:
     """The ONNX backend's text decoder (the engine's TextDecoder seam): :class:`Generation`
-    (token-level sampling, qwen3asr.decoding) on :class:`OnnxDecoder`.
+    (token-level sampling, qwen3asr.decoding) on :class:`OnnxDecoder`, with the KV cache of
+    prompt prefixes kept in a bounded LRU (qwen3asr.prefix) and copied into each run that
+    starts with the same rows.
 
     Args:
       kv: the loaded decoder graph.
       eos_ids: token ids that end a generation.
       embed: token id -> (hidden,) float32 embedding (the bundle's table).
+      prefix_cache: how many prefixes to keep (``PrefixCacheOptions(max_entries=0)``: no reuse).
     """
 
     name = "onnx"
 
-    def __init__(self, kv: OnnxDecoder, eos_ids, embed):
+    def __init__(self, kv: OnnxDecoder, eos_ids, embed, prefix_cache: PrefixCacheOptions = PrefixCacheOptions()):
         self.kv = kv
         self.eos_ids = tuple(eos_ids)
         self.embed = embed
         self.max_context = kv.max_positions
+        self.prefixes = PrefixCache(prefix_cache)
 
-    def start(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions()) -> Generation:
-        """A pausable, clonable :class:`Generation` of ``(L, hidden) float32`` prompt embeddings."""
+    def _prefix_source(self, rows: np.ndarray, total: int):
+        """The Generation's prefix source for the prefix ``rows`` of a ``total``-row prompt: the kept
+        (or just computed) KV of the rows, copied into a buffer sized as a fresh prefill's."""
+        kv = self.kv
+
+        def compute(r: np.ndarray) -> KVCache:
+            _, cache = kv.forward(r, kv.new_cache(), np.zeros(0, np.int64))  # no logits needed
+            return cache.clone(capacity=cache.length)  # kept compact
+
+        def source():
+            cache, hit = self.prefixes.get(rows, compute)
+            cap = min(kv.max_positions, -(-total // CACHE_STEP) * CACHE_STEP)
+            return cache.clone(capacity=cap), hit
+
+        return source
+
+    def start(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+              prefix_len: int | None = None) -> Generation:
+        """A pausable, clonable :class:`Generation` of ``(L, hidden) float32`` prompt embeddings;
+        ``prefix_len`` leading rows are taken from (or added to) the prefix cache when reuse is on."""
         if self.kv is None:
             raise RuntimeError("this decoder was closed")
-        return Generation(self.kv, prompt_embeds, self.eos_ids, self.embed, options)
+        prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
+        n = checked_prefix_len(prefix_len, len(prompt))
+        if n == 0 or len(prompt) - n < MIN_ROWS_AFTER_PREFIX or not self.prefixes.options.enabled:
+            return Generation(self.kv, prompt, self.eos_ids, self.embed, options)
+        return Generation(self.kv, prompt, self.eos_ids, self.embed, options, prefix_len=n,
+                          prefix=self._prefix_source(prompt[:n], len(prompt)))
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-                 on_token=None) -> tuple[list[int], DecodeStats]:
+                 on_token=None, prefix_len: int | None = None) -> tuple[list[int], DecodeStats]:
         """See qwen3asr.decoding.TextDecoder."""
-        gen = self.start(prompt_embeds, options)
+        gen = self.start(prompt_embeds, options, prefix_len)
         gen.run(on_token=on_token)
         t = gen.times
         return list(gen.tokens), DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms,
-                                             gen.finish_reason or "stopped")
+                                             gen.finish_reason or "stopped", reused_tokens=t.reused_tokens)
 
     def close(self) -> None:
         self.kv = None  # the ONNX Runtime session is freed with its last reference
+        self.prefixes.clear()
 
 
 def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
-                        eos_ids) -> OnnxTextDecoder:
+                        eos_ids, prefix_cache: PrefixCacheOptions | None = None) -> OnnxTextDecoder:
     """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32), "fp32",
-    "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end."""
+    "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end;
+    ``prefix_cache`` the prompt-prefix reuse (default PrefixCacheOptions())."""
     dtypes = bundle.decoder_dtypes()
     if dtype == "auto":
         dtype = "int8" if "int8" in dtypes else "fp32"
@@ -234,6 +275,6 @@ def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None,
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
                      threads, max_positions=bundle.max_context)
-    dec = OnnxTextDecoder(kv, eos_ids, embed)
+    dec = OnnxTextDecoder(kv, eos_ids, embed, prefix_cache or PrefixCacheOptions())
     dec.dtype = dtype
     return dec

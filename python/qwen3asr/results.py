@@ -61,6 +61,7 @@ class DecodeStats:
     # False: a cancelled request) or "repetition" (the RKLLM binding's loop guard aborted the run)
     finish_reason: str
     runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
+    reused_tokens: int = 0  # of the prefill_tokens, prompt-prefix positions whose KV was reused (not computed)
 
 
 @dataclasses.dataclass(frozen=True)

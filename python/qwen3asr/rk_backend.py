@@ -252,12 +252,16 @@ class RKLLMTextDecoder:
         self.runtime = RKLLMRuntime(self.decoder_file, lib_path=self.lib_path, abi=self.abi, options=wanted)
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-                 on_token: Optional[Callable[[int], Optional[bool]]] = None) -> tuple[list[int], DecodeStats]:
+                 on_token: Optional[Callable[[int], Optional[bool]]] = None,
+                 prefix_len: Optional[int] = None) -> tuple[list[int], DecodeStats]:
         """One EMBED run on the whole embedded prompt ``(L, hidden) float32`` with a cleared cache.
 
         ``on_token`` gets every generated id (the runtime's WAITING ones too), end-of-sequence
         ids excluded; returning False stops the run (finish_reason "stopped"). Returns (ids
         without end-of-sequence, DecodeStats with the runtime's own timings and figures).
+        ``prefix_len`` is ignored: the whole prompt is prefilled every run, because the runtime's
+        prefix reuse with EMBED input is reported broken on 1.2.3 and unverified on 1.3
+        (docs/rkllm_abi.md, "Prefix KV reuse").
         """
         if len(prompt_embeds) + options.max_new_tokens > self.max_context:
             raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "

@@ -225,6 +225,7 @@ class StreamSession:
                 logger.warning("VADOptions.max_speech_s splits segments at pauses found after the fact; in a stream "
                                "a split can come after its chunk was cut (chunk_size already bounds the work)")
         self._asr_text = engine.tokenizer.asr_text
+        self._prefix_len = engine.prefix_len(o)  # prompt rows before the audio: the same in every window
         self.reset()
 
     @property
@@ -515,7 +516,8 @@ class StreamSession:
         extra = header + prefix
         x = eng.decoder_input(audio, o, extra)
         decoding = o.decoding(seed=o.chunk_seed(len(self._chunks)))
-        tokens, ds = eng.generate(x, decoding, on_token=lambda _: not self._work.cancelled)
+        tokens, ds = eng.generate(x, decoding, on_token=lambda _: not self._work.cancelled,
+                                  prefix_len=self._prefix_len)
         self._work.check()
         if ds.finish_reason == "length":
             self._truncated = True

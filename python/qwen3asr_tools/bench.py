@@ -17,6 +17,21 @@ so that all sides see the same machine load:
 - decode: a fixed number of greedy single-token steps with the KV cache, end of sequence ignored,
   tokens/s (official: thinker forwards with ``past_key_values``; ours: ``Generation.run``).
 
+Prompt-prefix reuse (``--reuse-rows``, on by default; ``--reuse-only`` skips everything else):
+the same work on one engine, its decoder keeping prefix KV caches (qwen3asr.PrefixCacheOptions())
+or not (max_entries=0) by turns, so both sides run the same sessions and weights; interleaved run
+by run, the side that goes first alternating from round to round:
+
+- long context: one request for the clip with a 180-token context (50 Home Assistant-style
+  names, ``HA_CONTEXT``): ms per request (mel + encoder + prefill + decode), the prefill's share
+  without reuse, and the ratio without / with (> 1 is the gain);
+- stream: ``--stream-seconds`` of audio through ``create_stream()`` at the default streaming
+  settings (4 s chunks, memory 2, rollback 2), ms per chunk, with the default empty context and
+  with the 180-token one.
+
+Random weights rarely end early, so both sides cap generation at ``--decode-tokens`` (the
+reuse does not change the tokens: they are the same with and without it, checked every run).
+
 Warm-up runs come first and are not counted; the table gives the median with the min..max
 spread and each of our numbers as a ratio of the official median of the same run (> 1 is
 faster). ``--preset`` builds a random-weight checkpoint with the official code into build/
@@ -52,6 +67,19 @@ DEFAULT_AUDIO = os.path.join(ROOT, "audio", "long_mixed.wav")
 AUDIO_OFFSET_S = 2.0  # skip the clip's leading silence
 DTYPES = ("fp32", "int8", "int4")
 OFFICIAL = "official-fp32"
+# 50 device and area names as a Home Assistant satellite would pass for biasing (about 180
+# tokens with the Qwen tokenizer; the exact count is in the report)
+HA_NAMES = (
+    "Kitchen Light", "Living Room Lamp", "Dining Table Light", "Hallway Ceiling", "Porch Light", "Garage Door",
+    "Front Door Lock", "Back Door Lock", "Bedroom Fan", "Guest Room Heater", "Office Desk Lamp", "Bathroom Mirror",
+    "Laundry Dryer", "Washing Machine", "Dishwasher", "Coffee Maker", "Kettle", "Toaster Plug", "Fridge Sensor",
+    "Freezer Alarm", "Attic Fan", "Basement Dehumidifier", "Garden Sprinkler", "Pool Pump", "Patio Heater",
+    "Driveway Gate", "Doorbell Camera", "Nursery Monitor", "Kids Room Nightlight", "Master Bedroom Blinds",
+    "Living Room Curtains", "TV Backlight", "Soundbar", "Hallway Thermostat", "Upstairs Thermostat",
+    "Air Purifier", "Robot Vacuum", "Aquarium Light", "Christmas Tree", "Shed Light", "Greenhouse Vent",
+    "Bike Charger", "Car Charger", "Solar Inverter", "Water Heater", "Smoke Detector", "Window Sensor",
+    "Motion Sensor", "Reading Lamp", "Balcony Light")
+HA_CONTEXT = ", ".join(HA_NAMES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +204,110 @@ class OnnxSystem:
         return RunTimes(None, t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms)
 
 
+class ReuseBench:
+    """Prompt-prefix reuse on / off over one engine: ``use(on)`` gives its decoder the kept
+    prefix cache or one that keeps nothing."""
+
+    def __init__(self, bundle_dir: str, dtype: str, threads: int):
+        from qwen3asr import PrefixCacheOptions, Qwen3ASREngine
+        from qwen3asr.prefix import PrefixCache
+
+        self.engine = Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="merged", decoder_dtype=dtype,
+                                     threads=threads, prefix_cache=PrefixCacheOptions())
+        self.kept = self.engine.decoder.prefixes
+        self.none = PrefixCache(PrefixCacheOptions(max_entries=0))
+        self.dtype = dtype
+
+    def use(self, on: bool):
+        self.engine.decoder.prefixes = self.kept if on else self.none
+        return self.engine
+
+    def request(self, engine, pcm: np.ndarray, decode_tokens: int) -> tuple[dict, tuple]:
+        r = engine.transcribe(pcm, context=HA_CONTEXT, max_new_tokens=decode_tokens, one_pass=True)
+        s = r.stats
+        return {"total_ms": s.total_ms, "prefill_ms": s.prefill_ms, "encoder_ms": s.encoder_ms,
+                "decode_ms": s.decode_ms, "prefill_tokens": s.prefill_tokens}, r.token_ids
+
+    def stream(self, engine, pcm: np.ndarray, context: str, decode_tokens: int) -> tuple[dict, tuple]:
+        session = engine.create_stream(context=context, max_new_tokens=decode_tokens)
+        step = SAMPLE_RATE // 2  # 0.5 s pieces, as a microphone delivers them
+        for a in range(0, pcm.shape[0], step):
+            session.feed_audio(pcm[a:a + step])
+        r = session.finish()
+        st = r.stats
+        n = max(1, st.chunks)
+        return {"chunk_ms": (st.encoder_ms + st.prefill_ms + st.decode_ms) / n, "prefill_ms": st.prefill_ms / n,
+                "chunks": st.chunks, "prefill_tokens": st.prefill_tokens / n}, r.token_ids
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def _med(runs: Sequence[dict], key: str) -> Spread:
+    return Spread.of([r[key] for r in runs])
+
+
+def bench_reuse(bundle: str, pcm: np.ndarray, stream_pcm: np.ndarray, runs: int, warmup: int, threads: int,
+                decode_tokens: int, dtype: str,
+                progress: Callable[[str], None] = lambda s: None) -> dict:
+    """The reuse rows (see the module docstring): per work item, runs with and without reuse,
+    interleaved; ValueError if the tokens ever differ (reuse must not change the result)."""
+    rb = ReuseBench(bundle, dtype, threads)
+    try:
+        work = {
+            "long-context request": lambda e: rb.request(e, pcm, decode_tokens),
+            "stream, default context": lambda e: rb.stream(e, stream_pcm, "", decode_tokens),
+            "stream, 180-token context": lambda e: rb.stream(e, stream_pcm, HA_CONTEXT, decode_tokens),
+        }
+        times = {(w, side): [] for w in work for side in ("off", "on")}
+        for i in range(warmup + runs):
+            for w, fn in work.items():
+                got = {}
+                for side in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                    t, tokens = fn(rb.use(side == "on"))
+                    got[side] = tokens
+                    if i >= warmup:
+                        times[(w, side)].append(t)
+                    key = "total_ms" if "total_ms" in t else "chunk_ms"
+                    progress(f"{'warm-up' if i < warmup else f'run {i - warmup + 1}/{runs}'} {w} reuse {side}: "
+                             f"{t[key]:.0f} ms, prefill {t['prefill_ms']:.0f} ms")
+                if got["on"] != got["off"]:
+                    raise ValueError(f"{w}: the tokens differ with and without prefix reuse")
+        rows = []
+        for w in work:
+            off, on = times[(w, "off")], times[(w, "on")]
+            key = "total_ms" if "total_ms" in off[0] else "chunk_ms"
+            o, n = _med(off, key), _med(on, key)
+            po, pn = _med(off, "prefill_ms"), _med(on, "prefill_ms")
+            rows.append({"work": w, "unit": "request" if key == "total_ms" else "chunk",
+                         "ms_without": dataclasses.asdict(o), "ms_with": dataclasses.asdict(n),
+                         "prefill_ms_without": dataclasses.asdict(po), "prefill_ms_with": dataclasses.asdict(pn),
+                         "prefill_share_without": po.median / o.median, "speedup": o.median / n.median,
+                         "prefill_tokens": off[0]["prefill_tokens"],
+                         "chunks": off[0].get("chunks")})
+        n_ctx = len(rb.engine.tokenizer.encode(HA_CONTEXT))
+        stats = dataclasses.asdict(rb.kept.stats)
+        if rb.none.stats.hits or len(rb.none):
+            raise RuntimeError("the side without reuse reused a prefix")
+    finally:
+        rb.close()
+    return {"dtype": dtype, "context_tokens": n_ctx, "decode_tokens_cap": decode_tokens,
+            "stream_seconds": stream_pcm.shape[0] / SAMPLE_RATE, "prefix_cache": stats, "rows": rows,
+            "table": format_reuse_table(rows)}
+
+
+def format_reuse_table(rows: Sequence[dict]) -> str:
+    head = ("| work (per unit) | ms without reuse | ms with reuse | x (without / with) | prefill ms without "
+            "| prefill ms with | prefill share without |")
+    lines = [head, "|" + "---|" * 7]
+    for r in rows:
+        a, b = Spread(**r["ms_without"]), Spread(**r["ms_with"])
+        pa, pb = Spread(**r["prefill_ms_without"]), Spread(**r["prefill_ms_with"])
+        lines.append(f"| {r['work']} (per {r['unit']}) | {_cell(a, '.0f')} | {_cell(b, '.0f')} | {r['speedup']:.2f} | "
+                     f"{_cell(pa, '.0f')} | {_cell(pb, '.0f')} | {100 * r['prefill_share_without']:.0f} % |")
+    return "\n".join(lines)
+
+
 def summarize(name: str, runs: Sequence[RunTimes], audio_seconds: float) -> SystemResult:
     enc = runs[0].encoder_ms is not None
     dec = runs[0].decode_tokens is not None
@@ -285,7 +417,8 @@ def ensure_model(preset: Optional[str], checkpoint: Optional[str], bundle: Optio
 
 def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, warmup: int, threads: int,
           decode_tokens: int, dtypes: Sequence[str], official: bool = True,
-          progress: Callable[[str], None] = lambda s: None) -> dict:
+          progress: Callable[[str], None] = lambda s: None, reuse: bool = True, main_rows: bool = True,
+          stream_seconds: float = 12.0) -> dict:
     """Measure every system ``warmup + runs`` times, interleaved; returns the JSON-ready report."""
     if runs < 1 or warmup < 0 or decode_tokens < 1:
         raise ValueError("runs >= 1, warmup >= 0 and decode_tokens >= 1 are required")
@@ -302,6 +435,17 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
         raise ValueError(f"{audio} holds {audio_s:.2f} s of audio, less than --seconds {seconds}")
     mel = log_mel(pcm)
     size = math.ceil(seconds)
+    reuse_report = None
+    if reuse:
+        full = prepare_audio(audio)
+        stream_pcm = full[start:start + int(round(stream_seconds * SAMPLE_RATE))]
+        reuse_report = bench_reuse(bundle, pcm, stream_pcm, runs, warmup, threads, decode_tokens,
+                                   dtypes[0] if dtypes else "fp32", progress)
+    if not main_rows:
+        return {"settings": {"audio": os.path.basename(audio), "audio_seconds": audio_s, "runs": runs,
+                             "warmup": warmup, "threads": threads, "dtypes": list(dtypes[:1])},
+                "machine": machine_facts(threads), "loadavg_1min": {"before": None, "after": _loadavg()},
+                "reuse": reuse_report}
     systems: list = [OnnxSystem(bundle, d, size, threads) for d in dtypes]
     engine = systems[0].engine if systems else None
     if engine is None:
@@ -343,6 +487,7 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
         "results": [dataclasses.asdict(r) for r in results],
         "ratios_vs_official": {k: dataclasses.asdict(v) for k, v in ratios.items()},
         "table": format_table(results, ratios),
+        "reuse": reuse_report,
     }
 
 
@@ -359,6 +504,11 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-tokens", type=int, default=64, help="greedy steps, EOS ignored (default %(default)s)")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="our decoder dtypes (default %(default)s)")
     ap.add_argument("--no-official", action="store_true", help="only our backend (no torch needed)")
+    ap.add_argument("--no-reuse-rows", action="store_true", help="skip the prompt-prefix reuse rows")
+    ap.add_argument("--reuse-only", action="store_true",
+                    help="only the reuse rows (first of --dtypes; no official model, no torch)")
+    ap.add_argument("--stream-seconds", type=float, default=12.0,
+                    help="audio streamed in the stream reuse rows (default %(default)s)")
     ap.add_argument("--json", help="write the report here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -366,15 +516,25 @@ def main(argv=None) -> int:
     try:
         ck, bd = ensure_model(args.preset, args.checkpoint, args.bundle, dtypes, math.ceil(args.seconds))
         report = bench(ck, bd, args.audio, args.seconds, args.runs, args.warmup, args.threads, args.decode_tokens,
-                       dtypes, official=not args.no_official, progress=lambda s: print(s, file=sys.stderr, flush=True))
+                       dtypes, official=not args.no_official and not args.reuse_only,
+                       progress=lambda s: print(s, file=sys.stderr, flush=True), reuse=not args.no_reuse_rows,
+                       main_rows=not args.reuse_only, stream_seconds=args.stream_seconds)
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     s = report["settings"]
-    print(f"{s['audio_seconds']:.2f} s audio, prompt {s['prompt_tokens']} tokens, {s['decode_tokens']} decode "
-          f"steps, {s['runs']} runs (+{s['warmup']} warm-up), {s['threads']} threads; "
-          f"load avg {report['loadavg_1min']['before']} -> {report['loadavg_1min']['after']}")
-    print(report["table"])
+    if "table" in report:
+        print(f"{s['audio_seconds']:.2f} s audio, prompt {s['prompt_tokens']} tokens, {s['decode_tokens']} decode "
+              f"steps, {s['runs']} runs (+{s['warmup']} warm-up), {s['threads']} threads; "
+              f"load avg {report['loadavg_1min']['before']} -> {report['loadavg_1min']['after']}")
+        print(report["table"])
+    r = report.get("reuse")
+    if r:
+        print(f"\nprompt-prefix reuse, {r['dtype']} decoder, {s['audio_seconds']:.2f} s clip, {r['context_tokens']}-token "
+              f"context, stream of {r['stream_seconds']:.1f} s at the default stream settings, generation capped at "
+              f"{r['decode_tokens_cap']} tokens, {s['runs']} runs (+{s['warmup']} warm-up); "
+              f"load avg now {report['loadavg_1min']['after']}")
+        print(r["table"])
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
