@@ -5,15 +5,8 @@ Launcher of qwen3asr_tools.make_random_checkpoint (python/qwen3asr_tools/make_ra
 `python -m qwen3asr_tools.make_random_checkpoint`). Needs the package importable: `pip install -e .` in the
 checkout, or PYTHONPATH=python.
 """
-import sys
-
-try:
-    from qwen3asr_tools.make_random_checkpoint import main
-except ModuleNotFoundError as exc:
-    if exc.name != "qwen3asr_tools":
-        raise
-    sys.exit("error: the qwen3asr_tools package is not installed: run `pip install -e .` in the checkout "
-             "(or set PYTHONPATH=python)")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _launch import run
+
+    run("make_random_checkpoint")

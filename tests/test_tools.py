@@ -16,7 +16,7 @@ import qwen3asr_tools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(ROOT, "python")
-LAUNCHERS = sorted(glob.glob(os.path.join(ROOT, "scripts", "*.py")))
+LAUNCHERS = sorted(p for p in glob.glob(os.path.join(ROOT, "scripts", "*.py")) if not os.path.basename(p).startswith("_"))
 ENV = dict(os.environ, PYTHONPATH=PYTHON)
 
 
@@ -47,7 +47,11 @@ def test_each_launcher_is_a_tool_with_a_main():
     assert names and names <= modules, names - modules
     for path in LAUNCHERS:
         name = os.path.basename(path)[:-3]
-        assert f"qwen3asr_tools.{name}" in _imported_modules(path), path
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        runs = [n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "run"
+                and n.args and isinstance(n.args[0], ast.Constant)]
+        assert runs == [name] and "_launch" in _imported_modules(path), path
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda p: os.path.basename(p))
@@ -60,8 +64,8 @@ def test_launcher_runs_its_tool(launcher, tmp_path):
 
 
 def test_launcher_without_the_package_says_what_to_install(tmp_path):
-    # -I -S: no PYTHONPATH, no site-packages (an editable install there would be found otherwise).
-    r = subprocess.run([sys.executable, "-I", "-S", os.path.join(ROOT, "scripts", "export_onnx.py"), "--help"],
+    # -E -S: no PYTHONPATH, no site-packages (an editable install there would be found otherwise).
+    r = subprocess.run([sys.executable, "-E", "-S", os.path.join(ROOT, "scripts", "export_onnx.py"), "--help"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert r.stderr.strip() == ("error: the qwen3asr_tools package is not installed: run `pip install -e .` "
