@@ -90,7 +90,7 @@ def official_modules() -> types.SimpleNamespace:
     except ImportError as exc:
         raise RuntimeError(
             f"cannot import the official Qwen3-ASR modules ({exc}); install torch==2.13.0 and "
-            "transformers==4.57.6 (the dev extra: pip install -e ".[dev]")"
+            "transformers==4.57.6 (the dev extra: pip install -e '.[dev]')"
         ) from exc
     from transformers import AutoConfig, AutoModel, AutoProcessor
 
