@@ -45,7 +45,9 @@ REHEARSAL_DIR="${REHEARSAL_DIR:-/var/tmp/qwen3asr-rehearsal}"
 SUITE="${REHEARSAL_SUITE:-stable}"
 MIRROR="${REHEARSAL_MIRROR:-http://deb.debian.org/debian}"
 QEMU_CPU_MODEL="${REHEARSAL_QEMU_CPU:-cortex-a76}"
-SERVER_CMD="${REHEARSAL_SERVER_CMD:-.venv/bin/python -m qwen3asr.server --host 127.0.0.1 --port {port} --model models/default}"
+# (the default in its own variable: a "}" inside ${VAR:-...} would end the expansion at {port})
+DEFAULT_SERVER_CMD='.venv/bin/python -m qwen3asr.server --host 127.0.0.1 --port {port} --model models/default'
+SERVER_CMD="${REHEARSAL_SERVER_CMD:-$DEFAULT_SERVER_CMD}"
 BASE="$REHEARSAL_DIR/rootfs-$SUITE-arm64"   # pristine root file system, reused between runs
 WORK="$REHEARSAL_DIR/run"                    # this run's copy (kept until the next run, to look into)
 LOGS="$REHEARSAL_DIR/logs"
