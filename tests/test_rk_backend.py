@@ -403,7 +403,7 @@ def test_truncated_when_the_runtime_hits_max_new_tokens(rk_bundle, shim, fake_rk
 
 
 def test_rk_context_is_the_rkllm_models(base_bundle, tmp_path, fake_rknnlite, shim):
-    """The .rkllm model's max_context (not the ONNX decoder's) bounds one-pass audio and decode_embeddings."""
+    """The .rkllm model's max_context (not the ONNX decoder's) bounds one-pass audio and engine.generate."""
     d = str(tmp_path / "bundle")
     shutil.copytree(base_bundle, d)
     add_rk_section(d, SOC, max_context=1024)
@@ -534,7 +534,7 @@ def test_missing_sdks(rk_bundle, monkeypatch, build_lib, tmp_path):
 
 
 def test_stream_session_on_rk_backend(rk_bundle, shim, fake_rknnlite):
-    """StreamSession reaches the RKLLM runtime through decode_embeddings: one EMBED run per chunk
+    """StreamSession reaches the RKLLM runtime through engine.generate: one EMBED run per chunk
     on the session's prompt, cache cleared first, end-of-sequence dropped."""
     engine = Qwen3ASREngine(rk_bundle, backend="rk")
     tok = engine.tokenizer

@@ -240,8 +240,6 @@ class Qwen3ASREngine:
         self.check_open()
         return self.decoder.generate(prompt_embeds, options, on_token, prefix_len=prefix_len)
 
-    decode_embeddings = generate  # the name streaming code used before the seam
-
     def check_length(self, n_audio: int, n_prompt: int, max_new_tokens: int, audio_seconds: float) -> None:
         need = n_prompt + max_new_tokens
         if need > self.max_context:

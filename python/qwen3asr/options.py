@@ -33,10 +33,8 @@ from typing import Optional, Union
 
 from .decoding import DecodingOptions
 from .languages import resolve_language
+from .mel import HOP_LENGTH as HOP  # samples per 10 ms mel frame
 from .vad import VADOptions
-
-SAMPLE_RATE = 16000
-HOP = 160  # samples per 10 ms mel frame
 
 ONE_PASS_MAX_NEW_TOKENS = 256
 FILE_CHUNK_SIZE = 30.0  # seconds per chunk for long files decoded without VAD segments

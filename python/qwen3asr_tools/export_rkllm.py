@@ -243,7 +243,7 @@ def calibration_samples(bundle_dir: str, audio_files: Sequence[str], context: st
         req = engine.prepare(prepare_audio(path), language=forced, context=context, max_new_tokens=max_new_tokens)
         # the target is the engine's raw output (result.raw_text), decoded from these embeddings:
         # mel and encoder run once per file
-        tokens, _ = engine.decode_embeddings(req.embeds, options)
+        tokens, _ = engine.generate(req.embeds, options)
         target = engine.tokenizer.decode(tokens, skip_special_tokens=True)
         log.info("calibration sample %s: %d tokens, target %r", path, req.embeds.shape[0], target[:60])
         out.append(CalibSample(path, np.ascontiguousarray(req.embeds, dtype=np.float32), target))

@@ -61,8 +61,8 @@ def engine_from_args(args):
     rk = RKOptions(soc=args.soc, npu_cores=args.npu_cores, cpus=args.cpus, lib_path=args.rkllm_lib,
                    abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
     return Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads, rk=rk,
-                          **({"encoder_form": args.encoder_form, "decoder_dtype": args.decoder_dtype}
-                             if hasattr(args, "encoder_form") else {}))
+                          encoder_form=getattr(args, "encoder_form", "merged"),  # qwen3asr-mic has no such flags
+                          decoder_dtype=getattr(args, "decoder_dtype", "auto"))
 
 
 def options_from_args(args, **extra) -> TranscribeOptions:
