@@ -128,3 +128,43 @@ def test_reuse_rows_compare_the_same_work_with_and_without_prefix_reuse(report):
     assert r["prefix_cache"]["misses"] == 2 and r["prefix_cache"]["hits"] > 2 * RUNS
     lines = r["table"].splitlines()
     assert lines[0].startswith("| work (per unit) | ms without reuse") and len(lines) == 2 + 3
+
+
+def test_roofline_rows_follow_from_the_graph_and_the_measured_read(report):
+    """One roofline row per quantised decoder: its bytes per step are the graph's own weights
+    (counted again here from the ONNX file) plus the KV rows at the mean context, and the
+    roofline and fraction follow from the median read bandwidth of the same run."""
+    import onnx
+
+    bw = report["read_gb_s"]
+    _check_spread(bw)
+    rows = {r["system"]: r for r in report["roofline"]}
+    assert sorted(rows) == ["onnx-int4", "onnx-int8"]
+    ck, bd = bundles.bundle("tiny-a", "bfloat16")
+    res = {r["name"]: r for r in report["results"]}
+    with open(f"{bd}/model.json", encoding="utf-8") as f:
+        t = json.load(f)["config"]["text"]
+    for name, r in rows.items():
+        m = onnx.load(f"{bd}/decoder/decoder_{name.split('-')[1]}.onnx")
+        weights = sum(onnx.numpy_helper.to_array(i).nbytes for i in m.graph.initializer if not i.name.startswith("rope_"))
+        assert r["weight_bytes"] == weights
+        kv = 2 * t["num_hidden_layers"] * t["num_key_value_heads"] * t["head_dim"] * 4 * (54 + DECODE / 2)
+        assert r["kv_bytes"] == int(kv)
+        assert r["roofline_tok_s"] == pytest.approx(bw["median"] * 1e9 / (weights + int(kv)))
+        assert r["decode_tok_s"] == res[name]["decode_tok_s"]["median"]
+        assert r["fraction"] == pytest.approx(r["decode_tok_s"] / r["roofline_tok_s"])
+    # int4 reads fewer bytes than int8
+    assert rows["onnx-int4"]["weight_bytes"] < rows["onnx-int8"]["weight_bytes"]
+    assert report["roofline_table"].splitlines()[0].startswith("memory roofline: streaming read")
+
+
+def test_spin_wait_rows(tmp_path):
+    ck, bd = bundles.bundle("tiny-a", "bfloat16")
+    out = tmp_path / "bench.json"
+    assert bench.main(["--checkpoint", ck, "--bundle", bd, "--runs", "1", "--warmup", "0", "--decode-tokens", "2",
+                       "--threads", "1", "--no-official", "--no-reuse-rows", "--dtypes", "int4",
+                       "--spin-wait-rows", "--json", str(out)]) == 0
+    with open(out, encoding="utf-8") as f:
+        rep = json.load(f)
+    assert [r["name"] for r in rep["results"]] == ["onnx-encoder", "onnx-encoder+spin", "onnx-int4", "onnx-int4+spin"]
+    assert [r["system"] for r in rep["roofline"]] == ["onnx-int4", "onnx-int4+spin"]

@@ -75,3 +75,42 @@ def test_clone_branches_do_not_share_the_cache(bundle_dir):
         _, branch = dec.forward(x[15:16], branch, np.array([0]))
     out, cache = dec.forward(x[14:15], cache, np.array([0]))
     np.testing.assert_array_equal(out[0], expected[-1])
+
+
+SPIN_KEY = "session.intra_op.allow_spinning"
+
+
+@pytest.mark.parametrize("spin", [False, True])
+def test_spin_wait_reaches_every_session(spin):
+    """Qwen3ASREngine(spin_wait=...) sets ONNX Runtime's spinning on the decoder and on every
+    encoder session (read back from the sessions themselves); the default is off."""
+    from qwen3asr import Qwen3ASREngine
+    from server_proc import MODEL
+
+    kw = {"spin_wait": True} if spin else {}
+    with Qwen3ASREngine(MODEL, backend="onnx", threads=1, **kw) as e:
+        e.transcribe("audio/en_1.wav")  # loads the encoder sessions it needs
+        sessions = [e.decoder.kv.session] + list(e.encoder.runner._sessions.values())
+        assert len(sessions) >= 2
+        want = "1" if spin else "0"
+        assert [s.get_session_options().get_session_config_entry(SPIN_KEY) for s in sessions] == [want] * len(sessions)
+
+
+def test_every_program_takes_the_engine_flags():
+    """qwen3asr-transcribe, -mic, -serve and -wyoming share one engine flag table (cli.common):
+    the board knobs and --spin-wait reach the engine from each of them."""
+    from qwen3asr.cli import mic, transcribe
+    from qwen3asr.cli.common import engine_from_args
+    from qwen3asr.server import cli as serve_cli
+    from qwen3asr.server import wyoming
+    from server_proc import MODEL
+
+    argv = ["--model", "m", "--threads", "3", "--spin-wait", "--soc", "rk3588", "--cpus", "4-7"]
+    parsers = {"transcribe": transcribe.build_parser(), "mic": mic.build_parser(),
+               "serve": serve_cli.build_parser(), "wyoming": wyoming.build_parser()}
+    for name, ap in parsers.items():
+        args, _ = ap.parse_known_args(argv + (["--audio", "x.wav"] if name == "transcribe" else []))
+        assert (args.model, args.threads, args.spin_wait, args.soc, args.cpus) == ("m", 3, True, "rk3588", "4-7"), name
+    args = parsers["serve"].parse_args(["--model", MODEL, "--backend", "onnx", "--threads", "1", "--spin-wait"])
+    with engine_from_args(args) as e:  # the real engine the server would load
+        assert e.decoder.kv.session.get_session_options().get_session_config_entry(SPIN_KEY) == "1"

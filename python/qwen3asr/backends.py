@@ -44,10 +44,12 @@ class Backend:
 
 def create_backend(name: str, bundle: Bundle, *, tokenizer, embeddings, encoder_form: str = "merged",
                    encoder_sizes: Optional[Sequence[int]] = None, decoder_dtype: str = "auto",
-                   threads: Optional[int] = None, rk=None, decoding=None, prefix_cache=None) -> Backend:
+                   threads: Optional[int] = None, rk=None, decoding=None, prefix_cache=None,
+                   spin_wait: bool = False) -> Backend:
     """Load backend ``name`` (one of BACKENDS) for ``bundle``; ``rk``: RKOptions (board settings);
     ``decoding``: the DecodingOptions a runtime that fixes them at load (RKLLM) starts with;
-    ``prefix_cache``: the ONNX decoder's PrefixCacheOptions (qwen3asr.prefix).
+    ``prefix_cache``: the ONNX decoder's PrefixCacheOptions (qwen3asr.prefix); ``spin_wait``: ONNX
+    Runtime's idle threads spin before they sleep (Qwen3ASREngine).
 
     ``backend="rk"`` fails with the error that says what is missing; ``auto`` falls back to the
     CPU with that error as a warning.
@@ -74,9 +76,9 @@ def create_backend(name: str, bundle: Bundle, *, tokenizer, embeddings, encoder_
         return _create_rk(bundle, encoder_form, encoder_sizes, rk, decoding)
     from .onnx_backend import create_onnx_decoder, create_onnx_encoder
 
-    encoder = create_onnx_encoder(bundle, encoder_form, encoder_sizes, threads)
+    encoder = create_onnx_encoder(bundle, encoder_form, encoder_sizes, threads, spin_wait)
     decoder = create_onnx_decoder(bundle, decoder_dtype, threads, embed=embeddings.row, eos_ids=tokenizer.eos_ids,
-                                  prefix_cache=prefix_cache)
+                                  prefix_cache=prefix_cache, spin_wait=spin_wait)
     return Backend("onnx", encoder, decoder)
 
 

@@ -75,6 +75,10 @@ class Qwen3ASREngine:
       encoder_sizes: only load these encoder durations (seconds); default all in the bundle.
       decoder_dtype: ONNX decoder weights: "auto" (int8 if present, else fp32), "fp32", "int8", "int4".
       threads: CPU threads for ONNX Runtime (default: its own choice).
+      spin_wait: ONNX Runtime's idle worker threads spin a while before they sleep (its own
+        default). Off here: on a busy or shared CPU spinning threads take time from the ones with
+        work. On a machine that does little else it makes the int4 decode step ~15 % faster
+        (waking sleeping threads costs a few ms per token; docs/benchmarks.md).
       rk: board settings for the rk backend (qwen3asr.rk_backend.RKOptions: SoC, NPU cores,
         decoder CPUs, librkllmrt.so path and ABI, max context, embed_flash).
       options: the default TranscribeOptions of this engine's requests (each call may override).
@@ -91,7 +95,8 @@ class Qwen3ASREngine:
     def __init__(self, model_dir: Optional[str] = None, backend: str = "auto", *, encoder_form: str = "merged",
                  encoder_sizes=None, decoder_dtype: str = "auto", threads: Optional[int] = None, rk=None,
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
-                 enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None):
+                 enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
+                 spin_wait: bool = False):
         from .rk_backend import RKOptions
 
         if backend not in BACKENDS:
@@ -112,7 +117,8 @@ class Qwen3ASREngine:
         self.n_mels = int(self.bundle.audio_config["num_mel_bins"])
         loaded = create_backend(backend, self.bundle, tokenizer=self.tokenizer, embeddings=self.embeddings,
                                 encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype,
-                                threads=threads, rk=rk, decoding=self.options.decoding(), prefix_cache=prefix_cache)
+                                threads=threads, rk=rk, decoding=self.options.decoding(), prefix_cache=prefix_cache,
+                                spin_wait=spin_wait)
         self._backend = loaded
         self.backend = loaded.name
         self.encoder = loaded.encoder

@@ -27,9 +27,10 @@ def _ort():
     return onnxruntime
 
 
-def make_session(path: str, threads: int | None = None):
+def make_session(path: str, threads: int | None = None, spin_wait: bool = False):
     """An ONNX Runtime CPU session with full graph optimisation, ``threads`` intra-op threads
-    (default: ONNX Runtime's choice) and no spin-waiting."""
+    (default: ONNX Runtime's choice); idle worker threads spin before they sleep only with
+    ``spin_wait`` (see Qwen3ASREngine)."""
     ort = _ort()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
@@ -39,9 +40,10 @@ def make_session(path: str, threads: int | None = None):
         so.intra_op_num_threads = int(threads)
         so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    # idle worker threads sleep instead of spinning: on a shared or busy CPU, spinning threads fight
-    # the thread that has work and a 2-thread decode step got 2-3x slower (docs/benchmarks.md)
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # by default idle worker threads sleep instead of spinning: on a shared or busy CPU, spinning
+    # threads fight the thread that has work (a 2-thread decode step got 2-3x slower under load);
+    # on a quiet one, waking them costs a few ms per decode step (docs/benchmarks.md)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
     try:
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
@@ -51,16 +53,17 @@ def make_session(path: str, threads: int | None = None):
 class OnnxEncoderRunner:
     """Runs merged / split encoder graphs; sessions are created on first use and kept."""
 
-    def __init__(self, frontend_path: str | None, threads: int | None = None):
+    def __init__(self, frontend_path: str | None, threads: int | None = None, spin_wait: bool = False):
         self._frontend_path = frontend_path
         self._threads = threads
+        self._spin_wait = spin_wait
         self._sessions: dict[str, object] = {}
 
     def _session(self, path: str):
         sess = self._sessions.get(path)
         if sess is None:
             logger.debug("loading encoder graph %s", path)
-            sess = self._sessions[path] = make_session(path, self._threads)
+            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait)
         return sess
 
     def run_merged(self, variant: EncoderVariant, mel, conv_mask1, conv_mask2, attn_bias):
@@ -77,10 +80,11 @@ class OnnxEncoderRunner:
         return self._session(variant.path).run(["embeds"], {"hidden": hidden, "attn_bias": attn_bias})[0]
 
 
-def create_onnx_encoder(bundle, form: str = "merged", sizes=None, threads: int | None = None):
+def create_onnx_encoder(bundle, form: str = "merged", sizes=None, threads: int | None = None,
+                        spin_wait: bool = False):
     """An AudioEncoder on ONNX Runtime for ``bundle``'s ``form`` variants (optionally only ``sizes`` s);
     the CPU counterpart of rknn_backend.create_rknn_encoder."""
-    runner = OnnxEncoderRunner(bundle.frontend_path(), threads)
+    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait)
     return AudioEncoder(runner, bundle.encoder_variants(form, sizes), bundle.manifest["encoder"]["window_tokens"],
                         int(bundle.audio_config["num_mel_bins"]), form)
 
@@ -137,9 +141,9 @@ class OnnxDecoder:
     """
 
     def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, threads: int | None = None,
-                 max_positions: int = 4096):
+                 max_positions: int = 4096, spin_wait: bool = False):
         """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
-        self.session = make_session(path, threads)
+        self.session = make_session(path, threads, spin_wait)
         self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
         self.max_positions = int(max_positions)
         names = {i.name for i in self.session.get_inputs()}
@@ -263,7 +267,8 @@ class OnnxTextDecoder:
 
 
 def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
-                        eos_ids, prefix_cache: PrefixCacheOptions | None = None) -> OnnxTextDecoder:
+                        eos_ids, prefix_cache: PrefixCacheOptions | None = None,
+                        spin_wait: bool = False) -> OnnxTextDecoder:
     """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32), "fp32",
     "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end;
     ``prefix_cache`` the prompt-prefix reuse (default PrefixCacheOptions())."""
@@ -274,7 +279,7 @@ def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None,
         raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {dtype!r}")
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
-                     threads, max_positions=bundle.max_context)
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait)
     dec = OnnxTextDecoder(kv, eos_ids, embed, prefix_cache or PrefixCacheOptions())
     dec.dtype = dtype
     return dec

@@ -17,6 +17,16 @@ so that all sides see the same machine load:
 - decode: a fixed number of greedy single-token steps with the KV cache, end of sequence ignored,
   tokens/s (official: thinker forwards with ``past_key_values``; ours: ``Generation.run``).
 
+Memory roofline (``roofline`` in the report, printed under the table): each round also times a
+streaming read of ``READ_PROBE_MIB`` with ``--threads`` threads (numpy reductions, which run at
+the same rate whatever the reduction: the read is the limit), and each quantised decoder row
+gets its bytes per decode step (the graph's weights, rotary tables left out, plus the KV rows
+read at the run's mean context), the decode rate that bandwidth would allow and the measured
+fraction of it.
+
+``--spin-wait-rows`` adds a twin of every onnx row whose ONNX Runtime threads spin before they
+sleep (``Qwen3ASREngine(spin_wait=True)``), named ``...+spin``.
+
 Prompt-prefix reuse (``--reuse-rows``, on by default; ``--reuse-only`` skips everything else):
 the same work on one engine, its decoder keeping prefix KV caches (qwen3asr.PrefixCacheOptions())
 or not (max_entries=0) by turns, so both sides run the same sessions and weights; interleaved run
@@ -67,6 +77,7 @@ DEFAULT_AUDIO = os.path.join(ROOT, "audio", "long_mixed.wav")
 AUDIO_OFFSET_S = 2.0  # skip the clip's leading silence
 DTYPES = ("fp32", "int8", "int4")
 OFFICIAL = "official-fp32"
+READ_PROBE_MIB = 512  # streaming-read probe size: larger than the caches' share of this machine
 # 50 device and area names as a Home Assistant satellite would pass for biasing (about 180
 # tokens with the Qwen tokenizer; the exact count is in the report)
 HA_NAMES = (
@@ -169,10 +180,9 @@ class OfficialSystem:
 class OnnxEncoderSystem:
     """Our encoder (the engine's merged graph for the clip), timed alone."""
 
-    name = "onnx-encoder"
-
-    def __init__(self, engine):
+    def __init__(self, engine, name: str = "onnx-encoder"):
         self.engine = engine
+        self.name = name
 
     def run(self, mel: np.ndarray, prompt_embeds: np.ndarray, n_decode: int) -> RunTimes:
         t0 = time.perf_counter()
@@ -183,12 +193,13 @@ class OnnxEncoderSystem:
 class OnnxSystem:
     """Our ONNX Runtime decoder with one dtype (prefill + decode), through the engine's own stages."""
 
-    def __init__(self, bundle_dir: str, dtype: str, seconds: int, threads: int):
+    def __init__(self, bundle_dir: str, dtype: str, seconds: int, threads: int, spin_wait: bool = False):
         from qwen3asr import Qwen3ASREngine
 
-        self.name = f"onnx-{dtype}"
+        self.name = f"onnx-{dtype}" + ("+spin" if spin_wait else "")
+        self.dtype = dtype
         self.engine = Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="merged", encoder_sizes=[seconds],
-                                     decoder_dtype=dtype, threads=threads)
+                                     decoder_dtype=dtype, threads=threads, spin_wait=spin_wait)
 
     def run(self, mel: np.ndarray, prompt_embeds: np.ndarray, n_decode: int) -> RunTimes:
         from qwen3asr.decoding import DecodingOptions, Generation
@@ -330,6 +341,80 @@ def ratio(ours: SystemResult, official: SystemResult) -> Ratio:
                  decode_speedup=faster(ours.decode_tok_s, official.decode_tok_s))
 
 
+# ----------------------------------------------------------------------------- roofline
+def read_bandwidth(threads: int, mib: int = READ_PROBE_MIB, reps: int = 3, _buf: dict = {}) -> float:
+    """GB/s of a streaming read of ``mib`` MiB split over ``threads`` threads (best of ``reps``).
+    numpy's reductions release the GIL; on this kind of machine max, sum, count_nonzero and
+    bitwise-or reductions all read at the same ~16 GB/s per thread, so the memory, not the
+    reduction, is what is timed."""
+    import threading
+
+    key = (mib, threads)
+    if key not in _buf:
+        a = np.ones(mib * 2 ** 20 // 8, np.uint64)
+        _buf.clear()
+        _buf[key] = (a, np.array_split(a, threads))
+    a, parts = _buf[key]
+    best = math.inf
+    for _ in range(reps):
+        ts = [threading.Thread(target=np.bitwise_or.reduce, args=(p,)) for p in parts]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        best = min(best, time.perf_counter() - t0)
+    return a.nbytes / best / 1e9
+
+
+def decoder_weight_bytes(path: str) -> int:
+    """Bytes of the decoder graph's initializers a decode step reads: all but the rotary tables
+    (of which a step reads one row)."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    total = 0
+    for t in model.graph.initializer:
+        if t.name.startswith("rope_"):
+            continue
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            total += int({e.key: e.value for e in t.external_data}.get("length", 0))
+        else:
+            total += len(t.raw_data) or onnx.numpy_helper.to_array(t).nbytes
+    return total
+
+
+def roofline_rows(systems, results, bandwidth: "Spread", prompt_tokens: int, decode_tokens: int) -> list:
+    """Per onnx-<dtype> row: bytes per decode step, the rate ``bandwidth`` allows, the fraction reached."""
+    rows = []
+    by_name = {r.name: r for r in results}
+    for s in systems:
+        if not isinstance(s, OnnxSystem) or s.name not in by_name:
+            continue
+        kv = s.engine.decoder.kv
+        weights = decoder_weight_bytes(s.engine.bundle.decoder_path(s.dtype))
+        mean_ctx = prompt_tokens + decode_tokens / 2
+        kv_bytes = int(2 * kv.n_layers * kv.kv_heads * kv.head_dim * 4 * mean_ctx)
+        step = weights + kv_bytes
+        roof = bandwidth.median * 1e9 / step
+        dec = by_name[s.name].decode_tok_s.median
+        rows.append({"system": s.name, "weight_bytes": weights, "kv_bytes": kv_bytes, "step_bytes": step,
+                     "read_gb_s": bandwidth.median, "roofline_tok_s": roof, "decode_tok_s": dec,
+                     "fraction": dec / roof, "achieved_gb_s": dec * step / 1e9})
+    return rows
+
+
+def format_roofline(rows: Sequence[dict], bandwidth: "Spread") -> str:
+    lines = [f"memory roofline: streaming read {_cell(bandwidth, '.1f')} GB/s ({READ_PROBE_MIB} MiB, same threads)",
+             "| system | MB read per decode step (weights + KV) | roofline tok/s | decode tok/s | fraction | GB/s reached |",
+             "|" + "---|" * 6]
+    for r in rows:
+        lines.append(f"| {r['system']} | {r['step_bytes'] / 1e6:.0f} ({r['weight_bytes'] / 1e6:.0f} + "
+                     f"{r['kv_bytes'] / 1e6:.0f}) | {r['roofline_tok_s']:.1f} | {r['decode_tok_s']:.2f} | "
+                     f"{100 * r['fraction']:.0f} % | {r['achieved_gb_s']:.1f} |")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- report
 def _cell(s: Optional[Spread], fmt: str) -> str:
     return "-" if s is None else f"{s.median:{fmt}} ({s.min:{fmt}}-{s.max:{fmt}})"
@@ -418,7 +503,7 @@ def ensure_model(preset: Optional[str], checkpoint: Optional[str], bundle: Optio
 def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, warmup: int, threads: int,
           decode_tokens: int, dtypes: Sequence[str], official: bool = True,
           progress: Callable[[str], None] = lambda s: None, reuse: bool = True, main_rows: bool = True,
-          stream_seconds: float = 12.0) -> dict:
+          stream_seconds: float = 12.0, spin_rows: bool = False) -> dict:
     """Measure every system ``warmup + runs`` times, interleaved; returns the JSON-ready report."""
     if runs < 1 or warmup < 0 or decode_tokens < 1:
         raise ValueError("runs >= 1, warmup >= 0 and decode_tokens >= 1 are required")
@@ -448,21 +533,30 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
                 "reuse": reuse_report}
     systems: list = [OnnxSystem(bundle, d, size, threads) for d in dtypes]
     engine = systems[0].engine if systems else None
+    spin = [OnnxSystem(bundle, d, size, threads, spin_wait=True) for d in dtypes] if spin_rows else []
     if engine is None:
         from qwen3asr import Qwen3ASREngine
 
         engine = Qwen3ASREngine(bundle, backend="onnx", encoder_form="merged", encoder_sizes=[size],
                                 decoder_dtype="fp32", threads=threads)
     # Run order per round: official, onnx-<dtype>..., onnx-encoder; rows: official, encoder, decoders.
+    systems += spin
     systems.append(OnnxEncoderSystem(engine))
+    if spin:
+        systems.append(OnnxEncoderSystem(spin[0].engine, "onnx-encoder+spin"))
     n_audio = tokens_for_frames(mel.shape[1])
     prompt = engine.prompt(n_audio)
     prompt_embeds = engine.embed_prompt(prompt, engine.encode(mel))
     if official:
         systems.insert(0, OfficialSystem(checkpoint, threads))
     times: dict = {s.name: [] for s in systems}
+    read_gb_s = []
     load_before = _loadavg()
     for i in range(warmup + runs):
+        bw = read_bandwidth(threads)
+        progress(f"memory read {bw:.1f} GB/s")
+        if i >= warmup:
+            read_gb_s.append(bw)
         for s in systems:
             r = s.run(mel, prompt_embeds, decode_tokens)
             tag = "warm-up" if i < warmup else f"run {i - warmup + 1}/{runs}"
@@ -472,8 +566,12 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
             progress(f"{tag} {s.name}: {', '.join(parts)}")
             if i >= warmup:
                 times[s.name].append(r)
-    order = ([OFFICIAL] if official else []) + ["onnx-encoder"] + [f"onnx-{d}" for d in dtypes]
+    order = ([OFFICIAL] if official else []) + ["onnx-encoder"] + (["onnx-encoder+spin"] if spin else []) + \
+        [n for d in dtypes for n in [f"onnx-{d}"] + ([f"onnx-{d}+spin"] if spin else [])]
     results = [summarize(name, times[name], audio_s) for name in order]
+    bandwidth = Spread.of(read_gb_s)
+    roof = roofline_rows([x for x in systems if isinstance(x, OnnxSystem) and x.dtype != "fp32"], results,
+                         bandwidth, len(prompt), decode_tokens)
     ratios = {}
     if official:
         ref = results[0]
@@ -487,6 +585,9 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
         "results": [dataclasses.asdict(r) for r in results],
         "ratios_vs_official": {k: dataclasses.asdict(v) for k, v in ratios.items()},
         "table": format_table(results, ratios),
+        "read_gb_s": dataclasses.asdict(bandwidth),
+        "roofline": roof,
+        "roofline_table": format_roofline(roof, bandwidth),
         "reuse": reuse_report,
     }
 
@@ -509,6 +610,8 @@ def main(argv=None) -> int:
                     help="only the reuse rows (first of --dtypes; no official model, no torch)")
     ap.add_argument("--stream-seconds", type=float, default=12.0,
                     help="audio streamed in the stream reuse rows (default %(default)s)")
+    ap.add_argument("--spin-wait-rows", action="store_true",
+                    help="also time every onnx row with spinning ONNX Runtime threads (Qwen3ASREngine(spin_wait=True))")
     ap.add_argument("--json", help="write the report here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -518,7 +621,8 @@ def main(argv=None) -> int:
         report = bench(ck, bd, args.audio, args.seconds, args.runs, args.warmup, args.threads, args.decode_tokens,
                        dtypes, official=not args.no_official and not args.reuse_only,
                        progress=lambda s: print(s, file=sys.stderr, flush=True), reuse=not args.no_reuse_rows,
-                       main_rows=not args.reuse_only, stream_seconds=args.stream_seconds)
+                       main_rows=not args.reuse_only, stream_seconds=args.stream_seconds,
+                       spin_rows=args.spin_wait_rows)
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -528,6 +632,8 @@ def main(argv=None) -> int:
               f"steps, {s['runs']} runs (+{s['warmup']} warm-up), {s['threads']} threads; "
               f"load avg {report['loadavg_1min']['before']} -> {report['loadavg_1min']['after']}")
         print(report["table"])
+        print()
+        print(report["roofline_table"])
     r = report.get("reuse")
     if r:
         print(f"\nprompt-prefix reuse, {r['dtype']} decoder, {s['audio_seconds']:.2f} s clip, {r['context_tokens']}-token "

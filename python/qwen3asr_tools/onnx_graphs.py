@@ -212,14 +212,14 @@ def encoder_backend(W, cfg, n_chunks: int) -> onnx.ModelProto:
 class _Weights:
     """Linear-weight sink for the decoder: fp32 MatMul, or MatMulNBits (weight-only int8/int4)."""
 
-    def __init__(self, g: GraphBuilder, bits: int | None, block_size: int = 32):
-        self.g, self.bits, self.block = g, bits, block_size
+    def __init__(self, g: GraphBuilder, bits: int | None, block_size: int = 32, search: bool = False):
+        self.g, self.bits, self.block, self.search = g, bits, block_size, search
 
     def linear(self, x: str, w: np.ndarray, name: str) -> str:
         if self.bits is None:
             return self.g.linear(x, w, None, name)
         n, k = w.shape
-        packed, scales = quantize_blockwise(w, self.bits, self.block)
+        packed, scales = quantize_blockwise(w, self.bits, self.block, self.search)
         return self.g.op("MatMulNBits", [x, self.g.weight(name + ".qweight", packed),
                                          self.g.weight(name + ".scales", scales)],
                          domain="com.microsoft", K=k, N=n, bits=self.bits, block_size=self.block,
@@ -242,7 +242,7 @@ def check_quant_block(block: int) -> None:
                          f"(16, 32, 64, 128, 256)")
 
 
-def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+def quantize_blockwise(w: np.ndarray, bits: int, block: int, search: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric block-wise weight quantisation in ONNX Runtime's MatMulNBits layout.
 
     ``w`` is (N, K) (torch Linear: out x in), any K. MatMulNBits splits each row into
@@ -251,6 +251,12 @@ def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray
     neither changes the last block's scale nor adds to the product. Returns ``packed`` uint8
     (N, nb, block*bits/8) and ``scales`` float32 (N * nb,). The default zero point
     (2^(bits-1)) is implied.
+
+    ``search=False``: each block's scale is absmax / (2^(bits-1) - 1), nothing clipped.
+    ``search=True``: each block's scale is the one of ``SCALE_GRID`` (fractions of that absmax
+    scale, 1.0 included) with the least squared error over the block: a clipped outlier can
+    cost less than the coarser grid it forces on the other weights. Never worse than absmax in
+    squared error per block, by construction.
     """
     if bits not in (4, 8):
         raise ValueError(f"unsupported bits {bits}; use 8 or 4")
@@ -263,6 +269,8 @@ def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray
     wb = wb.reshape(n, nb, block)
     absmax = np.abs(wb).max(axis=-1, keepdims=True)
     scales = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
+    if search:
+        scales = _search_scales(wb, scales, qmax)
     q = np.clip(np.rint(wb / scales), -qmax - 1, qmax).astype(np.int32) + 2 ** (bits - 1)
     q = q.astype(np.uint8)
     if bits == 8:
@@ -270,6 +278,25 @@ def quantize_blockwise(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray
     else:
         packed = (q[..., 0::2] & 0x0F) | ((q[..., 1::2] & 0x0F) << 4)
     return np.ascontiguousarray(packed.astype(np.uint8)), scales.reshape(-1)
+
+
+SCALE_GRID = tuple(np.round(np.linspace(0.70, 1.0, 16), 4))  # fractions of the absmax scale tried
+
+
+def _search_scales(wb: np.ndarray, base: np.ndarray, qmax: int, rows: int = 4096) -> np.ndarray:
+    """Per block, the scale of ``SCALE_GRID`` x ``base`` with the least squared quantisation
+    error (rows at a time, to bound the memory)."""
+    out = base.copy()
+    for r in range(0, wb.shape[0], rows):
+        x, b = wb[r:r + rows], base[r:r + rows]
+        best_err = np.full(b.shape, np.inf, np.float32)
+        for f in SCALE_GRID:
+            s = (b * np.float32(f)).astype(np.float32)
+            err = ((np.clip(np.rint(x / s), -qmax - 1, qmax) * s - x) ** 2).sum(axis=-1, keepdims=True)
+            better = err < best_err
+            best_err = np.where(better, err, best_err)
+            out[r:r + rows] = np.where(better, s, out[r:r + rows])
+    return out
 
 
 def rope_cache(n_positions: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -284,7 +311,7 @@ DECODER_MAX_POSITIONS = 4096  # rows of the rotary tables stored in the decoder 
 
 
 def decoder(W, cfg, bits: int | None = None, block_size: int = 32,
-            max_positions: int = DECODER_MAX_POSITIONS) -> onnx.ModelProto:
+            max_positions: int = DECODER_MAX_POSITIONS, scale_search: bool = False) -> onnx.ModelProto:
     """The Qwen3 text decoder with KV cache; see the module docstring for the I/O.
 
     Attention is ONNX Runtime's com.microsoft GroupQueryAttention (rotary inside, from tables of
@@ -294,7 +321,7 @@ def decoder(W, cfg, bits: int | None = None, block_size: int = 32,
     """
     t = cfg.text
     g = GraphBuilder("qwen3asr_decoder")
-    lin = _Weights(g, bits, block_size)
+    lin = _Weights(g, bits, block_size, scale_search)
     H, nh, kvh, hd = t.hidden_size, t.num_attention_heads, t.num_key_value_heads, t.head_dim
     x = g.input("inputs_embeds", TensorProto.FLOAT, [1, "S", H])
     seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])  # cache length after this call, minus 1

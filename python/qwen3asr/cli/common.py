@@ -14,6 +14,9 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"],
                     help="auto: the NPU on a Rockchip board with its runtimes, else the CPU (default)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads for ONNX Runtime")
+    ap.add_argument("--spin-wait", action="store_true",
+                    help="ONNX Runtime's idle threads spin before sleeping: faster on a quiet machine, "
+                         "slower on a busy one (default off)")
     rk = ap.add_argument_group("board (rk backend)")
     rk.add_argument("--soc", default=None, choices=["rk3576", "rk3588"],
                     help="the board's SoC (default: $QWEN3ASR_SOC, else the device tree)")
@@ -60,7 +63,7 @@ def engine_from_args(args):
 
     rk = RKOptions(soc=args.soc, npu_cores=args.npu_cores, cpus=args.cpus, lib_path=args.rkllm_lib,
                    abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
-    return Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads, rk=rk,
+    return Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads, rk=rk, spin_wait=args.spin_wait,
                           encoder_form=getattr(args, "encoder_form", "merged"),  # qwen3asr-mic has no such flags
                           decoder_dtype=getattr(args, "decoder_dtype", "auto"))
 

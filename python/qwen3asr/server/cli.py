@@ -15,6 +15,8 @@ import os
 import signal
 import sys
 
+from ..cli.common import add_engine_args, engine_from_args
+
 log = logging.getLogger("qwen3asr-serve")
 
 
@@ -24,11 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
                     "0.0.0.0 for all interfaces)")
     ap.add_argument("--port", type=int, default=8000, help="HTTP port (default %(default)s)")
-    ap.add_argument("--model", default=None, help="model bundle directory (default: $QWEN3ASR_MODEL or models/default)")
+    add_engine_args(ap)
     ap.add_argument("--model-name", default=None, help="model id clients name and /v1/models lists "
                     "(default qwen3-asr)")
-    ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"], help="inference backend")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads for ONNX Runtime")
     ap.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: "
                     "$QWEN3ASR_API_KEY; none: open)")
     ap.add_argument("--max-upload-mb", type=float, default=100.0, help="largest upload (default %(default)s MB)")
@@ -156,9 +156,7 @@ def main(argv=None) -> int:
         return 2
 
     def load():
-        from ..engine import Qwen3ASREngine
-
-        return Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads)
+        return engine_from_args(args)
 
     app = create_app(None, scheduler, settings, loader=load)
     return asyncio.run(_serve(args, app, app.state.runtime, serve_wyoming))

@@ -740,14 +740,14 @@ async def _advertise(parsed, server):
 
 # ---------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
+    from ..cli.common import add_engine_args
+
     ap = argparse.ArgumentParser(prog="qwen3asr-wyoming",
                                  description="Wyoming speech-to-text server for Home Assistant (Qwen3-ASR).")
     ap.add_argument("--uri", default=DEFAULT_URI,
                     help="where to listen: tcp://HOST:PORT or unix://PATH (default %(default)s; "
                          "tcp://0.0.0.0:10300 to accept other machines, such as Home Assistant's)")
-    ap.add_argument("--model", default=None, help="model bundle directory (default: $QWEN3ASR_MODEL or models/default)")
-    ap.add_argument("--backend", default="auto", choices=("auto", "onnx", "rk"), help="default %(default)s")
-    ap.add_argument("--threads", type=int, default=None, help="ONNX Runtime CPU threads")
+    add_engine_args(ap)
     ap.add_argument("--max-clients", type=int, default=16, help="utterances admitted at once (default %(default)s)")
     ap.add_argument("--chunk-size", type=float, default=WyomingOptions.chunk_size,
                     help="stream chunk in seconds (default %(default)s)")
@@ -761,12 +761,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _main_async(args) -> None:
-    from .. import Qwen3ASREngine
+    from ..cli.common import engine_from_args
     from .scheduler import Scheduler
 
     options = WyomingOptions(chunk_size=args.chunk_size, final=args.final)
     check_uri(args.uri)  # before the model loads
-    engine = Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads)
+    engine = engine_from_args(args)
     scheduler = Scheduler(max_clients=args.max_clients)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
