@@ -77,6 +77,53 @@ def test_clone_branches_do_not_share_the_cache(bundle_dir):
     np.testing.assert_array_equal(out[0], expected[-1])
 
 
+
+def test_kept_binding_gives_bitwise_the_logits_of_a_fresh_one(bundle_dir):
+    """Two caches decoded by turns on one decoder (the kept IOBinding must follow the buffers of
+    the cache it is given), and a call from a second thread while the first holds the binding,
+    give bitwise the logits of each run alone with a new binding every call."""
+    import threading
+
+    dec, hidden = make_decoder(bundle_dir)
+    rng = np.random.default_rng(5)
+    xa, xb = (rng.standard_normal((20, hidden)).astype(np.float32) for _ in range(2))
+
+    def alone(x):
+        ref = make_decoder(bundle_dir)[0]
+        ref._binding = lambda cache: ref._bind_cache(ref.session.io_binding(), cache)  # never kept
+        return run(ref, x, 8)[0]
+
+    want_a, want_b = alone(xa), alone(xb)
+    ca, cb = dec.new_cache(), dec.new_cache()
+    got_a, got_b = [], []
+    out, ca = dec.forward(xa[:8], ca, np.array([7]))
+    got_a.append(out[0])
+    out, cb = dec.forward(xb[:8], cb, np.array([7]))
+    got_b.append(out[0])
+    for i in range(8, 20):
+        out, ca = dec.forward(xa[i:i + 1], ca, np.array([0]))
+        got_a.append(out[0])
+        if i == 12:  # another thread while this one holds the lock: it binds its own
+            with dec._lock:
+                res = {}
+                t = threading.Thread(target=lambda: res.update(out=dec.forward(xb[i:i + 1], cb, np.array([0]))))
+                t.start()
+                t.join()
+            out, cb = res["out"]
+        else:
+            out, cb = dec.forward(xb[i:i + 1], cb, np.array([0]))
+        got_b.append(out[0])
+    np.testing.assert_array_equal(np.stack(got_a), want_a)
+    np.testing.assert_array_equal(np.stack(got_b), want_b)
+
+
+def test_generate_does_not_keep_the_cache_alive(bundle_dir):
+    from qwen3asr import Qwen3ASREngine
+
+    with Qwen3ASREngine(bundle_dir, backend="onnx", threads=1) as e:
+        e.transcribe("audio/en_1.wav", max_new_tokens=4)
+        assert e.decoder.kv._kept is None
+
 SPIN_KEY = "session.intra_op.allow_spinning"
 
 

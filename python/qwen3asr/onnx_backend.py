@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 
 import numpy as np
 
@@ -151,6 +152,8 @@ class OnnxDecoder:
             raise RuntimeError(f"{path} is a decoder graph of an older export (no in-place KV cache); "
                                "re-run scripts/export_onnx.py for this bundle")
         self._ort = _ort()
+        self._lock = threading.Lock()
+        self._kept = None  # (buffers, IOBinding) of the last call (see _binding)
         logits = [o for o in self.session.get_outputs() if o.name == "logits"]
         self._vocab = int(logits[0].shape[-1])  # logits [1, K, vocab]
 
@@ -185,20 +188,47 @@ class OnnxDecoder:
         cache = self._reserve(cache, total)
         rows = np.asarray(logit_rows, dtype=np.int64).reshape(-1)
         ort = self._ort
-        io = self.session.io_binding()
-        io.bind_cpu_input("inputs_embeds", np.ascontiguousarray(embeds[None], dtype=np.float32))
-        io.bind_cpu_input("seqlens_k", np.array([total - 1], np.int32))
-        io.bind_cpu_input("total_sequence_length", np.array(total, np.int32))
-        io.bind_cpu_input("logit_index", rows)
+        mine = self._lock.acquire(blocking=False)  # another thread in forward: a binding of its own
+        try:
+            io = self._binding(cache) if mine else self._bind_cache(self.session.io_binding(), cache)
+            io.bind_cpu_input("inputs_embeds", np.ascontiguousarray(embeds[None], dtype=np.float32))
+            io.bind_cpu_input("seqlens_k", np.array([total - 1], np.int32))
+            io.bind_cpu_input("total_sequence_length", np.array(total, np.int32))
+            io.bind_cpu_input("logit_index", rows)
+            logits = np.empty((1, rows.shape[0], self._vocab), np.float32)
+            io.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+            self.session.run_with_iobinding(io)
+        finally:
+            if mine:
+                self._lock.release()
+        return logits[0], KVCache(cache.keys, cache.values, total)
+
+    def _bind_cache(self, io, cache: KVCache):
+        """Bind the cache's buffers as past (input) and present (output) of every layer."""
         for i in range(self.n_layers):
             for kind, buf in (("key", cache.keys[i]), ("value", cache.values[i])):
-                value = ort.OrtValue.ortvalue_from_numpy(buf)
+                value = self._ort.OrtValue.ortvalue_from_numpy(buf)
                 io.bind_ortvalue_input(f"past_{kind}_{i}", value)
                 io.bind_ortvalue_output(f"present_{kind}_{i}", value)
-        logits = np.empty((1, rows.shape[0], self._vocab), np.float32)
-        io.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
-        self.session.run_with_iobinding(io)
-        return logits[0], KVCache(cache.keys, cache.values, total)
+        return io
+
+    def _binding(self, cache: KVCache):
+        """The binding of the last call when ``cache`` has the same buffers (a decode loop: only
+        the four small inputs and the logits are bound again), else a new one for its buffers.
+        The kept binding holds references to its buffers, so they cannot be freed and their
+        addresses reused while it is kept."""
+        bufs = cache.keys + cache.values
+        kept = self._kept
+        if kept is not None and len(kept[0]) == len(bufs) and all(a is b for a, b in zip(kept[0], bufs)):
+            return kept[1]
+        io = self._bind_cache(self.session.io_binding(), cache)
+        self._kept = (bufs, io)
+        return io
+
+    def release_binding(self) -> None:
+        """Drop the kept binding (and with it the references to the last cache's buffers)."""
+        with self._lock:
+            self._kept = None
 
 
 class OnnxTextDecoder:
@@ -256,12 +286,17 @@ class OnnxTextDecoder:
                  on_token=None, prefix_len: int | None = None) -> tuple[list[int], DecodeStats]:
         """See qwen3asr.decoding.TextDecoder."""
         gen = self.start(prompt_embeds, options, prefix_len)
-        gen.run(on_token=on_token)
+        try:
+            gen.run(on_token=on_token)
+        finally:
+            self.kv.release_binding()  # the run's KV cache is not kept alive by the binding
         t = gen.times
         return list(gen.tokens), DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms,
                                              gen.finish_reason or "stopped", reused_tokens=t.reused_tokens)
 
     def close(self) -> None:
+        if self.kv is not None:
+            self.kv.release_binding()
         self.kv = None  # the ONNX Runtime session is freed with its last reference
         self.prefixes.clear()
 
