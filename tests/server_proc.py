@@ -17,6 +17,16 @@ MODEL = os.path.join(ROOT, "models", "default")
 AUDIO = os.path.join(ROOT, "audio")
 
 
+def engine_stream(engine, pcm16, chunk_size: float) -> str:
+    """The engine's own streaming text for ``pcm16`` (int16, 16 kHz), fed in 100 ms pieces in this
+    process: what a live stream of the same samples must give."""
+    s = engine.create_stream(chunk_size=chunk_size)
+    x = pcm16.astype("float32") / 32768
+    for i in range(0, len(x), 1600):
+        s.feed_audio(x[i:i + 1600])
+    return s.finish().text
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

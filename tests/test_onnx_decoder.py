@@ -142,22 +142,3 @@ def test_spin_wait_reaches_every_session(spin):
         want = "1" if spin else "0"
         assert [s.get_session_options().get_session_config_entry(SPIN_KEY) for s in sessions] == [want] * len(sessions)
 
-
-def test_every_program_takes_the_engine_flags():
-    """qwen3asr-transcribe, -mic, -serve and -wyoming share one engine flag table (cli.common):
-    the board knobs and --spin-wait reach the engine from each of them."""
-    from qwen3asr.cli import mic, transcribe
-    from qwen3asr.cli.common import engine_from_args
-    from qwen3asr.server import cli as serve_cli
-    from qwen3asr.server import wyoming
-    from server_proc import MODEL
-
-    argv = ["--model", "m", "--threads", "3", "--spin-wait", "--soc", "rk3588", "--cpus", "4-7"]
-    parsers = {"transcribe": transcribe.build_parser(), "mic": mic.build_parser(),
-               "serve": serve_cli.build_parser(), "wyoming": wyoming.build_parser()}
-    for name, ap in parsers.items():
-        args, _ = ap.parse_known_args(argv + (["--audio", "x.wav"] if name == "transcribe" else []))
-        assert (args.model, args.threads, args.spin_wait, args.soc, args.cpus) == ("m", 3, True, "rk3588", "4-7"), name
-    args = parsers["serve"].parse_args(["--model", MODEL, "--backend", "onnx", "--threads", "1", "--spin-wait"])
-    with engine_from_args(args) as e:  # the real engine the server would load
-        assert e.decoder.kv.session.get_session_options().get_session_config_entry(SPIN_KEY) == "1"

@@ -20,7 +20,7 @@ import pytest
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import AUDIO, ROOT, ServerProcess, expected  # noqa: E402
+from server_proc import AUDIO, ROOT, ServerProcess, engine_stream, expected  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -112,14 +112,6 @@ def engine():
         yield e
 
 
-def _engine_stream(engine, pcm16: np.ndarray, chunk_size: float) -> str:
-    s = engine.create_stream(chunk_size=chunk_size)
-    x = pcm16.astype(np.float32) / 32768
-    for i in range(0, len(x), 1600):
-        s.feed_audio(x[i:i + 1600])
-    return s.finish().text
-
-
 def _alignment(sent: np.ndarray, clip: np.ndarray) -> tuple[int, float]:
     """(lag, correlation): where the clip's first second best matches the sent audio (samples
     of the sent audio before the clip starts; negative: the clip's start was lost), and the
@@ -161,7 +153,7 @@ def test_live_captions_in_chromium(server, engine, tmp_path, name, rate, channel
     assert len(sent) - lag >= len(clip) - 160, (len(sent), lag, len(clip))
     assert corr >= 0.9, corr
     # (2) the captions are the engine's own stream of exactly what was sent
-    assert text == _engine_stream(engine, sent, 2.0)
+    assert text == engine_stream(engine, sent, 2.0)
     # (3) and the transcript, or close to it (see the module docstring)
     want = expected(name)
     if name.startswith("zh"):

@@ -12,7 +12,7 @@ import pytest
 websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import ServerProcess, expected  # noqa: E402
+from server_proc import ServerProcess, engine_stream, expected  # noqa: E402
 from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 
@@ -56,15 +56,6 @@ def engine():
     return Qwen3ASREngine(MODEL, backend="onnx")
 
 
-def _engine_stream(engine, pcm16: np.ndarray, chunk_size: float) -> str:
-    """The engine's own streaming text for the same audio (in this process)."""
-    s = engine.create_stream(chunk_size=chunk_size)
-    x = pcm16.astype(np.float32) / 32768
-    for i in range(0, len(x), 1600):
-        s.feed_audio(x[i:i + 1600])
-    return s.finish().text
-
-
 # chunk_size 2 s: the bundled model streams every bundled clip right; at 1 s it misreads some
 # Mandarin clips (an engine matter): there the server must still equal the engine's own stream.
 @pytest.mark.parametrize("name,chunk", [("en_1.wav", 2.0), ("en_3.wav", 1.0), ("zh_2.wav", 2.0),
@@ -79,7 +70,7 @@ def test_live_16k_s16le_in_100ms_frames(server, engine, name, chunk):
     assert kinds[0] == "ready" and kinds[-1] == "final"
     assert set(kinds[1:-1]) <= {"committed", "tail"}
     final = msgs[-1]
-    assert final["text"] == _engine_stream(engine, pcm, chunk)
+    assert final["text"] == engine_stream(engine, pcm, chunk)
     if chunk == 2.0 or name.startswith("en"):
         assert final["text"] == expected(name)
     committed = "".join(m["text"] for m in msgs if m["type"] == "committed")

@@ -342,19 +342,13 @@ def ratio(ours: SystemResult, official: SystemResult) -> Ratio:
 
 
 # ----------------------------------------------------------------------------- roofline
-def read_bandwidth(threads: int, mib: int = READ_PROBE_MIB, reps: int = 3, _buf: dict = {}) -> float:
-    """GB/s of a streaming read of ``mib`` MiB split over ``threads`` threads (best of ``reps``).
-    numpy's reductions release the GIL; on this kind of machine max, sum, count_nonzero and
-    bitwise-or reductions all read at the same ~16 GB/s per thread, so the memory, not the
-    reduction, is what is timed."""
+def read_bandwidth(parts: Sequence[np.ndarray], reps: int = 3) -> float:
+    """GB/s of a streaming read of ``parts`` (one thread each; best of ``reps``). numpy's
+    reductions release the GIL; on this kind of machine max, sum, count_nonzero and bitwise-or
+    reductions all read at the same ~16 GB/s per thread, so the memory, not the reduction, is
+    what is timed."""
     import threading
 
-    key = (mib, threads)
-    if key not in _buf:
-        a = np.ones(mib * 2 ** 20 // 8, np.uint64)
-        _buf.clear()
-        _buf[key] = (a, np.array_split(a, threads))
-    a, parts = _buf[key]
     best = math.inf
     for _ in range(reps):
         ts = [threading.Thread(target=np.bitwise_or.reduce, args=(p,)) for p in parts]
@@ -364,7 +358,7 @@ def read_bandwidth(threads: int, mib: int = READ_PROBE_MIB, reps: int = 3, _buf:
         for t in ts:
             t.join()
         best = min(best, time.perf_counter() - t0)
-    return a.nbytes / best / 1e9
+    return sum(p.nbytes for p in parts) / best / 1e9
 
 
 def decoder_weight_bytes(path: str) -> int:
@@ -385,14 +379,19 @@ def decoder_weight_bytes(path: str) -> int:
 
 
 def roofline_rows(systems, results, bandwidth: "Spread", prompt_tokens: int, decode_tokens: int) -> list:
-    """Per onnx-<dtype> row: bytes per decode step, the rate ``bandwidth`` allows, the fraction reached."""
+    """Per quantised onnx-<dtype> row: bytes per decode step, the rate ``bandwidth`` allows, the
+    fraction reached."""
     rows = []
     by_name = {r.name: r for r in results}
+    weight_bytes: dict = {}  # per decoder file (a +spin twin runs the same graph)
     for s in systems:
-        if not isinstance(s, OnnxSystem) or s.name not in by_name:
+        if not isinstance(s, OnnxSystem) or s.dtype == "fp32":
             continue
         kv = s.engine.decoder.kv
-        weights = decoder_weight_bytes(s.engine.bundle.decoder_path(s.dtype))
+        path = s.engine.bundle.decoder_path(s.dtype)
+        if path not in weight_bytes:
+            weight_bytes[path] = decoder_weight_bytes(path)
+        weights = weight_bytes[path]
         mean_ctx = prompt_tokens + decode_tokens / 2
         kv_bytes = int(2 * kv.n_layers * kv.kv_heads * kv.head_dim * 4 * mean_ctx)
         step = weights + kv_bytes
@@ -551,9 +550,10 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
         systems.insert(0, OfficialSystem(checkpoint, threads))
     times: dict = {s.name: [] for s in systems}
     read_gb_s = []
+    probe = np.array_split(np.ones(READ_PROBE_MIB * 2 ** 20 // 8, np.uint64), threads)
     load_before = _loadavg()
     for i in range(warmup + runs):
-        bw = read_bandwidth(threads)
+        bw = read_bandwidth(probe)
         progress(f"memory read {bw:.1f} GB/s")
         if i >= warmup:
             read_gb_s.append(bw)
@@ -569,9 +569,9 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
     order = ([OFFICIAL] if official else []) + ["onnx-encoder"] + (["onnx-encoder+spin"] if spin else []) + \
         [n for d in dtypes for n in [f"onnx-{d}"] + ([f"onnx-{d}+spin"] if spin else [])]
     results = [summarize(name, times[name], audio_s) for name in order]
+    del probe
     bandwidth = Spread.of(read_gb_s)
-    roof = roofline_rows([x for x in systems if isinstance(x, OnnxSystem) and x.dtype != "fp32"], results,
-                         bandwidth, len(prompt), decode_tokens)
+    roof = roofline_rows(systems, results, bandwidth, len(prompt), decode_tokens)
     ratios = {}
     if official:
         ref = results[0]

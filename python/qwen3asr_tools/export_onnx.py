@@ -110,8 +110,8 @@ def save_encoder(model, path: str, shared: SharedWeights) -> list[str]:
 
 def default_quant_block(bits: int, text_cfg) -> int:
     """int8: 128-weight blocks when every matmul input width is a multiple of 128 (about 20% faster
-    than 32 at the same argmax agreement, docs/benchmarks.md), else 32. int4: 64 with the
-    searched scales (``INT4_SCALE_SEARCH``): 13 % faster per decode step than 32, and on the
+    than 32 at the same argmax agreement, docs/benchmarks.md), else 32. int4: 64, with its block
+    scales searched (the export does that for every int4 decoder): 13 % faster per decode step than 32, and on the
     0.6B-shaped checkpoint the same logit cosine to the official model as 32 with absmax scales
     (docs/benchmarks.md); 128 loses more. Any width works with any block: a width that is not a
     multiple is padded up to whole blocks with zero weights (onnx_graphs.quantize_blockwise)."""
@@ -121,9 +121,6 @@ def default_quant_block(bits: int, text_cfg) -> int:
     if bits == 4:
         return 64
     return 32
-
-
-INT4_SCALE_SEARCH = True  # int4 block scales chosen by least squared error (onnx_graphs.quantize_blockwise)
 
 
 def special_token_ids(ckpt_dir: str) -> dict[str, int]:
@@ -207,7 +204,7 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         log.info("decoder %s", dt)
         path = os.path.join(out_dir, "decoder", f"decoder_{dt}.onnx")
         block = quant_block or default_quant_block(bits, t) if bits else None
-        search = bits == 4 and INT4_SCALE_SEARCH
+        search = bits == 4  # int4 block scales by least squared error (onnx_graphs.quantize_blockwise)
         files += save_model(graphs.decoder(W, cfg, bits=bits, block_size=block or 32, scale_search=search), path)
         entry = {"dtype": dt, "file": f"decoder/decoder_{dt}.onnx"}
         if bits:
