@@ -20,9 +20,11 @@ latency is per chunk, in a live stream (audio arriving in real time): from the m
 chunk's audio was complete (``ChunkWork.ready``, measured in the run) to the moment its
 decoder run ends.
 
-The one unknown unit cost, the RK3576 W4A16 prefill rate, is fitted (``fit_prefill_rate``)
-so that the reference design's settings reproduce its published RTF (docs/board.md, "Cost
-model"). No board SDK is imported here; the engine is imported only by the functions that
+The decoder's unit costs are Rockchip's published benchmark (``RKLLM_BENCHMARK``); the encoder's
+the reference design's table. Two published figures of the reference design disagree under
+these costs (docs/board.md, "Cost model"): its caption latency is reproduced, its RTF is not.
+So a second, pessimistic RK3576 prefill rate is fitted (``fit_prefill_rate``) at which its
+settings reproduce its published RTF; ``unit_costs(prefill="rtf-fit")`` uses it. No board SDK is imported here; the engine is imported only by the functions that
 run it (``record_stream``, ``record_file``, ``record_one_pass``).
 """
 
@@ -48,12 +50,22 @@ FEED_SECONDS = 0.02  # piece size when a stream is fed to measure when each chun
 REF_MERGED_MS = ((2.0, 302.0), (3.0, 364.0), (4.0, 499.0), (5.0, 643.0))  # graph seconds -> ms per call
 REF_FRONTEND_MS = 60.0  # split front end, per call (one 1 s chunk; the source says "~60 ms")
 REF_BACKEND_MS = ((2.0, 480.0), (3.0, 505.0), (4.0, 630.0), (5.0, 710.0))
-# Rockchip's rknn-llm benchmark, Qwen3-0.6B text-only:
-DECODE_TOK_S = {"rk3576": 24.9, "rk3588": 32.9}  # W4A16 / W8A8
-RK3588_TTFT_MS, RK3588_TTFT_TOKENS = 199.0, 128  # W8A8, time to first token of a 128-token prompt
-# RK3576 W4A16 prefill: not published; fitted to the reference design's RTF (see fit_prefill_rate
-# and docs/board.md "Cost model"; refit with this script, test_board_model checks it is current).
-RK3576_PREFILL_TOK_S_FIT = 96.6
+# Rockchip's rknn-llm benchmark.md, release v1.3.0 (2026-06-17), Qwen3-0.6B text-only, a 128-token
+# prompt then 64 new tokens, CPU and NPU at their highest clocks: soc -> (decoder quant, time to first
+# token ms, decode tokens/s). Earlier releases: v1.2.2/v1.2.3 RK3576 W4A16_G128 512.36 ms / 24.3 tok/s,
+# RK3588 W8A8 213.50 / 32.16; v1.2.1 582 / 22.52 and 215.76 / 29.52. (The per-channel W4A16 row of
+# v1.3.0, 468.61 ms / 24.85 tok/s, is not what RK3576 runs here: the export is W4A16_G128.)
+RKLLM_BENCHMARK_RELEASE = "v1.3.0"
+RKLLM_BENCHMARK = {"rk3576": ("w4a16_g128", 506.41, 23.48), "rk3588": ("w8a8", 199.09, 32.91)}
+TTFT_TOKENS = 128
+DECODE_TOK_S = {soc: row[2] for soc, row in RKLLM_BENCHMARK.items()}
+PUBLISHED_PREFILL_TOK_S = {soc: TTFT_TOKENS / (row[1] / 1000.0) for soc, row in RKLLM_BENCHMARK.items()}
+# The pessimistic alternative for RK3576: the prefill rate at which the reference design's settings
+# reproduce its published RTF (fit_prefill_rate; docs/board.md "Cost model"; refit with this script,
+# test_board_model checks it is current). It is 2.6x below Rockchip's measured time to first token.
+RK3576_PREFILL_TOK_S_FIT = 98.1
+PREFILL_CHOICES = ("published", "rtf-fit")
+FITTED = "rk3576 rtf-fit"  # report key of the RK3576 costs with the RTF-fitted prefill rate
 DECODER_RUN_MS = 15.0  # per decoder run: host mel + prompt embedding + rkllm_run setup (assumed)
 RK3588_ENCODER_SCALE = 1.0  # RK3588 encoder ms = RK3576 ms x this (assumed, see unit_costs)
 
@@ -120,43 +132,51 @@ class UnitCosts:
 
 
 def unit_costs(soc: str, prefill_tok_s: Optional[float] = None, decoder_run_ms: float = DECODER_RUN_MS,
-               rk3588_encoder_scale: float = RK3588_ENCODER_SCALE, prefill_source: str = "given") -> UnitCosts:
+               rk3588_encoder_scale: float = RK3588_ENCODER_SCALE, prefill_source: str = "given",
+               prefill: str = "published") -> UnitCosts:
     """The unit costs of ``soc`` ("rk3576" W4A16_G128 or "rk3588" W8A8) with their sources.
 
-    prefill_tok_s: override the prefill rate (default: RK3576 the fitted value, RK3588 from the
-    published time to first token; ``prefill_source`` then says where the given rate comes from).
+    prefill: where the decoder's prefill rate comes from when ``prefill_tok_s`` is not given:
+    "published" (default): Rockchip's benchmark, 128 prompt tokens / time to first token;
+    "rtf-fit": on RK3576 the rate fitted to the reference design's published RTF
+    (``RK3576_PREFILL_TOK_S_FIT``; RK3588 has no such fit and keeps the published rate).
+    prefill_tok_s: override the rate (``prefill_source`` then says where it comes from).
     rk3588_encoder_scale: RK3588 encoder ms per RK3576 ms.
     """
     if soc not in SOCS:
         raise ValueError(f"unknown SoC {soc!r}; accepted: {', '.join(SOCS)}")
+    if prefill not in PREFILL_CHOICES:
+        raise ValueError(f"unknown prefill source {prefill!r}; accepted: {', '.join(PREFILL_CHOICES)}")
+    quant, ttft_ms, decode = RKLLM_BENCHMARK[soc]
+    bench = f"Rockchip rknn-llm benchmark {RKLLM_BENCHMARK_RELEASE}, Qwen3-0.6B {quant.upper()}"
     ref = "reference design's RK3576 table (fp16 RKNN, Qwen3-ASR-0.6B, clocks locked)"
     extrap = "8 s and other sizes beyond 5 s: linear from the 4 s and 5 s rows (assumed)"
     if soc == "rk3576":
         scale, enc_src = 1.0, f"{ref}; {extrap}"
-        rate = RK3576_PREFILL_TOK_S_FIT if prefill_tok_s is None else prefill_tok_s
-        pre_src = ("fitted: the rate at which the reference design's settings reproduce its published RTF "
-                   "0.55-0.58 at 2-5 s chunks (fit_prefill_rate, value of the committed run)"
-                   if prefill_tok_s is None else prefill_source)
-        quant = "w4a16_g128"
     else:
         scale = rk3588_encoder_scale
         enc_src = (f"derived, no RK3588 table published: RK3576 table x {scale:g}. Both NPUs are 6 TOPS (int8) "
                    "in total (RK3588 3 cores x 2, RK3576 2 cores x 3) and the encoder runs on all cores by "
                    "default, so equal time is assumed; on one core RK3588 would be ~1.5x slower; "
                    f"uncertainty x1.0-1.5. {extrap}")
-        rate = RK3588_TTFT_TOKENS / (RK3588_TTFT_MS / 1000.0) if prefill_tok_s is None else prefill_tok_s
-        pre_src = (f"Rockchip benchmark: time to first token {RK3588_TTFT_MS:g} ms for {RK3588_TTFT_TOKENS} "
-                   "tokens, all counted as prefill" if prefill_tok_s is None else prefill_source)
-        quant = "w8a8"
+    if prefill_tok_s is not None:
+        rate, pre_src = prefill_tok_s, prefill_source
+    elif prefill == "rtf-fit" and soc == "rk3576":
+        rate = RK3576_PREFILL_TOK_S_FIT
+        pre_src = ("fitted: the rate at which the reference design's settings reproduce its published RTF "
+                   "0.55-0.58 at 2-5 s chunks (fit_prefill_rate, value of the committed run)")
+    else:
+        rate = PUBLISHED_PREFILL_TOK_S[soc]
+        pre_src = (f"{bench}: time to first token {ttft_ms:g} ms for a {TTFT_TOKENS}-token prompt, all counted "
+                   "as prefill")
     return UnitCosts(
         soc=soc, decoder_quant=quant,
         merged_ms=tuple((s, ms * scale) for s, ms in REF_MERGED_MS), frontend_ms=REF_FRONTEND_MS * scale,
         backend_ms=tuple((s, ms * scale) for s, ms in REF_BACKEND_MS),
-        prefill_tok_s=rate, decode_tok_s=DECODE_TOK_S[soc], decoder_run_ms=decoder_run_ms,
+        prefill_tok_s=rate, decode_tok_s=decode, decoder_run_ms=decoder_run_ms,
         sources=(("encoder", enc_src),
                  ("prefill", pre_src),
-                 ("decode", f"Rockchip rknn-llm benchmark, Qwen3-0.6B {quant.upper()}: "
-                            f"{DECODE_TOK_S[soc]} tokens/s"),
+                 ("decode", f"{bench}: {decode:g} tokens/s"),
                  ("decoder run", f"{decoder_run_ms:g} ms per run, assumed (host mel, prompt embedding, "
                                  "rkllm_run setup on the CPU; not measured, 5-30 ms)")))
 
@@ -615,12 +635,22 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
                                       chunk_size=cs, **ref)[0] for cs in sorted(PUBLISHED_RTF)}
     fit = fit_prefill_rate(calib)
     fit_joined = fit_prefill_rate(calib_joined)
-    costs = {"rk3576": unit_costs("rk3576", prefill_tok_s=fit.prefill_tok_s, prefill_source=(
-        "fitted in this run: the rate at which the reference design's settings reproduce its published "
-        "RTF 0.55-0.58 at 2-5 s chunks (fit_prefill_rate)")), "rk3588": unit_costs("rk3588")}
-    ref4 = predict(calib[4.0], costs["rk3576"])
-    lat_rate = fit_prefill_to_latency(calib[4.0], PUBLISHED_LATENCY_S[1], costs["rk3576"])
-    lat_costs = dataclasses.replace(costs["rk3576"], prefill_tok_s=lat_rate)
+    costs = {"rk3576": unit_costs("rk3576"), FITTED: unit_costs("rk3576", prefill_tok_s=fit.prefill_tok_s,
+             prefill_source=("fitted in this run: the rate at which the reference design's settings reproduce "
+                             "its published RTF 0.55-0.58 at 2-5 s chunks (fit_prefill_rate)")),
+             "rk3588": unit_costs("rk3588")}
+    ref4 = predict(calib[4.0], costs[FITTED])
+    lat_rate = fit_prefill_to_latency(calib[4.0], PUBLISHED_LATENCY_S[1], costs[FITTED])
+    pub4 = predict(calib[4.0], costs["rk3576"])
+    r["published_costs_check"] = {
+        "latency_4s": {"first": pub4.latency_first_s, "median_later": pub4.latency_median_s,
+                       "published": PUBLISHED_LATENCY_S},
+        "rows": [{"chunk_s": cs, "predicted_rtf": predict(a, costs["rk3576"]).rtf, "published": PUBLISHED_RTF[cs],
+                  "residual_vs_middle": published_target(cs) - predict(a, costs["rk3576"]).rtf}
+                 for cs, a in sorted(calib.items())],
+        "continuous_latency_4s": {"first": predict(calib_joined[4.0], costs["rk3576"]).latency_first_s,
+                                  "median_later": predict(calib_joined[4.0], costs["rk3576"]).latency_median_s},
+    }
     r["fit"] = {
         "prefill_tok_s": fit.prefill_tok_s, "worst_error": fit.worst_error,
         "rows": [{"chunk_s": cs, "predicted_rtf": p, "published": PUBLISHED_RTF[cs], "error_vs_band": fit.errors()[cs],
@@ -633,7 +663,7 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
         "latency_4s": {"first": ref4.latency_first_s, "median_later": ref4.latency_median_s,
                        "published": PUBLISHED_LATENCY_S},
         "latency_fit_prefill_tok_s": lat_rate,
-        "latency_fit_rtf_4s": predict(calib[4.0], lat_costs).rtf,
+        "latency_fit_rtf_4s": predict(calib[4.0], dataclasses.replace(costs[FITTED], prefill_tok_s=lat_rate)).rtf,
     }
     r["unit_costs"] = {k: dataclasses.asdict(v) for k, v in costs.items()}
 
@@ -646,16 +676,15 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
     r["defaults"] = []
     for a in ours:
         row = {"run": a.label}
-        for soc in SOCS:
+        for name, c in costs.items():
             for ov in (False, True):
-                p = predict(a, costs[soc], ov)
-                key = f"{soc}_{'overlap' if ov else 'serial'}"
+                p = predict(a, c, ov)
+                key = f"{name}_{'overlap' if ov else 'serial'}"
                 row[key] = {"rtf": p.rtf, "wall_s": p.wall_s, "latency_first_s": p.latency_first_s,
                             "latency_median_s": p.latency_median_s, "latency_max_s": p.latency_max_s}
-        row["rk3576_latency_fit_rtf"] = predict(a, lat_costs).rtf
         r["defaults"].append(row)
     r["defaults_table"] = prediction_table([predict(a, costs[soc], ov) for a in ours for soc in SOCS
-                                            for ov in (False, True)])
+                                            for ov in (False, True)])  # published costs
 
     # 3. streaming settings for continuous speech on RK3576
     r["grid"] = []
@@ -672,6 +701,8 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
                     "chunk_s": cs, "memory": mem, "prompt": "compact" if compact else "official",
                     "rtf_serial": serial.rtf, "rtf_overlap": over.rtf, "latency_median_s": serial.latency_median_s,
                     "latency_median_overlap_s": over.latency_median_s,
+                    "fitted_rtf_serial": predict(a, costs[FITTED]).rtf,
+                    "fitted_rtf_overlap": predict(a, costs[FITTED], True).rtf,
                     "rate_for": {f"{t:.2f}_{'overlap' if ov else 'serial'}": rate_needed(a, costs["rk3576"], t, ov)
                                  for t in (0.30, 0.25) for ov in (False, True)}})
     r["accountings"] = {a.label: a.to_dict() for a in list(calib.values()) + list(calib_joined.values()) + ours
@@ -700,38 +731,53 @@ def _print_report(r: dict) -> None:
     print(f"latency at 4 s chunks: predicted first {lat['first']:.2f} s, later (median) {lat['median_later']:.2f} s; "
           f"published {lat['published'][0]} / {lat['published'][1]} s. Prefill rate for a 1.4 s median: "
           f"{f['latency_fit_prefill_tok_s']:.1f} tok/s, which predicts RTF {f['latency_fit_rtf_4s']:.3f} at 4 s\n")
+    pc = r["published_costs_check"]
+    print("## Rockchip's published decoder costs against the reference design's figures\n")
+    print("| chunk s | predicted RTF | published | published minus predicted |")
+    print("|---|---|---|---|")
+    for row in pc["rows"]:
+        lo, hi = row["published"]
+        pub = f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
+        print(f"| {row['chunk_s']:g} | {row['predicted_rtf']:.3f} | {pub} | {row['residual_vs_middle']:+.3f} |")
+    lat, cl = pc["latency_4s"], pc["continuous_latency_4s"]
+    print(f"\nlatency at 4 s chunks: predicted first {lat['first']:.2f} s, later (median) {lat['median_later']:.2f} s "
+          f"(continuous speech {cl['first']:.2f} / {cl['median_later']:.2f} s); published {lat['published'][0]} / "
+          f"{lat['published'][1]} s\n")
     print("## Unit costs\n")
-    print("| SoC | merged encoder ms (2/3/4/5/8 s) | prefill tok/s | decode tok/s | decoder run ms |")
+    print("| costs | merged encoder ms (2/3/4/5/8 s) | prefill tok/s | decode tok/s | decoder run ms |")
     print("|---|---|---|---|---|")
-    for soc, c in r["unit_costs"].items():
+    for name, c in r["unit_costs"].items():
         uc = UnitCosts(**{k: (tuple(tuple(x) for x in v) if isinstance(v, list) else v) for k, v in c.items()})
         enc = " / ".join(f"{uc.graph_ms('merged', s):.0f}" for s in (2, 3, 4, 5, 8))
-        print(f"| {soc} | {enc} | {uc.prefill_tok_s:.1f} | {uc.decode_tok_s:g} | {uc.decoder_run_ms:g} |")
-    for soc, c in r["unit_costs"].items():
+        print(f"| {name} | {enc} | {uc.prefill_tok_s:.1f} | {uc.decode_tok_s:g} | {uc.decoder_run_ms:g} |")
+    for name, c in r["unit_costs"].items():
         for k, v in c["sources"]:
-            print(f"- {soc} {k}: {v}")
+            print(f"- {name} {k}: {v}")
     print("\n## Our defaults (RTF serial / overlap; caption latency first / median / max s, serial)\n")
-    print("| run | RK3576 RTF | RK3576 latency | RK3588 RTF | RK3588 latency | RK3576 RTF, latency-fitted prefill |")
-    print("|---|---|---|---|---|---|")
+    print("| run | RK3576 RTF | RK3576 latency | RK3576 RTF, RTF-fitted prefill | RK3576 latency, RTF-fitted "
+          "| RK3588 RTF | RK3588 latency |")
+    print("|---|---|---|---|---|---|---|")
     for row in r["defaults"]:
         cells = []
-        for soc in SOCS:
-            s, o = row[f"{soc}_serial"], row[f"{soc}_overlap"]
+        for name in r["unit_costs"]:
+            s, o = row[f"{name}_serial"], row[f"{name}_overlap"]
             cells.append(f"{s['rtf']:.3f} / {o['rtf']:.3f}")
             cells.append("-" if s["latency_median_s"] is None else
                          f"{s['latency_first_s']:.2f} / {s['latency_median_s']:.2f} / {s['latency_max_s']:.2f}")
-        print(f"| {row['run']} | " + " | ".join(cells) + f" | {row['rk3576_latency_fit_rtf']:.3f} |")
+        print(f"| {row['run']} | " + " | ".join(cells) + " |")
     for name, pub in OTHERS:
-        print(f"| {name}, published | {pub.get('rk3576', '-')} | - | {pub.get('rk3588', '-')} | - | - |")
+        print(f"| {name}, published | {pub.get('rk3576', '-')} | - | - | - | {pub.get('rk3588', '-')} | - |")
     print("\n" + r["defaults_table"] + "\n")
     print("## Continuous speech on RK3576: settings (rollback 2, pause rules on)\n")
-    print("| chunk s | memory | prompt | RTF serial | RTF overlap | latency median s serial / overlap "
+    print("| chunk s | memory | prompt | RTF serial / overlap | latency median s serial / overlap "
+          "| RTF-fitted prefill: RTF serial / overlap "
           "| prefill tok/s for RTF 0.30 serial / overlap | for 0.25 serial / overlap |")
     print("|---|---|---|---|---|---|---|---|")
     for g in r["grid"]:
         q = g["rate_for"]
-        print(f"| {g['chunk_s']:g} | {g['memory']} | {g['prompt']} | {g['rtf_serial']:.3f} | {g['rtf_overlap']:.3f} "
+        print(f"| {g['chunk_s']:g} | {g['memory']} | {g['prompt']} | {g['rtf_serial']:.3f} / {g['rtf_overlap']:.3f} "
               f"| {g['latency_median_s']:.2f} / {g['latency_median_overlap_s']:.2f} "
+              f"| {g['fitted_rtf_serial']:.3f} / {g['fitted_rtf_overlap']:.3f} "
               f"| {q['0.30_serial']:.0f} / {q['0.30_overlap']:.0f} "
               f"| {q['0.25_serial']:.0f} / {q['0.25_overlap']:.0f} |")
     print("\n## Accountings (bundled model on the CPU: only these counts feed the model)\n")
@@ -747,6 +793,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
     ap.add_argument("--accounting", help="instead: predict a saved accounting (JSON from --json or bench_board.py)")
     ap.add_argument("--soc", default="rk3576", help=f"with --accounting: {', '.join(SOCS)}")
+    ap.add_argument("--prefill", default="published", help="with --accounting: the decoder prefill rate, "
+                    "'published' (Rockchip's benchmark) or 'rtf-fit' (RK3576: fitted to the reference design's RTF)")
     ap.add_argument("--json", help="write the report here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -756,7 +804,7 @@ def main(argv=None) -> int:
                 data = json.load(f)
             items = data["accountings"].values() if "accountings" in data else [data]
             accs = [Accounting.from_dict(d) for d in items]
-            costs = unit_costs(args.soc)
+            costs = unit_costs(args.soc, prefill=args.prefill)
             print(prediction_table([predict(a, costs, ov) for a in accs for ov in (False, True)]))
             return 0
         try:
