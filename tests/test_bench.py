@@ -85,6 +85,15 @@ def test_ratios_are_against_the_official_median(report):
             statistics.median(res[name]["decode_tok_s"]["values"]) / statistics.median(ref["decode_tok_s"]["values"]))
         assert q["prefill_speedup"] == pytest.approx(
             statistics.median(res[name]["prefill_tok_s"]["values"]) / statistics.median(ref["prefill_tok_s"]["values"]))
+        assert q["decode_speedup_fastest"] == pytest.approx(
+            max(res[name]["decode_tok_s"]["values"]) / max(ref["decode_tok_s"]["values"]))
+        assert q["prefill_speedup_fastest"] == pytest.approx(
+            max(res[name]["prefill_tok_s"]["values"]) / max(ref["prefill_tok_s"]["values"]))
+        assert q["encoder_speedup_fastest"] is None
+    assert ratios["onnx-encoder"]["encoder_speedup_fastest"] == pytest.approx(
+        min(ref["encoder_ms"]["values"]) / min(res["onnx-encoder"]["encoder_ms"]["values"]))
+    assert report["fastest"].startswith("x off. of each side's fastest counted run: ")
+    assert f"onnx-encoder encoder {ratios['onnx-encoder']['encoder_speedup_fastest']:.2f}" in report["fastest"]
 
 
 def test_table_and_settings(report):
