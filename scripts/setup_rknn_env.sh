@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv-rknn: the x86_64 venv for rknn-toolkit2 (ONNX -> .rknn conversion and the
 # simulator). It is separate from .venv because the toolkit needs numpy<2. This checkout is
-# installed into it editable (pip install --no-deps -e), so scripts/onnx2rknn.py imports
-# qwen3asr_tools and qwen3asr from here; their runtime dependencies are in requirements-rknn.txt.
+# installed into it editable (pip install -e, its dependencies from pyproject.toml held to the
+# pins of requirements-rknn.txt), so scripts/onnx2rknn.py imports qwen3asr_tools and qwen3asr.
 #
 # Usage: bash scripts/setup_rknn_env.sh [VENV_DIR]   (default: .venv-rknn in the repo root)
 # Env:   RKNN_PYTHON=python3.11   interpreter to build the venv from (the toolkit wheel is cp311
@@ -61,8 +61,9 @@ fi
 # --no-deps: its metadata pins torch<=2.4 and opencv-python, which we replace (see the
 # requirements file); everything it really imports is installed above.
 "$VENV/bin/python" -m pip install --quiet --no-deps "$TOOLKIT"
-# This checkout, editable: its dependencies are the pins above (numpy<2 here), and the build
-# backend is the pinned setuptools (no isolated build env to download).
-"$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e "$ROOT"
+# This checkout, editable, with its runtime dependencies from pyproject.toml (the one list of
+# them) held to the pins above as constraints (numpy<2 here); the build backend is the pinned
+# setuptools (no isolated build env to download).
+"$VENV/bin/python" -m pip install --quiet --no-build-isolation -c "$REQUIREMENTS" -e "$ROOT"
 check
 touch "$STAMP"
