@@ -84,7 +84,8 @@ class Qwen3ASREngine:
       options: the default TranscribeOptions of this engine's requests (each call may override).
       prefix_cache: reuse of the prompt prefix's KV cache on the ONNX decoder
         (qwen3asr.PrefixCacheOptions: entries and bytes kept; max_entries=0 turns it off; default
-        8 prefixes, 128 MiB). The rk backend's counterpart is ``RKOptions.prefix_reuse``.
+        8 prefixes, 128 MiB). The rk backend prefills the whole prompt every time (why:
+        docs/rkllm_abi.md).
       platform / enabled_cpus / repeat_penalty: the reference design's spellings of ``rk.soc``,
         ``rk.cpus`` and ``options.repetition_penalty``.
 

@@ -105,7 +105,7 @@ def _check_pcm(pcm: np.ndarray, sample_rate: int) -> np.ndarray:
 class SileroVAD:
     """The Silero VAD model with its recurrent state (one audio stream at a time).
 
-    ``model_path``: the ONNX file; None finds it in the installed silero_vad package.
+    ``model_path``: the ONNX file; None takes the one shipped with this package (find_model()).
     The session runs on the CPU with one thread.
     """
 

@@ -15,7 +15,7 @@ class ServerSettings:
     api_key: Optional[str] = None  # required as "Authorization: Bearer KEY" (WS: also ?api_key=KEY); None: open
     model_name: str = DEFAULT_MODEL_NAME  # the id /v1/models lists and requests may name
     max_upload_mb: float = 100.0  # largest request body of an upload (MiB)
-    max_audio_seconds: float = 3600.0  # longest audio of an upload, and of one live stream (s)
+    max_audio_seconds: float = 3600.0  # longest audio of an upload (s); live streams have no limit
     grace_seconds: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish (s)
     retry_after: int = 1  # seconds a client told "busy" (503) should wait
 
