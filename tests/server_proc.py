@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -17,14 +18,20 @@ MODEL = os.path.join(ROOT, "models", "default")
 AUDIO = os.path.join(ROOT, "audio")
 
 
-def engine_stream(engine, pcm16, chunk_size: float) -> str:
-    """The engine's own streaming text for ``pcm16`` (int16, 16 kHz), fed in 100 ms pieces in this
-    process: what a live stream of the same samples must give."""
-    s = engine.create_stream(chunk_size=chunk_size)
+def engine_stream_result(engine, pcm16, chunk_size: float, **options):
+    """The engine's own streaming result for ``pcm16`` (int16, 16 kHz), fed in 100 ms pieces in
+    this process (``options``: more create_stream settings): what a live stream of the same
+    samples and settings must give."""
+    s = engine.create_stream(chunk_size=chunk_size, **options)
     x = pcm16.astype("float32") / 32768
     for i in range(0, len(x), 1600):
         s.feed_audio(x[i:i + 1600])
-    return s.finish().text
+    return s.finish()
+
+
+def engine_stream(engine, pcm16, chunk_size: float, **options) -> str:
+    """The text of :func:`engine_stream_result`."""
+    return engine_stream_result(engine, pcm16, chunk_size, **options).text
 
 
 def free_port() -> int:
@@ -37,6 +44,43 @@ def expected(name: str) -> str:
     """The reference transcript of a bundled clip (audio/transcripts.json)."""
     with open(os.path.join(AUDIO, "transcripts.json"), encoding="utf-8") as f:
         return next(c["text"] for c in json.load(f)["clips"] if c["file"] == name)
+
+
+def post_raw(url, body: bytes, content_type: str, key=None, chunked=False):
+    """A raw POST to /v1/audio/transcriptions (http.client, no client library to forgive
+    anything): (status, headers, parsed JSON or text)."""
+    host, port = url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"Content-Type": content_type}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    if chunked:
+        def gen():
+            for i in range(0, len(body), 65536):
+                yield body[i:i + 65536]
+        conn.request("POST", "/v1/audio/transcriptions", body=gen(), headers=headers, encode_chunked=True)
+    else:
+        conn.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    try:
+        return r.status, dict(r.headers), json.loads(data)
+    except ValueError:
+        return r.status, dict(r.headers), data.decode()
+
+
+def multipart(fields: dict, files: dict) -> tuple[bytes, str]:
+    """A multipart/form-data body and its content type: text fields, files as {field: (name, bytes)}."""
+    b = "----qwen3asrtest"
+    out = []
+    for k, v in fields.items():
+        out.append(f"--{b}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n".encode())
+    for k, (name, data) in files.items():
+        out.append(f"--{b}\r\nContent-Disposition: form-data; name=\"{k}\"; filename=\"{name}\"\r\n"
+                   f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n")
+    out.append(f"--{b}--\r\n".encode())
+    return b"".join(out), f"multipart/form-data; boundary={b}"
 
 
 class ServerProcess:

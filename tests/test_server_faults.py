@@ -5,7 +5,6 @@ keeps serving: killed clients, a full scheduler, SIGTERM."""
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import os
 import signal
@@ -22,7 +21,7 @@ websockets = pytest.importorskip("websockets", reason="the websockets client is 
 openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import AUDIO, ServerProcess, expected  # noqa: E402
+from server_proc import AUDIO, ServerProcess, expected, multipart as _multipart, post_raw  # noqa: E402
 from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 KEY = "k-faults"
@@ -36,38 +35,7 @@ def server(tmp_path_factory):
 
 
 def _post(url, body: bytes, content_type: str, key=KEY, chunked=False):
-    """A raw POST (http.client): (status, headers, parsed JSON or text)."""
-    host, port = url.split("//")[1].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    headers = {"Content-Type": content_type}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    if chunked:
-        def gen():
-            for i in range(0, len(body), 65536):
-                yield body[i:i + 65536]
-        conn.request("POST", "/v1/audio/transcriptions", body=gen(), headers=headers, encode_chunked=True)
-    else:
-        conn.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    try:
-        return r.status, dict(r.headers), json.loads(data)
-    except ValueError:
-        return r.status, dict(r.headers), data.decode()
-
-
-def _multipart(fields: dict, files: dict) -> tuple[bytes, str]:
-    b = "----qwen3asrtest"
-    out = []
-    for k, v in fields.items():
-        out.append(f"--{b}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n".encode())
-    for k, (name, data) in files.items():
-        out.append(f"--{b}\r\nContent-Disposition: form-data; name=\"{k}\"; filename=\"{name}\"\r\n"
-                   f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n")
-    out.append(f"--{b}--\r\n".encode())
-    return b"".join(out), f"multipart/form-data; boundary={b}"
+    return post_raw(url, body, content_type, key=key, chunked=chunked)
 
 
 def _err(resp, status, code, param=None):

@@ -11,10 +11,14 @@ import pytest
 openai = pytest.importorskip("openai", reason="the openai client is needed (pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import AUDIO, MODEL, ServerProcess, expected  # noqa: E402
+from server_proc import AUDIO, MODEL, ServerProcess, expected, multipart, post_raw  # noqa: E402
 
 KEY = "test-key-123"
 CLIPS = ("en_1.wav", "zh_1.wav")
+# A context that changes what the bundled model reads in zh_2.wav ("把" -> "八"): a prompt that
+# reached the model shows in the text (test_prompt_reaches_the_model checks that it still does).
+BIAS = "switch off the bedroom radio. open the back door. please turn on the living room fan."
+BIAS_CLIP = "zh_2.wav"
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +41,11 @@ def reference():
 
     engine = Qwen3ASREngine(MODEL, backend="onnx")
     out = {}
-    for name in CLIPS + ("long_mixed.wav",):
+    for name in CLIPS + ("long_mixed.wav", BIAS_CLIP):
         pcm = prepare_audio(os.path.join(AUDIO, name))
         out[name] = engine.transcribe(pcm)
+    out["biased"] = engine.transcribe(prepare_audio(os.path.join(AUDIO, BIAS_CLIP)), context=BIAS)
+    engine.close()
     return out
 
 
@@ -123,6 +129,43 @@ def test_language_code_or_name_and_prompt(client, reference):
             r = client.audio.transcriptions.create(model="qwen3-asr", file=f, language=lang,
                                                    prompt="back door", temperature=0.0)
         assert r.text == expected("en_1.wav")
+
+
+def test_prompt_reaches_the_model(client, reference):
+    """The prompt is the engine's context: the server's text equals the engine's with that
+    context, which differs from the text without it (else this test could not tell)."""
+    assert reference["biased"].text != reference[BIAS_CLIP].text
+    with _open(BIAS_CLIP) as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f, prompt=BIAS)
+    assert r.text == reference["biased"].text
+    with _open(BIAS_CLIP) as f:
+        events = list(client.audio.transcriptions.create(model="qwen3-asr", file=f, prompt=BIAS, stream=True))
+    assert events[-1].text == reference["biased"].text
+    with _open(BIAS_CLIP) as f:  # and the next request without a prompt is not biased by it
+        assert client.audio.transcriptions.create(model="qwen3-asr", file=f).text == reference[BIAS_CLIP].text
+
+
+def test_sse_wire_format(server, reference):
+    """stream=true on the wire (not through a client that might forgive it): text/event-stream,
+    every event one "data: <json>" line and a blank line, the documented types, then
+    "data: [DONE]" last."""
+    import json
+
+    with _open("en_1.wav") as f:
+        body, ctype = multipart({"model": "qwen3-asr", "stream": "true"}, {"file": ("en_1.wav", f.read())})
+    status, headers, text = post_raw(server.url, body, ctype, key=KEY)
+    assert status == 200, text
+    assert headers["content-type"].startswith("text/event-stream")
+    assert text.endswith("\n\n")
+    blocks = text[:-2].split("\n\n")
+    assert all(b.startswith("data: ") and "\n" not in b for b in blocks), blocks
+    assert blocks[-1] == "data: [DONE]"
+    events = [json.loads(b[len("data: "):]) for b in blocks[:-1]]
+    assert [e["type"] for e in events[:-1]] == ["transcript.text.delta"] * (len(events) - 1)
+    assert events[-1]["type"] == "transcript.text.done"
+    assert events[-1]["text"] == "".join(e["delta"] for e in events[:-1]) == reference["en_1.wav"].text
+    assert events[-1]["usage"] == {"type": "duration", "seconds": pytest.approx(
+        reference["en_1.wav"].stats.audio_seconds, abs=1e-3)}
 
 
 def test_wrong_or_missing_api_key_is_401(server):
