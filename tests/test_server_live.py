@@ -12,7 +12,7 @@ import pytest
 websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import ServerProcess, engine_stream, expected  # noqa: E402
+from server_proc import ServerProcess, engine_stream, engine_stream_result, expected  # noqa: E402
 from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 
@@ -117,3 +117,79 @@ def test_two_streams_at_once_keep_their_own_text(server):
     (ma, _), (mb, _) = asyncio.run(both())
     assert ma[-1]["text"] == expected("en_2.wav")
     assert mb[-1]["text"] == expected("zh_3.wav")
+
+
+# A context that changes what the bundled model streams for zh_2.wav ("把" -> "八"), so that a
+# context that reached the session shows in the text (the test checks that it still does).
+BIAS = "Living Room Fan, Bedroom Radio, Back Door\nthermostat, garage"
+
+
+def _segments(segs):
+    return [(round(s["start"], 2), round(s["end"], 2), s["text"]) for s in segs]
+
+
+def test_context_and_vad_in_the_start_message_reach_the_session(server, engine):
+    pcm, sr = load_clip("zh_2.wav")
+    biased = engine_stream(engine, pcm, 2.0, context=BIAS)
+    assert biased != engine_stream(engine, pcm, 2.0)
+    msgs, code = asyncio.run(_stream(server.ws_url, {"type": "start", "chunk_size": 2.0, "context": BIAS},
+                                     _frames(pcm, sr)))
+    assert code == 1000 and msgs[-1]["text"] == biased
+
+    # VAD: a clip between 1.5 s of silence; with VAD the silence is never decoded and the
+    # segment starts at the speech (what the engine's own stream with vad=True gives)
+    en, _ = load_clip("en_1.wav")
+    pad = np.zeros(int(1.5 * sr), dtype=np.int16)
+    x = np.concatenate([pad, en, pad])
+    with_vad = engine_stream_result(engine, x, 2.0, vad=True)
+    without = engine_stream_result(engine, x, 2.0)
+    want = [(round(s.start, 2), round(s.end, 2), s.text) for s in with_vad.segments]
+    assert want != [(round(s.start, 2), round(s.end, 2), s.text) for s in without.segments]
+    msgs, code = asyncio.run(_stream(server.ws_url, {"type": "start", "chunk_size": 2.0, "vad": True},
+                                     _frames(x, sr)))
+    assert code == 1000 and msgs[0]["vad"] is True
+    assert msgs[-1]["text"] == with_vad.text == expected("en_1.wav")
+    assert _segments(msgs[-1]["segments"]) == want
+
+
+def test_a_long_upload_does_not_starve_a_live_stream(server, engine, tmp_path):
+    """A 5-minute upload runs unit by unit; a live stream that starts while it runs gets its
+    turns between the upload's units and finishes long before the upload does (without fair
+    turns it would wait for the whole file), and both texts are right."""
+    import threading
+    import time
+
+    import openai
+    import soundfile as sf
+
+    long_pcm, sr = load_clip("long_mixed.wav")
+    path = str(tmp_path / "long4.wav")
+    sf.write(path, np.tile(long_pcm, 4), sr, subtype="PCM_16")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    upload: dict = {}
+
+    def run_upload():
+        try:
+            with open(path, "rb") as f:
+                upload["text"] = client.audio.transcriptions.create(model="qwen3-asr", file=f).text
+        except Exception as exc:  # reported by the assertion below
+            upload["error"] = exc
+
+    units0 = server.health()[1]["units"]
+    thread = threading.Thread(target=run_upload, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120  # a bound, not a latency: the upload must be running first
+    while server.health()[1]["units"] < units0 + 3 and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert thread.is_alive(), f"the upload ran to its end without giving up the turn between units: {upload}"
+    pcm, _ = load_clip("en_1.wav")
+    msgs, code = asyncio.run(_stream(server.ws_url, {"type": "start", "chunk_size": 2.0}, _frames(pcm, sr)))
+    upload_running_at_live_end = thread.is_alive()
+    units_at_live_end = server.health()[1]["units"]
+    thread.join(600)
+    assert code == 1000 and msgs[-1]["text"] == expected("en_1.wav")
+    assert "error" not in upload, upload
+    units_total = server.health()[1]["units"]
+    assert upload_running_at_live_end, "the live stream waited for the whole upload"
+    assert units_at_live_end < units_total  # upload units were still to run when the live stream ended
+    assert upload["text"] == engine.transcribe(path).text
