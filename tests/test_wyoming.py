@@ -255,6 +255,24 @@ def test_biasing_fields_accepted(server):
     assert TranscriptStart.from_event(events[0]).language == "en"
 
 
+def test_names_and_terms_reach_the_model(server, engine):
+    """Home Assistant's names and terms are the model's context: the transcript equals the
+    engine's own stream with that context (Wyoming's 2 s chunks), which differs from the stream
+    without it for this clip (else the test could not tell)."""
+    from qwen3asr.server.wyoming import WyomingOptions, biasing_text
+
+    from server_proc import engine_stream
+
+    names, terms = ["Living Room Fan", "Bedroom Radio", "Back Door"], ["thermostat", "garage"]
+    pcm = read_wav("zh_2.wav")
+    chunk = WyomingOptions().chunk_size
+    biased = engine_stream(engine, pcm, chunk, context=biasing_text(None, names, terms))
+    assert biased != engine_stream(engine, pcm, chunk)
+    events = run(utterance(server.port, pcm.tobytes(), transcript_names=names, transcript_terms=terms))
+    check_order(events)
+    assert final_text(events).text == biased
+
+
 # ---------------------------------------------------------------------------- faults (real process)
 def test_chunk_before_start_is_an_error_then_the_connection_works(server):
     async def go():
