@@ -796,3 +796,34 @@ def test_the_rknnlite_hint_names_the_python_versions_it_has_wheels_for():
 
     assert "wheels for Python 3.7-3.12 only and this is 3.13" in rknn_backend.install_hint((3, 13, 5))
     assert rknn_backend.install_hint((3, 11)).startswith("pip install rknn-toolkit-lite2")
+
+
+def test_a_cancelled_scheduler_client_aborts_the_rkllm_run(rk_bundle, shim, fake_rknnlite):
+    """What the server does when a client disconnects mid-generation, on the rk backend: the
+    scheduler client's cancel stops the running RKLLM generation with rkllm_abort at the next
+    token, the request raises Cancelled, and the runtime serves the next request normally."""
+    from qwen3asr.server.scheduler import Scheduler
+    from qwen3asr.work import Cancelled
+
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    ids = transcript_ids(tok, "one two three four five six")
+    scheduler = Scheduler(max_clients=2)
+    gone = scheduler.admit("gone")
+    shim.script(*runtime_script(tok, ids + [tok.im_end]))
+    pieces = []
+
+    def on_text(piece):  # the client disconnects once the first text has reached it
+        pieces.append(piece)
+        gone.cancel()
+
+    with pytest.raises(Cancelled):
+        engine.transcribe(CLIP, work=gone.work, on_text=on_text)
+    assert len(pieces) == 1 and "rkllm_abort" in shim.calls
+    assert shim.violations == []
+    gone.close()
+    shim.script(*runtime_script(tok, ids + [tok.im_end]))
+    with scheduler.client("next") as c:
+        assert engine.transcribe(CLIP, work=c.work).text == "one two three four five six"
+    assert scheduler.stats().cancelled == 1 and scheduler.stats().active == 0
+    engine.close()
