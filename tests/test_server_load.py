@@ -1,10 +1,11 @@
 """Load: 32 concurrent real clients for two minutes against one server process, mixing file
-uploads (openai client) and live WebSocket streams (real-time pace). No request is lost or
-answered with another's text (each equals its single-client result), rejections are only clean
-503s / close 1013, live chunk latency p50/p95 are reported, and the server's RSS stays flat.
+uploads (openai client), live WebSocket streams (real-time pace) and Wyoming utterances. No
+request is lost or answered with another's text (each equals its single-client result),
+rejections are only clean 503s / close 1013 / Wyoming busy errors, live chunk latency p50/p95
+are reported, and the server's RSS stays flat.
 
-The client kinds come from qwen3asr_tools.bench_server (scripts/bench_server.py); another kind (Wyoming utterances) plugs
-in by adding an object with ``name`` and ``async run(clip) -> Outcome`` to ``_kinds``.
+The client kinds come from qwen3asr_tools.bench_server (scripts/bench_server.py); another kind
+plugs in by adding an object with ``name`` and ``async run(clip) -> Outcome`` to ``_kinds``.
 Set QWEN3ASR_LOAD_SECONDS to shorten a local run (CI runs the full 120 s)."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
+pytest.importorskip("wyoming", reason="the server extra is needed (pip install '.[server]')")
 
 from qwen3asr_tools.bench_server import CLIPS, LiveKind, UploadKind, WyomingKind, run_load, summarize  # noqa: E402
 from server_proc import ROOT, ServerProcess, free_port  # noqa: E402
@@ -34,29 +36,16 @@ WARMUP = 0.15  # fraction of the run before RSS samples count
 RSS_GROWTH = 0.10  # last-quarter mean RSS within this of the first-quarter mean
 
 
-def _wyoming_available() -> bool:
-    """The Wyoming front end (qwen3asr.server.wyoming, from the wyoming branch) is installed."""
-    import importlib.util
-
-    return importlib.util.find_spec("wyoming") is not None and \
-        importlib.util.find_spec("qwen3asr.server.wyoming") is not None
-
-
-WYOMING_PORT = free_port() if _wyoming_available() else None
+WYOMING_PORT = free_port()
 
 
 def _kinds(url: str) -> list:
-    kinds = [LiveKind(url, chunk_size=1.0), UploadKind(url)]
-    if WYOMING_PORT is not None:  # Wyoming utterances, as Home Assistant sends them
-        kinds.append(WyomingKind("127.0.0.1", WYOMING_PORT))
-    return kinds
+    # live captions, file uploads and Wyoming utterances (as Home Assistant sends them)
+    return [LiveKind(url, chunk_size=1.0), UploadKind(url), WyomingKind("127.0.0.1", WYOMING_PORT)]
 
 
 def _server_args() -> list:
-    args = ["--max-clients", str(MAX_CLIENTS)]
-    if WYOMING_PORT is not None:
-        args += ["--wyoming", f"tcp://127.0.0.1:{WYOMING_PORT}"]
-    return args
+    return ["--max-clients", str(MAX_CLIENTS), "--wyoming", f"tcp://127.0.0.1:{WYOMING_PORT}"]
 
 
 class RssSampler(threading.Thread):

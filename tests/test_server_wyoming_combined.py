@@ -1,20 +1,16 @@
 """qwen3asr-serve --wyoming: Wyoming and HTTP from one process, one engine, one scheduler.
 
-The Wyoming server itself (qwen3asr.server.wyoming) is built and tested on its own branch
-(tests/test_wyoming.py); this checks the combined process: both front ends answer, share the
+The Wyoming server itself (qwen3asr.server.wyoming) is tested in tests/test_wyoming.py; this
+checks the combined process: both front ends answer, share the
 scheduler's counters, and SIGTERM stops both with exit 0."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 
 import pytest
 
-if importlib.util.find_spec("qwen3asr.server.wyoming") is None:
-    pytest.skip("qwen3asr.server.wyoming is not in this tree (it comes from the wyoming branch)",
-                allow_module_level=True)
 pytest.importorskip("wyoming", reason="the wyoming package is needed (the dev extra: pip install -e '.[dev]')")
 openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e '.[dev]')")
 
