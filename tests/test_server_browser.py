@@ -3,11 +3,15 @@ microphone plays a bundled clip, the AudioWorklet resamples it to 16 kHz and str
 the WebSocket. A script added before the page's own records every binary frame the page
 sends; the test then checks that (1) those samples are the clip (aligned, resampled and
 mixed down faithfully), (2) the page's captions are exactly the engine's own stream text for
-those samples, and (3) that text is the clip's transcript or close to it. (1) and (2) are
-exact checks; (3) is not, because where the fake capture starts in the clip varies from run
-to run (a few ms to ~100 ms are lost before the worklet runs), and the bundled demo model can
-read the same clip differently at another chunk alignment (seen in CI: "bedroom" for "living
-room"). A screenshot of each run is saved in build/server-browser/ (and the test's tmp dir)."""
+those samples, and (3) that text is exactly the clip's transcript.
+
+Where the fake capture starts in the clip varies from run to run (a few ms to ~100 ms are lost
+before the worklet runs), and the bundled demo model reads some clips differently at another
+chunk alignment (en_3 read "bedroom" for "living room" in CI; zh_2 misreads after 300 ms of
+leading silence). The clips used here read right at every one of 155 alignments tried (0-120 ms
+of the start lost in 4 ms steps, times 0/40/100/200/300 ms of silence before it; streamed at
+2 s chunks), so (3) holds at any start the capture picks. A screenshot of each run is saved in
+build/server-browser/ (and the test's tmp dir)."""
 
 from __future__ import annotations
 
@@ -129,10 +133,9 @@ def _alignment(sent: np.ndarray, clip: np.ndarray) -> tuple[int, float]:
     return lag, float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
 
 
-@pytest.mark.parametrize("name,rate,channels", [("en_1.wav", 16000, 1), ("en_3.wav", 44100, 2),
-                                                ("zh_2.wav", 48000, 1)])
+@pytest.mark.parametrize("name,rate,channels", [("en_1.wav", 16000, 1), ("en_2.wav", 44100, 2),
+                                                ("zh_3.wav", 48000, 1)])
 def test_live_captions_in_chromium(server, engine, tmp_path, name, rate, channels):
-    import jiwer
     import soundfile as sf
 
     wav = _fake_mic_wav(tmp_path, name, rate, channels)
@@ -154,13 +157,8 @@ def test_live_captions_in_chromium(server, engine, tmp_path, name, rate, channel
     assert corr >= 0.9, corr
     # (2) the captions are the engine's own stream of exactly what was sent
     assert text == engine_stream(engine, sent, 2.0)
-    # (3) and the transcript, or close to it (see the module docstring)
-    want = expected(name)
-    if name.startswith("zh"):
-        err = jiwer.cer(want, text)
-    else:
-        err = jiwer.wer(want, text)
-    assert err <= 0.3, (text, want)
+    # (3) and that is the clip's transcript (see the module docstring for why exactly)
+    assert text == expected(name)
     assert any(t for _, t in tails), "the tail (greyed, unstable text) never showed"
 
 
