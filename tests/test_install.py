@@ -48,3 +48,73 @@ def test_no_model_given_is_a_clear_error_not_a_site_packages_path(venv, tmp_path
     assert out.returncode == 2
     assert "no model given: pass a model directory (--model DIR" in out.stderr and "QWEN3ASR_MODEL" in out.stderr
     assert "site-packages" not in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.fixture(scope="module")
+def server_venv(venv):
+    """The same venv with the server extra added, as `pip install '.[server]'` (after the tests
+    above have run on the plain install)."""
+    r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", ROOT + "[server]"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return venv
+
+
+def _non_loopback_address():
+    """An address of this machine other than loopback, or None (no route to anywhere)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing address
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") else addr
+
+
+def test_qwen3asr_serve_listens_on_loopback_8000_by_default(server_venv, tmp_path):
+    """The installed console script with no --host/--port: it answers on 127.0.0.1:8000 and not
+    on the machine's other address (0.0.0.0 must be asked for), transcribes, stops on SIGTERM."""
+    import signal
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 8000)) == 0:
+            pytest.skip("something already listens on 127.0.0.1:8000")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "QWEN3ASR_MODEL")}
+    proc = subprocess.Popen([str(server_venv / "bin" / "qwen3asr-serve"), "--model",
+                             os.path.join(ROOT, "models", "default"), "--log-level", "warning"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, status = time.monotonic() + 180, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:8000/health", timeout=5) as r:
+                    status = r.status
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.2)
+        assert status == 200, proc.stdout.read() if proc.poll() is not None else "no answer on 127.0.0.1:8000"
+        other = _non_loopback_address()
+        if other is not None:
+            with socket.socket() as s:
+                s.settimeout(5)
+                assert s.connect_ex((other, 8000)) != 0, f"the server also listens on {other}"
+        from server_proc import multipart, post_raw
+
+        with open(os.path.join(ROOT, "audio", "en_1.wav"), "rb") as f:
+            body, ctype = multipart({"model": "qwen3-asr"}, {"file": ("en_1.wav", f.read())})
+        st, _, answer = post_raw("http://127.0.0.1:8000", body, ctype)
+        assert st == 200 and answer["text"] == "open the back door", answer
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        log = proc.stdout.read()
+        assert "Traceback" not in log, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
