@@ -8,8 +8,10 @@ For 1, 4 and 16 concurrent live WebSocket streams (audio sent at real-time pace 
 frames), and 16 streams mixed with 4 back-to-back uploads (the `openai` client), it prints:
 throughput (audio seconds transcribed per wall second, all clients together) and the live
 chunk latency p50/p95 (ms from sending the audio that completed a chunk to receiving that
-chunk's text). The client kinds (`KINDS`) are also what tests/test_server_load.py runs; a new
-kind (e.g. Wyoming utterances) is one more class with the same ``run(clip)`` coroutine.
+chunk's text). With ``--wyoming HOST:PORT`` (a server started with ``--wyoming``) it adds a row
+of Wyoming utterances per stream count (Home Assistant's requests, audio at real-time pace;
+latency = audio-stop to transcript). The client kinds are also what tests/test_server_load.py
+runs; a new kind is one more class with the same ``run(clip)`` coroutine.
 """
 
 from __future__ import annotations
@@ -242,14 +244,28 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-size", type=float, default=1.0, help="live chunk size (s)")
     ap.add_argument("--streams", default="1,4,16", help="live stream counts, comma-separated")
     ap.add_argument("--mix-uploads", type=int, default=4, help="upload clients added to the last row (0: no mix row)")
+    ap.add_argument("--wyoming", metavar="HOST:PORT", help="also a row of Wyoming utterances per stream count "
+                                                           "(the server's --wyoming address)")
     args = ap.parse_args(argv)
+    try:
+        counts = [int(n) for n in args.streams.split(",")]
+        if not counts or min(counts) < 1:
+            raise ValueError
+    except ValueError:
+        ap.error(f"--streams must be positive integers separated by commas, got {args.streams!r}")
     live = LiveKind(args.url, args.api_key, args.chunk_size)
     upload = UploadKind(args.url, args.api_key)
-    rows = [(f"{n} live", [live], n) for n in map(int, args.streams.split(","))]
+    rows = [(f"{n} live", [live], n) for n in counts]
     if args.mix_uploads:
-        n = int(args.streams.split(",")[-1])
+        n = counts[-1]
         rows.append((f"{n} live + {args.mix_uploads} upload", [live] * n + [upload] * args.mix_uploads,
                      n + args.mix_uploads))
+    if args.wyoming:
+        host, _, port = args.wyoming.rpartition(":")
+        if not host or not port.isdigit():
+            ap.error(f"--wyoming must be HOST:PORT (as the server's --wyoming tcp://HOST:PORT), got {args.wyoming!r}")
+        wyo = WyomingKind(host, int(port))
+        rows += [(f"{n} wyoming", [wyo], n) for n in counts]
     print(f"{'clients':<22} {'requests':>8} {'ok':>5} {'503':>5} {'err':>4} {'audio s/s':>9} "
           f"{'chunks':>6} {'p50 ms':>7} {'p95 ms':>7}")
     for label, kinds, workers in rows:
