@@ -28,14 +28,18 @@ class Holder:
         self.client = client
         self.go = threading.Event()
         self.inside = threading.Event()
+        self.cancelled_inside = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         _wait_for(self.inside.is_set)
 
     def _run(self):
-        with self.client.work.unit():
-            self.inside.set()
-            self.go.wait(10)
+        try:
+            with self.client.work.unit():
+                self.inside.set()
+                self.go.wait(10)
+        except Cancelled:  # cancelled while it held the turn: the unit's closing check says so
+            self.cancelled_inside = True
 
     def release(self):
         self.go.set()
@@ -143,6 +147,47 @@ def test_close_refuses_new_clients_and_cancels_waiters():
     with pytest.raises(SchedulerClosed):
         sched.admit("late")
     holder.release()  # the running unit finishes normally
+
+
+def test_graceful_shutdown_refuses_new_lets_the_admitted_finish_then_cancels_the_rest():
+    sched = Scheduler()
+    holder = Holder(sched.admit("h"))
+    w = sched.admit("w")
+    order, errors = [], []
+    (t,) = _queue_units(sched, [w], 2, order, errors)
+    t.start()
+    _wait_for(lambda: sched.stats().waiting == 1)
+    sched.refuse_new()
+    with pytest.raises(SchedulerClosed):
+        sched.admit("late")
+    assert sched.stats().waiting == 1 and not w.cancelled  # the admitted are not touched
+    assert sched.wait_idle(0.05) is False
+    holder.release()
+    _wait_for(lambda: order == ["w", "w"])  # the waiter still got its turns
+    t.join(10)
+    holder.client.close()
+    assert sched.wait_idle(0.05) is False  # w is admitted until it is closed
+    assert sched.cancel_all() == 1 and w.cancelled and errors == []
+    w.close()
+    assert sched.wait_idle(0) is True and sched.cancel_all() == 0
+
+
+def test_cancel_all_stops_running_and_waiting_clients():
+    sched = Scheduler()
+    running = sched.admit("running")
+    holder = Holder(running)
+    w = sched.admit("waiting")
+    order, errors = [], []
+    (t,) = _queue_units(sched, [w], 1, order, errors)
+    t.start()
+    _wait_for(lambda: sched.stats().waiting == 1)
+    assert sched.cancel_all() == 2
+    t.join(10)
+    assert isinstance(errors[0], Cancelled) and order == []
+    assert running.cancelled  # its running unit stops at its next check (the engine: the next token)
+    holder.release()
+    assert holder.cancelled_inside
+    assert sched.stats().cancelled == 2
 
 
 # ------------------------------------------------------------------ the engine's hooks

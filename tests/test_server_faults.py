@@ -370,6 +370,41 @@ def test_sigterm_finishes_in_flight_work_and_exits_0(tmp_path, long_wav):
             urllib.request.urlopen(s.url + "/health", timeout=5)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_sigterm_cancels_work_still_running_when_the_grace_period_ends(tmp_path, long_wav, stream):
+    """An upload far longer than the grace period: at its end the upload's work is cancelled and
+    its client gets a clean 503 shutting_down (with stream=true: that error event, then
+    [DONE]), so a load balancer retries it elsewhere; the process exits 0."""
+    import soundfile as sf
+
+    x, sr = sf.read(long_wav, dtype="int16")
+    path = str(tmp_path / "long8x.wav")
+    sf.write(path, np.tile(x, 4), sr, subtype="PCM_16")  # 10 min: many seconds of work here
+    with open(path, "rb") as f:
+        body, ct = _multipart({"stream": "true"} if stream else {}, {"file": ("long.wav", f.read())})
+    with ServerProcess("--grace-seconds", "0.5", log_path=str(tmp_path / "server.log")) as s:
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault("r", _post(s.url, body, ct, key=None)))
+        base = _stats(s)["units"]
+        t.start()
+        _wait(lambda: _stats(s)["units"] > base + 1, "the upload to run")
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(120) == 0, s.log()
+        t.join(60)
+        log = s.log()
+    if stream:
+        st, headers, text = result["r"]
+        assert st == 200
+        blocks = text.strip().split("\n\n")
+        assert blocks[-1] == "data: [DONE]"
+        err = json.loads(blocks[-2][len("data: "):])
+        assert err["type"] == "error" and err["error"]["code"] == "shutting_down", err
+    else:
+        _err(result["r"], 503, "shutting_down")
+        assert result["r"][1].get("retry-after") == "1"
+    assert "grace period of 0.5 s is over: cancelling 1 request" in log and "Traceback" not in log, log
+
+
 def test_model_that_cannot_load_exits_2_with_the_reason(tmp_path):
     p = subprocess.run([sys.executable, "-m", "qwen3asr.server", "--model", str(tmp_path / "nothing"),
                         "--port", "0", "--backend", "onnx"], capture_output=True, text=True, timeout=120,

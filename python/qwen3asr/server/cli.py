@@ -18,6 +18,9 @@ import sys
 from ..cli.common import add_engine_args, engine_from_args
 
 log = logging.getLogger("qwen3asr-serve")
+# After Runtime.finish (the grace period), how long uvicorn waits for the last responses (the
+# 503s of cancelled requests) before it cancels their tasks.
+BACKSTOP_SECONDS = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,10 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _make_server(config, runtime, grace: float):
-    """A uvicorn.Server whose shutdown first finishes the live streams (their final text is
-    sent), then lets uvicorn stop accepting and wait for in-flight HTTP requests. SIGTERM and
-    SIGINT only ask it to stop: uvicorn's own handler re-raises the signal after shutdown,
-    which would kill the process instead of letting it exit 0."""
+    """A uvicorn.Server whose shutdown stops accepting, then runs Runtime.finish (live streams
+    get their final text, requests in flight get ``grace`` seconds, the rest is cancelled and
+    answered 503), then lets uvicorn close the connections (its own timeout_graceful_shutdown
+    is only a backstop). SIGTERM and SIGINT only ask it to stop: uvicorn's own handler
+    re-raises the signal after shutdown, which would kill the process instead of letting it
+    exit 0."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -65,7 +70,7 @@ def _make_server(config, runtime, grace: float):
         async def shutdown(self, sockets=None):
             for server in self.servers:  # stop accepting first
                 server.close()
-            await runtime.drain(grace)
+            await runtime.finish(grace)
             await super().shutdown(sockets)
 
     return Server(config)
@@ -90,7 +95,7 @@ async def _serve(args, app, runtime, serve_wyoming) -> int:
     import uvicorn
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=args.grace_seconds, ws="websockets-sansio",
+                            timeout_graceful_shutdown=BACKSTOP_SECONDS, ws="websockets-sansio",
                             lifespan="on", access_log=False)
     server = _make_server(config, runtime, args.grace_seconds)
     http = asyncio.ensure_future(server.serve())

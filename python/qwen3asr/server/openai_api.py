@@ -268,8 +268,13 @@ async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
                 yield _sse("[DONE]")
                 return
             else:
-                err = value if isinstance(value, ApiError) else ApiError(
-                    500, f"transcription failed: {value}", code="internal_error")
+                if isinstance(value, ApiError):
+                    err = value
+                elif isinstance(value, Cancelled):  # not the client's doing (it would not read this): shutdown
+                    err = ApiError(503, "the server is shutting down; retry", code="shutting_down",
+                                   retry_after=rt.settings.retry_after)
+                else:
+                    err = ApiError(500, f"transcription failed: {value}", code="internal_error")
                 if not isinstance(value, (ApiError, Cancelled)):
                     logger.error("streamed transcription failed", exc_info=value)
                 yield _sse({"type": "error", **err.body()})

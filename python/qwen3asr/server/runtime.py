@@ -136,6 +136,21 @@ class Runtime:
         if pending:
             logger.warning("%d live stream(s) did not finish within %.0f s", len(pending), timeout)
 
+    async def finish(self, grace: float) -> None:
+        """Graceful shutdown: admit no new request (503, a Wyoming error), finish the live streams
+        (each gets its final text), let admitted requests finish within ``grace`` seconds in all,
+        then cancel what is still running (an upload then answers 503 shutting_down at its next
+        token)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        self.draining = True
+        self.scheduler.refuse_new()
+        await self.drain(grace)
+        idle = await loop.run_in_executor(None, self.scheduler.wait_idle, max(0.0, end - loop.time()))
+        if not idle:
+            n = self.scheduler.cancel_all()
+            logger.warning("the grace period of %g s is over: cancelling %d request(s) still in progress", grace, n)
+
     def close(self) -> None:
         """Refuse new work, cancel what still waits, release the engine and the threads (idempotent)."""
         if self._closed:

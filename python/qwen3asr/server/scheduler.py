@@ -12,7 +12,9 @@ Admission is bounded: :meth:`Scheduler.admit` raises :class:`QueueFull` at once 
 ``max_clients`` requests are already admitted (the server answers 503 with Retry-After).
 :meth:`Client.cancel` (its client disconnected) makes a waiting turn raise
 ``qwen3asr.work.Cancelled`` and stops a running unit at its next generated token.
-:meth:`Scheduler.close` refuses new clients and cancels waiting ones (shutdown).
+:meth:`Scheduler.refuse_new`, :meth:`wait_idle` and :meth:`cancel_all` make a graceful shutdown
+(admit no more, let the admitted finish for a while, then stop the rest);
+:meth:`Scheduler.close` refuses new clients and cancels waiting ones.
 """
 
 from __future__ import annotations
@@ -146,6 +148,24 @@ class Scheduler:
             yield c
         finally:
             c.close()
+
+    def refuse_new(self) -> None:
+        """Admit no more clients (SchedulerClosed); the admitted ones go on."""
+        with self._cond:
+            self._closed = True
+
+    def wait_idle(self, timeout: Optional[float] = None) -> bool:
+        """Block until no client is admitted (True) or ``timeout`` seconds passed (False)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._active, timeout)
+
+    def cancel_all(self) -> int:
+        """Cancel every admitted client, waiting or running; returns how many there were."""
+        with self._cond:
+            clients = list(self._active)
+        for c in clients:
+            c.cancel()
+        return len(clients)
 
     def close(self) -> None:
         """Admit no more clients and cancel those waiting for a turn (running units finish)."""
