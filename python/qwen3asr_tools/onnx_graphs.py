@@ -311,20 +311,28 @@ DECODER_MAX_POSITIONS = 4096  # rows of the rotary tables stored in the decoder 
 
 
 def decoder(W, cfg, bits: int | None = None, block_size: int = 32,
-            max_positions: int = DECODER_MAX_POSITIONS, scale_search: bool = False) -> onnx.ModelProto:
+            max_positions: int = DECODER_MAX_POSITIONS, scale_search: bool = False,
+            batch: bool = False) -> onnx.ModelProto:
     """The Qwen3 text decoder with KV cache; see the module docstring for the I/O.
 
     Attention is ONNX Runtime's com.microsoft GroupQueryAttention (rotary inside, from tables of
     ``max_positions`` rows stored in the graph). Bound through IOBinding to the same buffer as
     input and output, past_key_i/present_key_i are one fixed-capacity cache that the op extends in
     place at rows [seqlens_k + 1 - S, seqlens_k + 1): no copy of the cache per step.
+
+    ``batch=True``: the leading dimension of inputs_embeds, seqlens_k, the caches and the logits
+    is B instead of 1 (B sequences, each at its own cache length seqlens_k[b]; every row of the
+    call the same S). Not what the bundle ships: qwen3asr_tools.bench_batch measures with it
+    whether decoding concurrent streams in one call pays (docs/serving.md).
     """
     t = cfg.text
     g = GraphBuilder("qwen3asr_decoder")
     lin = _Weights(g, bits, block_size, scale_search)
     H, nh, kvh, hd = t.hidden_size, t.num_attention_heads, t.num_key_value_heads, t.head_dim
-    x = g.input("inputs_embeds", TensorProto.FLOAT, [1, "S", H])
-    seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])  # cache length after this call, minus 1
+    B = "B" if batch else 1  # the leading dimension
+    lead = 0 if batch else 1  # in Reshape shapes: 0 copies the input's B
+    x = g.input("inputs_embeds", TensorProto.FLOAT, [B, "S", H])
+    seqlens_k = g.input("seqlens_k", TensorProto.INT32, [B])  # cache length after this call, minus 1
     total_len = g.input("total_sequence_length", TensorProto.INT32, [])  # cache length after this call
     logit_index = g.input("logit_index", TensorProto.INT64, ["K"])
     cos, sin = rope_cache(max_positions, hd, t.rope_theta)
@@ -333,18 +341,18 @@ def decoder(W, cfg, bits: int | None = None, block_size: int = 32,
     P = "thinker.model."
     for i in range(t.num_hidden_layers):
         p = f"{P}layers.{i}."
-        pk = g.input(f"past_key_{i}", TensorProto.FLOAT, [1, kvh, "C", hd])
-        pv = g.input(f"past_value_{i}", TensorProto.FLOAT, [1, kvh, "C", hd])
+        pk = g.input(f"past_key_{i}", TensorProto.FLOAT, [B, kvh, "C", hd])
+        pv = g.input(f"past_value_{i}", TensorProto.FLOAT, [B, kvh, "C", hd])
         h = g.rms_norm(x, W.get(p + "input_layernorm.weight"), f"l{i}.in_norm", t.rms_norm_eps)
         q, k, v = lin.fused(h, [W.get(p + f"self_attn.{n}_proj.weight") for n in "qkv"], f"l{i}.qkv")
         # per-head RMSNorm of q and k (before RoPE, which GroupQueryAttention applies)
-        q = g.rms_norm(g.reshape(q, [1, -1, nh, hd]), W.get(p + "self_attn.q_norm.weight"), f"l{i}.q_norm",
+        q = g.rms_norm(g.reshape(q, [lead, -1, nh, hd]), W.get(p + "self_attn.q_norm.weight"), f"l{i}.q_norm",
                        t.rms_norm_eps)
-        k = g.rms_norm(g.reshape(k, [1, -1, kvh, hd]), W.get(p + "self_attn.k_norm.weight"), f"l{i}.k_norm",
+        k = g.rms_norm(g.reshape(k, [lead, -1, kvh, hd]), W.get(p + "self_attn.k_norm.weight"), f"l{i}.k_norm",
                        t.rms_norm_eps)
         a = g.op("GroupQueryAttention",
-                 [g.reshape(q, [1, -1, nh * hd]), g.reshape(k, [1, -1, kvh * hd]), v, pk, pv, seqlens_k, total_len,
-                  cos_cache, sin_cache],
+                 [g.reshape(q, [lead, -1, nh * hd]), g.reshape(k, [lead, -1, kvh * hd]), v, pk, pv, seqlens_k,
+                  total_len, cos_cache, sin_cache],
                  outputs=[g._uid("gqa"), f"present_key_{i}", f"present_value_{i}"], domain="com.microsoft",
                  num_heads=nh, kv_num_heads=kvh, scale=hd ** -0.5, do_rotary=1, rotary_interleaved=0)[0]
         x = g.op("Add", [x, lin.linear(a, W.get(p + "self_attn.o_proj.weight"), f"l{i}.o")])
@@ -352,12 +360,12 @@ def decoder(W, cfg, bits: int | None = None, block_size: int = 32,
         gate, up = lin.fused(h, [W.get(p + "mlp.gate_proj.weight"), W.get(p + "mlp.up_proj.weight")], f"l{i}.gate_up")
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
         x = g.op("Add", [x, lin.linear(act, W.get(p + "mlp.down_proj.weight"), f"l{i}.down")])
-        g.outputs.append(helper.make_tensor_value_info(f"present_key_{i}", TensorProto.FLOAT, [1, kvh, "C", hd]))
-        g.outputs.append(helper.make_tensor_value_info(f"present_value_{i}", TensorProto.FLOAT, [1, kvh, "C", hd]))
+        g.outputs.append(helper.make_tensor_value_info(f"present_key_{i}", TensorProto.FLOAT, [B, kvh, "C", hd]))
+        g.outputs.append(helper.make_tensor_value_info(f"present_value_{i}", TensorProto.FLOAT, [B, kvh, "C", hd]))
     x = g.op("Gather", [x, logit_index], axis=1)  # only the rows whose logits are wanted
     x = g.rms_norm(x, W.get(P + "norm.weight"), "final_norm", t.rms_norm_eps)
     head = "thinker.lm_head.weight"
     lm = W.get(head) if head in W else W.get(P + "embed_tokens.weight")
     logits = lin.linear(x, lm, "lm_head")
-    g.output(logits, "logits", TensorProto.FLOAT, [1, "K", t.vocab_size])
+    g.output(logits, "logits", TensorProto.FLOAT, [B, "K", t.vocab_size])
     return g.build(extra_domains=("com.microsoft",))
