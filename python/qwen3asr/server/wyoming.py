@@ -81,6 +81,11 @@ STOP_GRACE_S = 10.0  # on stop, utterances in progress get this long to finish
 PROJECT_URL = "https://github.com/QwenLM/Qwen3-ASR"  # shown by Home Assistant as the attribution link
 FINALS = ("stream", "one-pass")
 QUEUE_EVENTS = 256  # events read ahead of the handler (then TCP backpressure)
+# After a protocol error, what the client still sends is read and dropped (up to this long and
+# this much) before the socket is closed: closing with unread input resets the connection, and
+# the reset can destroy the error event before the client has read it.
+LINGER_S = 2.0
+LINGER_BYTES = 8 * 1024 * 1024
 
 
 class ProtocolError(ValueError):
@@ -406,6 +411,10 @@ class WyomingHandler:
                     logger.warning("%s: %s; closing the connection", self.name, item)
                 if isinstance(item, ProtocolError):
                     await self._send(Error(text=str(item), code=item.code).event())
+                    reader.cancel()  # (still reading after an idle timeout) the drain below reads alone
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await reader
+                    await self._linger()
                     break
                 if item is None or not await self._handle(item) or self.gone:
                     break
@@ -440,6 +449,25 @@ class WyomingHandler:
         self.gone = True
         self._abandon()
         await self.queue.put(None)
+
+    async def _linger(self) -> None:
+        """Half-close (the client reads the error, then the end of the stream), then drop what
+        the client still sends, bounded by LINGER_S and LINGER_BYTES, so that the close that
+        follows finds no unread input (see LINGER_S)."""
+        if self.gone:
+            return
+        loop = asyncio.get_running_loop()
+        end, dropped = loop.time() + LINGER_S, 0
+        try:
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            while dropped < LINGER_BYTES and loop.time() < end:
+                data = await asyncio.wait_for(self.reader.read(65536), end - loop.time())
+                if not data:
+                    break
+                dropped += len(data)
+        except (asyncio.TimeoutError, ConnectionError, OSError, ValueError):
+            pass
 
     def _abandon(self) -> None:
         if self.utterance is not None:
