@@ -1,6 +1,8 @@
 """scripts/bench_batch.py on a tiny random-weight checkpoint: the batch-axis decoder it measures
-gives each stream the logits the bundle's own decoder gives it (so its timings are of the same
-computation), and the report has its structure (no timing assertions)."""
+is the bundle's decoder with a batch axis (B = 1 gives the bundle decoder's logits; on these
+widths batched rows give each stream's own logits), and the report has its structure (no
+timing assertions). On the 0.6B widths the int8/int4 kernels give batched rows slightly
+different logits (docs/serving.md); the tool reports how far."""
 
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ def tiny():
 def test_batched_rows_are_each_streams_own_logits(tiny, dtype, tol):
     ck, bd = tiny
     session, cfg = bench_batch.build_session(ck, dtype, threads=1)
-    assert bench_batch.check_exactness(session, cfg, b=3) <= tol
+    exact = bench_batch.check_exactness(session, cfg, b=3)
+    assert exact["max_abs_diff"] <= tol and exact["min_cos"] >= 0.99999 and exact["argmax_same"] == 1.0
     # B = 1 of the batch-axis graph is the bundle's decoder: the same logits for the same cache
     import onnxruntime as ort
 
@@ -54,7 +57,7 @@ def test_report(tiny, tmp_path, capsys):
     report = json.loads(out.read_text())
     assert set(report["dtypes"]) == {"fp32", "int8"}
     for dt, r in report["dtypes"].items():
-        assert r["max_abs_logit_diff"] <= 1e-4
+        assert r["batched_vs_alone"]["max_abs_diff"] <= 1e-4 and r["batched_vs_alone"]["rows"] == 8
         assert [row["batch"] for row in r["rows"]] == [1, 3]
         for row in r["rows"]:
             assert row["batched_ms"] > 0 and row["sequential_ms"] > 0
