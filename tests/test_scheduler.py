@@ -133,14 +133,21 @@ def test_a_cancelled_waiter_leaves_the_queue_and_the_others_go_on():
     assert sched.stats().cancelled == 1 and sched.stats().waiting == 0
 
 
-def test_close_refuses_new_clients_and_cancels_waiters():
-    sched = Scheduler()
+def _one_holding_one_waiting(sched, units):
+    """A client holding the turn (a Holder) and one waiting for it, with ``units`` units to run
+    in its own thread: (holder, waiter, its thread, the order of units run, errors raised)."""
     holder = Holder(sched.admit("h"))
     w = sched.admit("w")
     order, errors = [], []
-    (t,) = _queue_units(sched, [w], 1, order, errors)
+    (t,) = _queue_units(sched, [w], units, order, errors)
     t.start()
     _wait_for(lambda: sched.stats().waiting == 1)
+    return holder, w, t, order, errors
+
+
+def test_close_refuses_new_clients_and_cancels_waiters():
+    sched = Scheduler()
+    holder, w, t, order, errors = _one_holding_one_waiting(sched, 1)
     sched.close()
     t.join(10)
     assert isinstance(errors[0], Cancelled)
@@ -151,12 +158,7 @@ def test_close_refuses_new_clients_and_cancels_waiters():
 
 def test_graceful_shutdown_refuses_new_lets_the_admitted_finish_then_cancels_the_rest():
     sched = Scheduler()
-    holder = Holder(sched.admit("h"))
-    w = sched.admit("w")
-    order, errors = [], []
-    (t,) = _queue_units(sched, [w], 2, order, errors)
-    t.start()
-    _wait_for(lambda: sched.stats().waiting == 1)
+    holder, w, t, order, errors = _one_holding_one_waiting(sched, 2)
     sched.refuse_new()
     with pytest.raises(SchedulerClosed):
         sched.admit("late")
@@ -174,17 +176,11 @@ def test_graceful_shutdown_refuses_new_lets_the_admitted_finish_then_cancels_the
 
 def test_cancel_all_stops_running_and_waiting_clients():
     sched = Scheduler()
-    running = sched.admit("running")
-    holder = Holder(running)
-    w = sched.admit("waiting")
-    order, errors = [], []
-    (t,) = _queue_units(sched, [w], 1, order, errors)
-    t.start()
-    _wait_for(lambda: sched.stats().waiting == 1)
+    holder, w, t, order, errors = _one_holding_one_waiting(sched, 1)
     assert sched.cancel_all() == 2
     t.join(10)
     assert isinstance(errors[0], Cancelled) and order == []
-    assert running.cancelled  # its running unit stops at its next check (the engine: the next token)
+    assert holder.client.cancelled  # its running unit stops at its next check (the engine: the next token)
     holder.release()
     assert holder.cancelled_inside
     assert sched.stats().cancelled == 2

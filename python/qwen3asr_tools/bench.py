@@ -493,17 +493,24 @@ def _loadavg() -> Optional[float]:
 
 
 # ----------------------------------------------------------------------------- setup
+def preset_checkpoint(preset: str, checkpoint: Optional[str] = None) -> str:
+    """The random-weight checkpoint of ``preset`` (build/ckpt-PRESET unless ``checkpoint``),
+    built with the official code when missing; shared by the bench tools."""
+    checkpoint = checkpoint or os.path.join(ROOT, "build", f"ckpt-{preset}")
+    if not os.path.isfile(os.path.join(checkpoint, "config.json")):
+        from .make_random_checkpoint import make_checkpoint
+
+        log.info("building a random-weight %s checkpoint in %s", preset, checkpoint)
+        make_checkpoint(preset, checkpoint, dtype="bfloat16")
+    return checkpoint
+
+
 def ensure_model(preset: Optional[str], checkpoint: Optional[str], bundle: Optional[str],
                  dtypes: Sequence[str], seconds: int) -> tuple[str, str]:
     """(checkpoint_dir, bundle_dir); with ``preset`` both are built under build/ when missing."""
     if preset:
-        checkpoint = checkpoint or os.path.join(ROOT, "build", f"ckpt-{preset}")
+        checkpoint = preset_checkpoint(preset, checkpoint)
         bundle = bundle or os.path.join(ROOT, "build", f"bundle-{preset}")
-        if not os.path.isfile(os.path.join(checkpoint, "config.json")):
-            from .make_random_checkpoint import make_checkpoint
-
-            log.info("building a random-weight %s checkpoint in %s", preset, checkpoint)
-            make_checkpoint(preset, checkpoint, dtype="bfloat16")
         if not os.path.isfile(os.path.join(bundle, "model.json")):
             from . import export_onnx
 

@@ -35,7 +35,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from . import REPO_ROOT as ROOT
+from .bench import preset_checkpoint
 
 log = logging.getLogger("bench_batch")
 
@@ -86,18 +86,17 @@ class Caches:
                 self.binding.bind_ortvalue_input(f"past_{kind}_{i}", v)
                 self.binding.bind_ortvalue_output(f"present_{kind}_{i}", v)
         self.binding.bind_ortvalue_output("logits", self.logits)
+        self.binding.bind_cpu_input("logit_index", np.zeros(1, np.int64))  # the one position of each row
+        self.run_options = ort.RunOptions()
 
     def step(self, embeds: np.ndarray, seqlens_k: np.ndarray) -> np.ndarray:
         """One token per sequence: embeds [b, 1, H]; seqlens_k [b] int32 (cache length after the
         call, minus 1). Returns the logits OrtValue's numpy view [b, 1, V]."""
-        import onnxruntime as ort
-
         bd = self.binding
         bd.bind_cpu_input("inputs_embeds", embeds)
         bd.bind_cpu_input("seqlens_k", seqlens_k)
         bd.bind_cpu_input("total_sequence_length", np.array(int(seqlens_k.max()) + 1, np.int32))
-        bd.bind_cpu_input("logit_index", np.zeros(1, np.int64))
-        self.session.run_with_iobinding(bd, ort.RunOptions())
+        self.session.run_with_iobinding(bd, self.run_options)
         return self.logits.numpy()
 
 
@@ -159,20 +158,6 @@ def measure(session, cfg, batches: Sequence[int], context: int, runs: int, warmu
     return rows
 
 
-def ensure_checkpoint(preset: Optional[str], checkpoint: Optional[str]) -> str:
-    if checkpoint:
-        return checkpoint
-    if not preset:
-        raise ValueError("give --preset or --checkpoint")
-    path = os.path.join(ROOT, "build", f"ckpt-{preset}")  # shared with scripts/bench.py
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        from .make_random_checkpoint import make_checkpoint
-
-        log.info("building a random-weight %s checkpoint in %s", preset, path)
-        make_checkpoint(preset, path, dtype="bfloat16")
-    return path
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", help="random-weight checkpoint of this preset, built into build/ if missing")
@@ -195,10 +180,9 @@ def main(argv=None) -> int:
             ap.error(f"unknown dtype {unknown[0]!r}; use {', '.join(BITS)}")
     except ValueError:
         ap.error("--batches: positive integers separated by commas; --context >= 8; --runs >= 1")
-    try:
-        ckpt_dir = ensure_checkpoint(args.preset, args.checkpoint)
-    except ValueError as exc:
-        ap.error(str(exc))
+    if not args.preset and not args.checkpoint:
+        ap.error("give --preset or --checkpoint")
+    ckpt_dir = args.checkpoint or preset_checkpoint(args.preset)
     report = {"checkpoint": ckpt_dir, "context": args.context, "threads": args.threads, "runs": args.runs,
               "load_average": os.getloadavg()[0], "dtypes": {}}
     print(f"{'dtype':<6} {'B':>3} {'batched ms':>10} {'sequential ms':>13} {'tok/s batched':>13} "

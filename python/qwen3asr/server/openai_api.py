@@ -271,11 +271,9 @@ async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
                 if isinstance(value, ApiError):
                     err = value
                 elif isinstance(value, Cancelled):  # not the client's doing (it would not read this): shutdown
-                    err = ApiError(503, "the server is shutting down; retry", code="shutting_down",
-                                   retry_after=rt.settings.retry_after)
+                    err = rt.shutting_down()
                 else:
                     err = ApiError(500, f"transcription failed: {value}", code="internal_error")
-                if not isinstance(value, (ApiError, Cancelled)):
                     logger.error("streamed transcription failed", exc_info=value)
                 yield _sse({"type": "error", **err.body()})
                 yield _sse("[DONE]")
@@ -310,8 +308,7 @@ async def transcriptions(request: Request) -> Response:
                 transcribe_file, engine, pcm, language=req.language, context=req.context,
                 temperature=req.temperature, work=client.work))
         except Cancelled:  # not the client's doing: the scheduler closed (shutdown)
-            raise ApiError(503, "the server is shutting down; retry", code="shutting_down",
-                           retry_after=rt.settings.retry_after) from None
+            raise rt.shutting_down() from None
         if result is None:
             return Response(status_code=499)  # nobody is listening any more
         return format_result(engine, result, req, duration)

@@ -75,8 +75,7 @@ class Runtime:
     def ready_engine(self):
         """The engine, or ApiError 503 while it loads (or after loading failed / during shutdown)."""
         if self.draining:
-            raise ApiError(503, "the server is shutting down; retry on another server", code="shutting_down",
-                           retry_after=self.settings.retry_after)
+            raise self.shutting_down()
         if self.engine is None:
             if self.load_error is not None:
                 raise ApiError(503, f"the model failed to load: {self.load_error}", code="model_unavailable")
@@ -89,6 +88,11 @@ class Runtime:
         """Run a blocking call in a worker thread and await its result."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    def shutting_down(self) -> ApiError:
+        """The 503 of a request refused or stopped because the server is shutting down."""
+        return ApiError(503, "the server is shutting down; retry on another server", code="shutting_down",
+                        retry_after=self.settings.retry_after)
 
     def admit(self, name: str, kind: str):
         """A scheduler client, or ApiError 503 (busy, with Retry-After) at once."""
@@ -143,9 +147,8 @@ class Runtime:
         token)."""
         loop = asyncio.get_running_loop()
         end = loop.time() + grace
-        self.draining = True
         self.scheduler.refuse_new()
-        await self.drain(grace)
+        await self.drain(grace)  # (sets draining: new HTTP and WebSocket requests get 503 at once)
         idle = await loop.run_in_executor(None, self.scheduler.wait_idle, max(0.0, end - loop.time()))
         if not idle:
             n = self.scheduler.cancel_all()
