@@ -167,13 +167,21 @@ def test_roofline_rows_follow_from_the_graph_and_the_measured_read(report):
     assert report["roofline_table"].splitlines()[0].startswith("memory roofline: streaming read")
 
 
-def test_spin_wait_rows(tmp_path):
+def test_spin_wait_rows(tmp_path, monkeypatch):
     ck, bd = bundles.bundle("tiny-a", "bfloat16")
     out = tmp_path / "bench.json"
-    assert bench.main(["--checkpoint", ck, "--bundle", bd, "--runs", "1", "--warmup", "0", "--decode-tokens", "2",
+    # every timed run is followed by the settle pause, so no row starts while the last one's threads spin
+    events = []
+    real_sleep = bench.time.sleep
+    monkeypatch.setattr(bench.time, "sleep", lambda s: (events.append(("sleep", s)), real_sleep(s)))
+    monkeypatch.setattr(bench, "read_bandwidth", lambda probe: (events.append(("probe", None)), 1.0)[1])
+    assert bench.main(["--checkpoint", ck, "--bundle", bd, "--runs", "2", "--warmup", "0", "--decode-tokens", "2",
                        "--threads", "1", "--no-official", "--no-reuse-rows", "--dtypes", "int4",
                        "--spin-wait-rows", "--json", str(out)]) == 0
     with open(out, encoding="utf-8") as f:
         rep = json.load(f)
     assert [r["name"] for r in rep["results"]] == ["onnx-encoder", "onnx-encoder+spin", "onnx-int4", "onnx-int4+spin"]
     assert [r["system"] for r in rep["roofline"]] == ["onnx-int4", "onnx-int4+spin"]
+    # per round: the probe, then 4 systems each followed by its pause (the second probe comes after one)
+    assert events == [("probe", None)] + [("sleep", bench.SETTLE_S)] * 4 + [("probe", None)] + \
+        [("sleep", bench.SETTLE_S)] * 4

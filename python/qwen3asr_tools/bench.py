@@ -27,6 +27,12 @@ fraction of it.
 ``--spin-wait-rows`` adds a twin of every onnx row whose ONNX Runtime threads spin before they
 sleep (``Qwen3ASREngine(spin_wait=True)``), named ``...+spin``.
 
+Every system's run is followed by ``SETTLE_S`` of idle time before the next one (or the round's
+read probe) starts: threads that spin after their work (a spinning session's worker for about
+30 ms, PyTorch's OpenMP threads for about 10) otherwise slow whatever is timed next, by ~15 % for
+an encoder run right after a spinning decode and ~7 % right after the official model
+(docs/benchmarks.md). Each row gets the same gap, so none starts on busier cores than another.
+
 Prompt-prefix reuse (``--reuse-rows``, on by default; ``--reuse-only`` skips everything else):
 the same work on one engine, its decoder keeping prefix KV caches (qwen3asr.PrefixCacheOptions())
 or not (max_entries=0) by turns, so both sides run the same sessions and weights; interleaved run
@@ -78,6 +84,7 @@ AUDIO_OFFSET_S = 2.0  # skip the clip's leading silence
 DTYPES = ("fp32", "int8", "int4")
 OFFICIAL = "official-fp32"
 READ_PROBE_MIB = 512  # streaming-read probe size: larger than the caches' share of this machine
+SETTLE_S = 0.1  # idle after each timed run: spinning threads of the last system stop before the next is timed
 # 50 device and area names as a Home Assistant satellite would pass for biasing (about 180
 # tokens with the Qwen tokenizer; the exact count is in the report)
 HA_NAMES = (
@@ -586,6 +593,7 @@ def bench(checkpoint: str, bundle: str, audio: str, seconds: float, runs: int, w
             read_gb_s.append(bw)
         for s in systems:
             r = s.run(mel, prompt_embeds, decode_tokens)
+            time.sleep(SETTLE_S)  # the next row (or the next round's read probe) starts on quiet cores
             tag = "warm-up" if i < warmup else f"run {i - warmup + 1}/{runs}"
             parts = ([f"encoder {r.encoder_ms:.0f} ms"] if r.encoder_ms is not None else []) + \
                 ([f"prefill {r.prefill_ms:.0f} ms", f"decode {r.decode_tokens / r.decode_ms * 1000:.2f} tok/s"]
