@@ -30,7 +30,7 @@ sleep (``Qwen3ASREngine(spin_wait=True)``), named ``...+spin``.
 Every system's run is followed by ``SETTLE_S`` of idle time before the next one (or the round's
 read probe) starts: threads that spin after their work (a spinning session's worker for about
 30 ms, PyTorch's OpenMP threads for about 10) otherwise slow whatever is timed next, by ~15 % for
-an encoder run right after a spinning decode and ~7 % right after the official model
+an encoder run right after a spinning decode and ~8 % right after the official model
 (docs/benchmarks.md). Each row gets the same gap, so none starts on busier cores than another.
 
 Prompt-prefix reuse (``--reuse-rows``, on by default; ``--reuse-only`` skips everything else):
