@@ -148,19 +148,23 @@ class AudioEncoder:
             pieces.append(self._run(mel[:, start:start + self._chain.frames], self._chain))
             start += self._chain.frames
         rest = mel[:, start:]
-        pieces.append(self._run(rest, self.pick(rest.shape[1])))
+        pieces.append(self._run(rest, self.pick(rest.shape[1]), total))
         out = np.concatenate(pieces, axis=0)
         if not np.all(np.isfinite(out)):
             raise FloatingPointError(
                 "the audio encoder produced inf/nan (fp16 overflow on the NPU?); check the model conversion")
         return out
 
-    def _run(self, mel: np.ndarray, v: EncoderVariant) -> np.ndarray:
+    def _run(self, mel: np.ndarray, v: EncoderVariant, clip_frames: int | None = None) -> np.ndarray:
+        """One graph call on ``mel``, a piece of a clip of ``clip_frames`` frames (default: the piece
+        is the whole clip). The conv masks follow the official batch: only a clip shorter than one
+        chunk runs its chunk unpadded; the partial last chunk of a longer clip, chained piece or
+        not, is zero-padded to a whole chunk like every other chunk of that clip."""
         n = mel.shape[1]
         n_tok = tokens_for_frames(n)
         padded = np.zeros((1, self.n_mels, v.frames), np.float32)
         padded[0, :, :n] = mel
-        m1, m2 = conv_masks(n, v.n_chunks)
+        m1, m2 = conv_masks(n if clip_frames is None else clip_frames, v.n_chunks)
         bias = attention_bias(n_tok, v.tokens, self.window_tokens)
         if self.form == "merged":
             out = self.runner.run_merged(v, padded, m1, m2, bias)
