@@ -4,9 +4,10 @@ mel: official WhisperFeatureExtractor; encoder: the official audio tower (with i
 mask, see scripts/compare_logits.py); injected embeddings: the official thinker's
 inputs_embeds; logits: teacher-forced through our KV cache vs the official forward.
 Two checkpoints of different widths, head counts and layer counts (tiny-a stored bf16 as
-the real ones, tiny-b fp32), exported by the real export script; the encoder also on the
-committed trained model (official tower given its weights), whose activations random weights
-do not resemble.
+the real ones, tiny-b fp32), exported by the real export script, and the committed trained
+model (models/default) against the official model given its weights
+(qwen3asr_tools.bundle_checkpoint): trained attention is peaky where random weights attend
+almost uniformly, so mask, window and position errors show on it.
 """
 
 from __future__ import annotations
@@ -50,10 +51,28 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
 
 
-@pytest.fixture(scope="module", params=bundles.PRESETS, ids=[p for p, _ in bundles.PRESETS])
+TRAINED = "default-trained"
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tmp_path_factory):
+    """The official model holding the committed trained model's weights (qwen3asr_tools.bundle_checkpoint)."""
+    from qwen3asr_tools.bundle_checkpoint import checkpoint_from_bundle
+
+    return checkpoint_from_bundle(DEFAULT_MODEL, str(tmp_path_factory.mktemp("default-checkpoint")))
+
+
+@pytest.fixture(scope="module", params=list(bundles.PRESETS) + [TRAINED],
+                ids=[p for p, _ in bundles.PRESETS] + [TRAINED])
 def model(request):
-    preset, dtype = request.param
-    ck, bd = bundles.bundle(preset, dtype)
+    """(checkpoint, bundle, official model): the random-weight presets, and the trained default
+    model, whose peaky attention exposes mask, window and position errors that random weights
+    (attending almost uniformly) hide."""
+    if request.param == TRAINED:
+        ck, bd = request.getfixturevalue("trained_checkpoint"), DEFAULT_MODEL
+    else:
+        preset, dtype = request.param
+        ck, bd = bundles.bundle(preset, dtype)
     official = load_official_model(ck, dtype=torch.float32)
     return ck, bd, official
 
@@ -100,9 +119,11 @@ def _official_encoder(tower, mel):
     return out.last_hidden_state.numpy()
 
 
-def _check_every_variant(engine, tower, speech, form):
-    """Each single variant that holds a length (the engine's own encoder, chaining, past the
-    largest) against the official tower: per-token cosine >= 0.9999."""
+@pytest.mark.parametrize("form", ["merged", "split"])
+def test_encoder_matches_official(model, speech, form):
+    ck, bd, official = model
+    engine = Qwen3ASREngine(bd, backend="onnx", encoder_form=form, decoder_dtype="fp32")
+    tower = windowed_tower(official)
     from qwen3asr.encoder import AudioEncoder
 
     # one encoder per single variant (sharing the engine's sessions), and the engine's own (all variants)
@@ -121,37 +142,12 @@ def _check_every_variant(engine, tower, speech, form):
             assert cos.min() >= 0.9999, (seconds, enc.variants, cos.min())
 
 
-@pytest.mark.parametrize("form", ["merged", "split"])
-def test_encoder_matches_official(model, speech, form):
-    ck, bd, official = model
-    engine = Qwen3ASREngine(bd, backend="onnx", encoder_form=form, decoder_dtype="fp32")
-    _check_every_variant(engine, windowed_tower(official), speech, form)
-
-
-@pytest.mark.parametrize("form", ["merged", "split"])
-def test_encoder_matches_official_on_trained_weights(speech, form):
-    """The committed trained model against the official tower holding its weights. Trained
-    activations are peakier than random ones: an int8 conv stem that kept cosine 0.9999993 on the
-    random checkpoints fell to 0.9973 on this model (docs/benchmarks.md), so the encoder's parity
-    is checked on trained weights as well."""
-    from qwen3asr_tools.compare_logits import window_tower
-    from qwen3asr_tools.official_ref import official_tower_from_bundle
-
-    tower = official_tower_from_bundle(DEFAULT_MODEL)
-    window_tower(tower)
-    engine = Qwen3ASREngine(DEFAULT_MODEL, backend="onnx", encoder_form=form, decoder_dtype="fp32")
-    _check_every_variant(engine, tower, speech, form)
-
-
-def test_trained_weight_check_sees_a_small_weight_error(speech):
-    """The comparison above fails for a small error in one stem conv: noise of 5 % of the weights'
-    standard deviation on the official side gives a worst cosine of about 0.9995 (the unperturbed
-    tower agrees to 0.9999999)."""
-    from qwen3asr_tools.compare_logits import window_tower
-    from qwen3asr_tools.official_ref import official_tower_from_bundle
-
-    tower = official_tower_from_bundle(DEFAULT_MODEL)
-    window_tower(tower)
+def test_trained_model_check_sees_a_small_weight_error(trained_checkpoint, speech):
+    """On the trained model the encoder comparison fails for a small error in one stem conv:
+    noise of 5 % of the weights' standard deviation on the official side gives a worst cosine of
+    about 0.9995 (unperturbed: 0.9999999). An int8 stem that kept 0.9999993 on the random
+    checkpoints fell to 0.9973 on this model (docs/benchmarks.md)."""
+    tower = windowed_tower(load_official_model(trained_checkpoint, dtype=torch.float32))
     engine = Qwen3ASREngine(DEFAULT_MODEL, backend="onnx", decoder_dtype="fp32")
     mel = log_mel(clip(speech, 3.3))
     ours = engine.encode(mel)
@@ -159,6 +155,24 @@ def test_trained_weight_check_sees_a_small_weight_error(speech):
     w = tower.conv2d2.weight.data
     w += 0.05 * w.std() * torch.from_numpy(np.random.default_rng(0).standard_normal(tuple(w.shape)).astype(np.float32))
     assert cosines(ours, _official_encoder(tower, mel)).min() < 0.9999
+
+
+def test_checkpoint_from_bundle_says_what_it_needs(tmp_path):
+    import json
+    import shutil
+
+    from qwen3asr_tools.bundle_checkpoint import checkpoint_from_bundle, main
+
+    bd = str(tmp_path / "bundle")
+    shutil.copytree(DEFAULT_MODEL, bd)
+    with open(os.path.join(bd, "model.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    manifest["decoder"]["variants"] = [v for v in manifest["decoder"]["variants"] if v["dtype"] != "fp32"]
+    with open(os.path.join(bd, "model.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+    with pytest.raises(ValueError, match="no fp32 decoder"):
+        checkpoint_from_bundle(bd, str(tmp_path / "ckpt"))
+    assert main([bd, str(tmp_path / "ckpt")]) == 2
 
 
 def test_encoder_short_audio_uses_unpadded_chunk(model, speech):

@@ -30,11 +30,7 @@ log = logging.getLogger("compare_logits")
 
 def window_official_encoder(model) -> None:
     """Give each official audio-encoder layer the official windowed attention mask."""
-    window_tower(model.thinker.audio_tower)
-
-
-def window_tower(tower) -> None:
-    """window_official_encoder for an official audio tower on its own (official_tower_from_bundle)."""
+    tower = model.thinker.audio_tower
     for layer in tower.layers:
         fwd = layer.forward
 

@@ -127,51 +127,6 @@ def load_official_model(ckpt_dir: str, dtype=None):
     return model
 
 
-# our encoder graph's weight names (qwen3asr_tools.onnx_graphs) for the official tower's layer modules
-_GRAPH_LAYER_NAMES = {"self_attn_layer_norm": "ln1", "final_layer_norm": "ln2", "self_attn.q_proj": "q",
-                      "self_attn.k_proj": "k", "self_attn.v_proj": "v", "self_attn.out_proj": "o",
-                      "fc1": "fc1", "fc2": "fc2"}
-
-
-def official_tower_from_bundle(bundle_dir: str):
-    """The official audio encoder (``Qwen3ASRAudioEncoder``, fp32, eager attention, eval mode) with
-    the weights of a bundle's encoder, read back from its first merged fp32 graph.
-
-    For bundles whose checkpoint is not at hand, such as the committed trained default model: their
-    trained weights test the encoder where random ones cannot (peakier activations). Every
-    parameter of the tower must be found in the graph under the name onnx_graphs gives it (linear
-    weights stored transposed as ``<name>.weight_t``); raises KeyError or ValueError otherwise.
-    """
-    import onnx
-    import torch
-    from onnx import numpy_helper
-
-    with open(os.path.join(bundle_dir, "model.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    merged = [v for v in manifest["encoder"]["variants"] if v.get("part") == "merged"]
-    if not merged:
-        raise ValueError(f"{bundle_dir} has no merged encoder graph to read the weights from")
-    model = onnx.load(os.path.join(bundle_dir, merged[0]["file"]))
-    tensors = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    mods = official_modules()
-    cfg = mods.configuration.Qwen3ASRAudioEncoderConfig(**manifest["config"]["audio"])
-    cfg._attn_implementation = "eager"
-    tower = mods.modeling.Qwen3ASRAudioEncoder(cfg)
-    state = {}
-    for key, param in tower.named_parameters():
-        part, kind = key.rsplit(".", 1)
-        if part.startswith("layers."):
-            _, i, sub = part.split(".", 2)
-            part = f"l{i}.{_GRAPH_LAYER_NAMES[sub]}"
-        linear = kind == "weight" and not part.startswith("conv2d") and not part.split(".")[-1].startswith("ln")
-        arr = tensors[f"{part}.weight_t"].T if linear else tensors[f"{part}.{kind}"]
-        if arr.shape != tuple(param.shape):
-            raise ValueError(f"{key}: the graph holds {arr.shape}, the official tower expects {tuple(param.shape)}")
-        state[key] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
-    tower.load_state_dict(state, strict=False)  # the sinusoidal positions are a buffer the tower builds itself
-    return tower.eval()
-
-
 def official_processor(ckpt_dir: str):
     """The official Qwen3ASRProcessor loaded from a checkpoint directory."""
     mods = official_modules()
