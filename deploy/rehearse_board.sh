@@ -476,7 +476,7 @@ rkllm_messages() {
   printf 'version https://git-lfs.github.com/spec/v1\noid sha256:%064d\nsize 7340032\n' 0 > "$WORK/tmp/lfs/librkllmrt.so"
   out="$(in_chroot '.venv/bin/python - /tmp/pc/librkllmrt.so /tmp/lfs/librkllmrt.so' <<'EOF'
 import sys
-from qwen3asr.rkllm import RKLLMError, load_library
+from qwen3asr.backends.rk.rkllm import RKLLMError, load_library
 for path in sys.argv[1:]:
     try:
         load_library(path)

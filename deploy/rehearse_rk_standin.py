@@ -21,7 +21,7 @@ import sys
 
 import onnxruntime as ort
 
-from qwen3asr import rknn_backend
+from qwen3asr.backends.rk import rknn_meta
 
 QUANT = {"rk3588": "w8a8", "rk3576": "w4a16_g128"}  # the decoder quantisation docs/board.md uses per SoC
 
@@ -34,19 +34,19 @@ def add_rk_section(bundle_dir: str, soc: str) -> list[str]:
     manifest_path = os.path.join(bundle_dir, "model.json")
     with open(manifest_path) as f:
         manifest = json.load(f)
-    digest = rknn_backend.encoder_digest(manifest)
+    digest = rknn_meta.encoder_digest(manifest)
     os.makedirs(os.path.join(bundle_dir, "rk"), exist_ok=True)
     entries, written = [], []
     for v in manifest["encoder"]["variants"]:
         sess = ort.InferenceSession(os.path.join(bundle_dir, v["file"]), providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
-        meta = {"meta_version": rknn_backend.META_VERSION, "form": v["form"], "part": v["part"],
+        meta = {"meta_version": rknn_meta.META_VERSION, "form": v["form"], "part": v["part"],
                 "n_chunks": v["n_chunks"], "target": soc, "encoder_sha256": digest, "inputs": names,
                 "input_shapes": {i.name: list(i.shape) for i in sess.get_inputs()},
                 "output_shape": list(sess.get_outputs()[0].shape)}
         rel = f"rk/{os.path.basename(v['file'])[:-len('.onnx')]}_{soc}.rknn"
         with open(os.path.join(bundle_dir, rel), "wb") as f:
-            f.write(rknn_backend.RKNN_MAGIC + bytes(60) + rknn_backend.custom_string(meta).encode() + bytes(16))
+            f.write(rknn_meta.RKNN_MAGIC + bytes(60) + rknn_meta.custom_string(meta).encode() + bytes(16))
         entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel})
         written.append(rel)
     decoder = f"rk/decoder_{soc}_{QUANT[soc]}.rkllm"

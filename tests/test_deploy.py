@@ -856,9 +856,9 @@ def test_corrupt_state_file_is_a_clear_error(tmp_path):
 def test_rehearsal_rk_standin_reaches_the_rknn_runtime(tmp_path):
     """deploy/rehearse_rk_standin.py's files pass every file check, so that the rehearsal's
     ``--backend rk`` steps reach rknnlite and librkllmrt.so (what they are there to show)."""
-    from qwen3asr import rk_backend
+    from qwen3asr.backends.rk import backend as rk_backend
     from qwen3asr.bundle import Bundle
-    from qwen3asr.rknn_backend import RknnEncoderRunner
+    from qwen3asr.backends.rk.rknn import RknnEncoderRunner
 
     out = tmp_path / "rk-standin"
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qwen3asr import onnx_backend
+from qwen3asr.backends import onnx as onnx_backend
 from qwen3asr.bundle import Bundle
 
 pytest.importorskip("torch", reason="building the random checkpoint needs torch (the dev extra: pip install -e '.[dev]')")

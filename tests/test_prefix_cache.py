@@ -1,4 +1,4 @@
-"""Prompt-prefix KV reuse (qwen3asr.prefix, OnnxTextDecoder): exact logits, the LRU's bounds and
+"""Prompt-prefix KV reuse (qwen3asr.backends.prefix_cache, OnnxTextDecoder): exact logits, the LRU's bounds and
 keys, and the same transcripts with and without reuse in one pass, streams and long files."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from qwen3asr import PrefixCacheOptions, Qwen3ASREngine, TranscribeOptions, prepare_audio
-from qwen3asr import onnx_backend
+from qwen3asr.backends import onnx as onnx_backend
 from qwen3asr.bundle import Bundle
 from qwen3asr.decoding import DecodingOptions, Generation
-from qwen3asr.prefix import NO_PREFIX_CACHE, PrefixCache
+from qwen3asr.backends.prefix_cache import NO_PREFIX_CACHE, PrefixCache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EN2 = os.path.join(ROOT, "audio", "en_2.wav")

@@ -31,11 +31,13 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not 
 
 import bundles  # noqa: E402
 from qwen3asr import Qwen3ASREngine  # noqa: E402
-from qwen3asr import rk_backend, rkllm  # noqa: E402
+from qwen3asr.backends.rk import backend as rk_backend  # noqa: E402
+from qwen3asr.backends.rk import options as rk_options  # noqa: E402
+from qwen3asr.backends.rk import rkllm  # noqa: E402
 from qwen3asr.audio import prepare_audio  # noqa: E402
 from qwen3asr.bundle import BundleError  # noqa: E402
 from qwen3asr.encoder import EncoderVariant, tokens_for_frames  # noqa: E402
-from qwen3asr.onnx_backend import OnnxEncoderRunner, make_session  # noqa: E402
+from qwen3asr.backends.onnx import OnnxEncoderRunner, make_session  # noqa: E402
 from test_rkllm_protocol import C_DIR, F, Fake, N, W  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,11 +220,11 @@ def fake_rknnlite(monkeypatch):
 
 def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context: int = 1024) -> None:
     """What onnx2rknn.py and export_rkllm.py add: fake .rknn files (magic + metadata) and a decoder file."""
-    from qwen3asr import rknn_backend
+    from qwen3asr.backends.rk import rknn_meta
 
     man_path = os.path.join(bundle_dir, "model.json")
     man = json.load(open(man_path))
-    digest = rknn_backend.encoder_digest(man)
+    digest = rknn_meta.encoder_digest(man)
     os.makedirs(os.path.join(bundle_dir, "rk"), exist_ok=True)
     entries = []
     frontend = None
@@ -231,12 +233,12 @@ def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context:
         sess = make_session(onnx_path)
         names = [i.name for i in sess.get_inputs()]
         shapes = [list(i.shape) for i in sess.get_inputs()]
-        meta = {"meta_version": rknn_backend.META_VERSION, "form": v["form"], "part": v["part"],
+        meta = {"meta_version": rknn_meta.META_VERSION, "form": v["form"], "part": v["part"],
                 "n_chunks": v["n_chunks"], "target": soc, "encoder_sha256": digest, "inputs": names,
                 "input_shapes": dict(zip(names, shapes)), "output_shape": list(sess.get_outputs()[0].shape)}
         rel = f"rk/{os.path.basename(v['file'])[:-5]}_{soc}.rknn"
         with open(os.path.join(bundle_dir, rel), "wb") as f:
-            f.write(b"RKNN" + bytes(60) + rknn_backend.custom_string(meta).encode() + bytes(16))
+            f.write(b"RKNN" + bytes(60) + rknn_meta.custom_string(meta).encode() + bytes(16))
         entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel})
         FakeRKNNLite.files[os.path.join(bundle_dir, rel)] = (v["part"], onnx_path, names, shapes)
         if v["part"] == "frontend":
@@ -442,11 +444,11 @@ def test_every_end_of_sequence_id_is_dropped_from_the_text(rk_bundle, shim, fake
 def test_auto_backend_detects_the_soc_once(rk_bundle, shim, fake_rknnlite, monkeypatch):
     """backend="auto" on a board: the SoC read from the device tree picks the rk backend and is
     handed to it (one detection, and no "not a board" check against the machine name)."""
-    from qwen3asr import rknn_backend
+    from qwen3asr.backends.rk import soc
 
     monkeypatch.delenv(rk_backend.ENV_SOC, raising=False)
     calls = []
-    monkeypatch.setattr(rknn_backend, "detect_soc", lambda *a: calls.append(a) or SOC)
+    monkeypatch.setattr(soc, "detect_soc", lambda *a: calls.append(a) or SOC)
     engine = Qwen3ASREngine(rk_bundle, backend="auto")
     assert engine.backend == "rk" and engine.decoder.soc == SOC
     assert len(calls) == 1
@@ -589,7 +591,7 @@ def test_every_rk_option_reaches_the_runtimes(rk_bundle, shim, fake_rknnlite, mo
 def test_a_cpu_count_takes_the_fastest_cores(rk_bundle, shim, fake_rknnlite, monkeypatch):
     """The reference design's Qwen3ASREngine(..., platform=, enabled_cpus=2, repeat_penalty=1.15)
     on a board: two big cores (RK3588: CPUs 4-7 are the A76s), the penalty in RKLLMParam."""
-    monkeypatch.setattr(rk_backend, "_cpu_capacities", lambda: [414.0] * 4 + [1024.0] * 4)
+    monkeypatch.setattr(rk_options, "cpu_capacities", lambda: [414.0] * 4 + [1024.0] * 4)
     monkeypatch.delenv(rk_backend.ENV_SOC)
     decoder_file = os.path.join(rk_bundle, "rk", f"decoder_{SOC}_w8a8.rkllm")
     expect_init(shim, decoder_file, repeat_penalty=1.15)
@@ -713,10 +715,11 @@ def test_auto_falls_back_to_the_cpu_naming_what_is_missing(rk_bundle, fake_rknnl
     the CPU with a warning that names the missing piece; backend="rk" fails with that error."""
     import logging
 
-    from qwen3asr import RKOptions, rknn_backend
+    from qwen3asr import RKOptions
+    from qwen3asr.backends.rk import soc
 
     monkeypatch.delenv(rk_backend.ENV_SOC, raising=False)
-    monkeypatch.setattr(rknn_backend, "detect_soc", lambda *a: SOC)
+    monkeypatch.setattr(soc, "detect_soc", lambda *a: SOC)
     monkeypatch.setenv(rkllm.ENV_LIB, str(tmp_path / "librkllmrt.so"))
     with caplog.at_level(logging.WARNING, logger="qwen3asr.backends"):
         engine = Qwen3ASREngine(rk_bundle, backend="auto")
@@ -764,7 +767,7 @@ def test_a_library_that_cannot_be_this_machines_is_named_for_what_it_is(build_li
 def test_the_real_rknnlite_is_not_called_without_its_runtime_library(rk_bundle, monkeypatch, tmp_path):
     """rknnlite loads /usr/lib/librknnrt.so itself and prints its own traceback when it is not
     there (seen in the arm64 rehearsal): the backend checks the file first and says what to do."""
-    from qwen3asr import rknn_backend
+    from qwen3asr.backends.rk import rknn
 
     calls = []
 
@@ -780,22 +783,22 @@ def test_the_real_rknnlite_is_not_called_without_its_runtime_library(rk_bundle, 
     monkeypatch.setitem(sys.modules, "rknnlite", pkg)
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
     missing = tmp_path / "librknnrt.so"
-    monkeypatch.setattr(rknn_backend, "RKNN_RUNTIME", str(missing))
-    monkeypatch.setattr(rknn_backend.check_rknn_runtime, "__defaults__", (str(missing),))
+    monkeypatch.setattr(rknn, "RKNN_RUNTIME", str(missing))
+    monkeypatch.setattr(rknn.check_rknn_runtime, "__defaults__", (str(missing),))
     with pytest.raises(RuntimeError, match=r"the RKNN NPU runtime .*librknnrt.so is missing: copy librknnrt.so from "
                                            r"rknn-toolkit2's rknpu2/runtime"):
-        rknn_backend.create_rknn_encoder(rk_bundle, soc=SOC)
+        rknn.create_rknn_encoder(rk_bundle, soc=SOC)
     missing.write_text("version https://git-lfs.github.com/spec/v1\n")
     with pytest.raises(RuntimeError, match="is a Git LFS pointer"):
-        rknn_backend.create_rknn_encoder(rk_bundle, soc=SOC)
+        rknn.create_rknn_encoder(rk_bundle, soc=SOC)
     assert calls == []
 
 
 def test_the_rknnlite_hint_names_the_python_versions_it_has_wheels_for():
-    from qwen3asr import rknn_backend
+    from qwen3asr.backends.rk import rknn
 
-    assert "wheels for Python 3.7-3.12 only and this is 3.13" in rknn_backend.install_hint((3, 13, 5))
-    assert rknn_backend.install_hint((3, 11)).startswith("pip install rknn-toolkit-lite2")
+    assert "wheels for Python 3.7-3.12 only and this is 3.13" in rknn.install_hint((3, 13, 5))
+    assert rknn.install_hint((3, 11)).startswith("pip install rknn-toolkit-lite2")
 
 
 def test_a_cancelled_scheduler_client_aborts_the_rkllm_run(rk_bundle, shim, fake_rknnlite):

@@ -1,4 +1,4 @@
-"""The ctypes layouts in qwen3asr.rkllm against the C layouts in tests/c/rkllm_layouts_1_*.h.
+"""The ctypes layouts in qwen3asr.backends.rk.rkllm against the C layouts in tests/c/rkllm_layouts_1_*.h.
 
 A small C program prints sizeof/alignof of every struct and offsetof/sizeof of every
 (nested) field as JSON; ctypes must agree field by field. On LP64 machines the sizes and
@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from qwen3asr import rkllm
+from qwen3asr.backends.rk import rkllm
 
 C_DIR = __import__("pathlib").Path(__file__).resolve().parent / "c"
 

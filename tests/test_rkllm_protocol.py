@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qwen3asr import rkllm
-from qwen3asr.rkllm import (GenerationResult, RepetitionGuard, RKLLMError, RKLLMOptions,
+from qwen3asr.backends.rk import rkllm
+from qwen3asr.backends.rk.rkllm import (GenerationResult, RepetitionGuard, RKLLMError, RKLLMOptions,
                             RKLLMPerf, RKLLMRunError, RKLLMRuntime)
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
@@ -613,8 +613,8 @@ def test_import_does_not_load_the_library():
     code = ("import ctypes\n"
             "def refuse(*a, **k): raise AssertionError('library loaded at import')\n"
             "ctypes.CDLL = refuse\n"
-            "import qwen3asr.rkllm\n"
+            "import qwen3asr.backends.rk.rkllm\n"
             "print('imported')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"PYTHONPATH": str(Path(rkllm.__file__).parents[1])})
+                         env={"PYTHONPATH": str(Path(rkllm.__file__).parents[3])})
     assert out.stdout.strip() == "imported", out.stderr

@@ -18,8 +18,9 @@ from qwen3asr.audio import prepare_audio
 from qwen3asr.bundle import Bundle, BundleError
 from qwen3asr.encoder import AudioEncoder, tokens_for_frames
 from qwen3asr.mel import log_mel
-from qwen3asr.onnx_backend import OnnxEncoderRunner, make_session
-from qwen3asr import rknn_backend as rb
+from qwen3asr.backends.onnx import OnnxEncoderRunner, make_session
+from qwen3asr.backends.rk import rknn, rknn_meta
+from qwen3asr.backends.rk import soc as rk_soc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RKNN_PY = os.path.join(ROOT, ".venv-rknn", "bin", "python")
@@ -101,7 +102,7 @@ def test_metadata_in_custom_string_and_manifest(converted):
     b = Bundle.load(d)
     assert b.manifest["rk"]["rkllm"] == {"rk3576": [{"file": "rkllm/decoder.rkllm"}]}  # merged, not clobbered
     assert b.manifest["decoder"]["variants"]  # export-time keys kept
-    digest = rb.encoder_digest(b.manifest)
+    digest = rknn_meta.encoder_digest(b.manifest)
     for target in TARGETS:
         entries = b.manifest["rk"]["rknn"][target]
         assert sorted((e["part"], e["n_chunks"]) for e in entries) == [
@@ -114,7 +115,7 @@ def test_metadata_in_custom_string_and_manifest(converted):
             assert b.manifest["files"][e["file"]] == e["sha256"]
             with open(path, "rb") as f:
                 assert f.read(4) == b"RKNN"
-            meta = rb.read_rknn_metadata(path)
+            meta = rknn_meta.read_rknn_metadata(path)
             assert (meta["form"], meta["part"], meta["n_chunks"], meta["target"]) == (
                 e["form"], e["part"], e["n_chunks"], target)
             assert meta["encoder_sha256"] == digest
@@ -130,7 +131,7 @@ def _write_fake_rknn(path: str, meta: dict) -> None:
     """A file laid out like a .rknn for the runner's checks: magic, filler, custom string."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
-        f.write(b"RKNN" + b"\0" * 60 + rb.custom_string(meta).encode() + b"\0" * 16)
+        f.write(b"RKNN" + b"\0" * 60 + rknn_meta.custom_string(meta).encode() + b"\0" * 16)
 
 
 @pytest.fixture()
@@ -143,10 +144,10 @@ def synthetic(tmp_path):
         for v in onnx2rknn.select_graphs(b, ("merged", "split"), list(SIZES)):
             shapes, out_shape = onnx2rknn.graph_io(os.path.join(d, v["file"]))
             inputs = b.manifest["encoder"]["inputs"][v["part"]]
-            meta = {"meta_version": rb.META_VERSION, "form": v["form"], "part": v["part"],
+            meta = {"meta_version": rknn_meta.META_VERSION, "form": v["form"], "part": v["part"],
                     "n_chunks": v["n_chunks"], "target": target, "inputs": inputs,
                     "input_shapes": {k: shapes[k] for k in inputs}, "output_shape": out_shape,
-                    "encoder_sha256": rb.encoder_digest(b.manifest)}
+                    "encoder_sha256": rknn_meta.encoder_digest(b.manifest)}
             rel = f"rknn/{target}/{onnx2rknn.graph_name(v)}.rknn"
             _write_fake_rknn(os.path.join(d, rel), meta)
             with open(os.path.join(d, rel), "rb") as f:
@@ -178,7 +179,7 @@ class FakeRKNNLite:
             return self.fail["load_rknn"]
         bundle_dir = os.path.dirname(os.path.dirname(os.path.dirname(path)))
         man = json.load(open(os.path.join(bundle_dir, "model.json")))
-        meta = rb.read_rknn_metadata(path)
+        meta = rknn_meta.read_rknn_metadata(path)
         src = next(v for v in man["encoder"]["variants"] if v["form"] == meta["form"]
                    and v["part"] == meta["part"] and v["n_chunks"] == meta["n_chunks"])
         self.names = man["encoder"]["inputs"][meta["part"]]  # the order onnx2rknn gave load_onnx
@@ -223,7 +224,7 @@ def _mel(seconds: float) -> np.ndarray:
 
 def _check_runner_against_onnx(bundle_dir: str, fake_lite, target: str, form: str) -> None:
     b = Bundle.load(bundle_dir)
-    enc = rb.create_rknn_encoder(b, form, soc=target, lite_class=fake_lite)
+    enc = rknn.create_rknn_encoder(b, form, soc=target, lite_class=fake_lite)
     ref = AudioEncoder(OnnxEncoderRunner(b.frontend_path()), b.encoder_variants(form, list(SIZES)),
                        b.manifest["encoder"]["window_tokens"], 128, form)
     for seconds in (1.37, 3.0, 5.0):  # 5 s is longer than the largest variant: chained
@@ -233,7 +234,7 @@ def _check_runner_against_onnx(bundle_dir: str, fake_lite, target: str, form: st
         np.testing.assert_array_equal(got, want)
     n_models = len(SIZES) + (1 if form == "split" else 0)
     assert len(fake_lite.instances) == n_models
-    enc.runner.release()
+    enc.close()
     mask = {"rk3588": 7, "rk3576": 3}[target]
     for h in fake_lite.instances:
         assert h.calls[0][0] == "load_rknn" and h.calls[0][1].endswith(".rknn")
@@ -254,11 +255,11 @@ def test_runner_contract_converted_files(converted, fake_lite, form):
 
 
 def test_sizes_and_core_mask_override(synthetic, fake_lite):
-    enc = rb.create_rknn_encoder(synthetic, "merged", sizes=[3], soc="rk3588", core_mask="0_1", lite_class=fake_lite)
+    enc = rknn.create_rknn_encoder(synthetic, "merged", sizes=[3], soc="rk3588", core_mask="0_1", lite_class=fake_lite)
     assert [v.n_chunks for v in enc.variants] == [3]
     assert fake_lite.instances[0].calls[1] == ("init_runtime", 3)
     with pytest.raises(BundleError, match=r"RKNN encoder sizes \[4\] s not converted for rk3588 \(merged offers \[2, 3\] s\)"):
-        rb.create_rknn_encoder(synthetic, "merged", sizes=[4], soc="rk3588", lite_class=fake_lite)
+        rknn.create_rknn_encoder(synthetic, "merged", sizes=[4], soc="rk3588", lite_class=fake_lite)
 
 
 def _first_file(bundle_dir: str, target="rk3588", part="merged") -> str:
@@ -271,7 +272,7 @@ def test_missing_file(synthetic, fake_lite):
     os.remove(_first_file(synthetic))
     with pytest.raises(BundleError, match=r"RKNN model missing: .*merged_2s\.rknn\. Convert it on an x86 PC with "
                                           r"scripts/onnx2rknn\.py"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
     assert fake_lite.instances == []  # checked before any model was loaded
 
 
@@ -301,21 +302,21 @@ def test_lfs_pointer(synthetic, fake_lite):
     with open(_first_file(synthetic), "w") as f:
         f.write("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
     with pytest.raises(BundleError, match=r"RKNN model is a Git LFS pointer.*`git lfs pull`"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
 
 
 def test_wrong_magic(synthetic, fake_lite):
     with open(_first_file(synthetic), "wb") as f:
         f.write(b"\x08\x07onnx-model" + b"\0" * 100)
-    with pytest.raises(rb.RknnModelError, match=r"is not an RKNN model \(starts with b'\\x08\\x07on', expected b'RKNN'\)"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+    with pytest.raises(rknn_meta.RknnModelError, match=r"is not an RKNN model \(starts with b'\\x08\\x07on', expected b'RKNN'\)"):
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
 
 
 def test_no_metadata(synthetic, fake_lite):
     with open(_first_file(synthetic), "wb") as f:
         f.write(b"RKNN" + b"\0" * 200)
-    with pytest.raises(rb.RknnModelError, match="no qwen3asr metadata in its custom string"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+    with pytest.raises(rknn_meta.RknnModelError, match="no qwen3asr metadata in its custom string"):
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
 
 
 def test_stale_conversion(synthetic, fake_lite):
@@ -324,9 +325,9 @@ def test_stale_conversion(synthetic, fake_lite):
     m = json.load(open(path))
     m["files"]["encoder/weights.bin"] = "0" * 64
     json.dump(m, open(path, "w"))
-    with pytest.raises(rb.RknnModelError, match=r"encoder_sha256: file has '[0-9a-f]{64}', expected '[0-9a-f]{64}'.*"
+    with pytest.raises(rknn_meta.RknnModelError, match=r"encoder_sha256: file has '[0-9a-f]{64}', expected '[0-9a-f]{64}'.*"
                                                 r"re-run python scripts/onnx2rknn.py --bundle .* --target rk3588"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
 
 
 def test_file_of_other_soc(synthetic, fake_lite):
@@ -334,15 +335,15 @@ def test_file_of_other_soc(synthetic, fake_lite):
     m = json.load(open(path))
     m["rk"]["rknn"]["rk3588"] = m["rk"]["rknn"]["rk3576"]
     json.dump(m, open(path, "w"))
-    with pytest.raises(rb.RknnModelError, match=r"target: file has 'rk3576', expected 'rk3588'"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+    with pytest.raises(rknn_meta.RknnModelError, match=r"target: file has 'rk3576', expected 'rk3588'"):
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
 
 
 def test_no_models_for_soc(tmp_path):
     d = _copy_encoder_bundle(str(tmp_path / "b"))
     with pytest.raises(BundleError, match=r"no RKNN encoder models for rk3576 \(it has: none\).*"
                                           r"python scripts/onnx2rknn.py --bundle .* --target rk3576"):
-        rb.create_rknn_encoder(d, "merged", soc="rk3576")
+        rknn.create_rknn_encoder(d, "merged", soc="rk3576")
 
 
 def test_missing_rknnlite_message(synthetic):
@@ -352,24 +353,24 @@ def test_missing_rknnlite_message(synthetic):
     except ImportError:
         pass
     with pytest.raises(RuntimeError, match=r"pip install rknn-toolkit-lite2 \(aarch64 boards only"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588")
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588")
 
 
 def test_init_runtime_failure_releases(synthetic, fake_lite):
     fake_lite.fail = {"init_runtime": -1}
     with pytest.raises(RuntimeError, match=r"RKNNLite.init_runtime\(core_mask=7\) failed with -1 for .*merged_2s"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
     assert all(h.calls[-1] == ("release",) for h in fake_lite.instances)
 
 
 def test_load_failure(synthetic, fake_lite):
     fake_lite.fail = {"load_rknn": -1}
     with pytest.raises(RuntimeError, match=r"RKNNLite.load_rknn\(.*merged_2s.rknn\) failed with -1"):
-        rb.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
+        rknn.create_rknn_encoder(synthetic, "merged", soc="rk3588", lite_class=fake_lite)
 
 
 def test_inf_output_and_failed_inference(synthetic, fake_lite):
-    enc = rb.create_rknn_encoder(synthetic, "merged", sizes=[2], soc="rk3588", lite_class=fake_lite)
+    enc = rknn.create_rknn_encoder(synthetic, "merged", sizes=[2], soc="rk3588", lite_class=fake_lite)
     out = np.zeros((1, 26, 96), np.float32)
     out[0, 3, 5] = np.inf
     fake_lite.output_override = out
@@ -386,23 +387,23 @@ def test_detect_soc(tmp_path):
                                                                           "rk3588"),
                          (b"rockchip,rk3576-evb1-v10\0rockchip,rk3576\0", "rk3576")):
         p.write_bytes(content)
-        assert rb.detect_soc(str(p)) == soc
+        assert rk_soc.detect_soc(str(p)) == soc
     p.write_bytes(b"raspberrypi,5-model-b\0brcm,bcm2712\0")
     with pytest.raises(RuntimeError, match=r"unsupported SoC \(device tree says: raspberrypi,5-model-b, brcm,bcm2712\)"):
-        rb.detect_soc(str(p))
+        rk_soc.detect_soc(str(p))
     with pytest.raises(RuntimeError, match="not a Rockchip board"):
-        rb.detect_soc(str(tmp_path / "absent"))
+        rk_soc.detect_soc(str(tmp_path / "absent"))
 
 
 def test_core_masks():
-    assert rb.resolve_core_mask("rk3588") == 7
-    assert rb.resolve_core_mask("rk3576") == 3
-    assert rb.resolve_core_mask("rk3588", "NPU_CORE_0") == 1
-    assert rb.resolve_core_mask("rk3576", 2) == 2
+    assert rk_soc.resolve_core_mask("rk3588") == 7
+    assert rk_soc.resolve_core_mask("rk3576") == 3
+    assert rk_soc.resolve_core_mask("rk3588", "NPU_CORE_0") == 1
+    assert rk_soc.resolve_core_mask("rk3576", 2) == 2
     with pytest.raises(ValueError, match="core mask 7 names an NPU core rk3576 does not have"):
-        rb.resolve_core_mask("rk3576", "0_1_2")
+        rk_soc.resolve_core_mask("rk3576", "0_1_2")
     with pytest.raises(ValueError, match="unknown NPU core mask 'fast'"):
-        rb.resolve_core_mask("rk3588", "fast")
+        rk_soc.resolve_core_mask("rk3588", "fast")
 
 
 # --- converter errors that need no toolkit -------------------------------------------------------

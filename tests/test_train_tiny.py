@@ -190,7 +190,7 @@ def _crop_pool(tok):
 
 
 def _expected_window(tok, spans, off, parts, a, b):
-    from qwen3asr.stream import join_text
+    from qwen3asr.text import join_text
 
     text, language, t = "", "None", 0.0
     for i in parts:

@@ -10,9 +10,8 @@ from .bundle import BundleError  # noqa: E402
 from .decoding import DecodingOptions, Generation  # noqa: E402
 from .engine import EngineClosed, Qwen3ASREngine  # noqa: E402
 from .options import TranscribeOptions  # noqa: E402
-from .prefix import PrefixCacheOptions  # noqa: E402
+from .backends import PrefixCacheOptions, RKOptions  # noqa: E402
 from .results import Segment, Transcription, TranscriptionStats  # noqa: E402
-from .rk_backend import RKOptions  # noqa: E402
 from .vad import SileroVAD, VADOptions  # noqa: E402
 from .work import Cancelled, Work  # noqa: E402
 

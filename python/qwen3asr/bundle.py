@@ -205,6 +205,37 @@ class Bundle:
                 return self.file(v["file"], f"decoder ({dtype})")
         raise BundleError(f"the bundle has no {dtype} decoder (it has {', '.join(self.decoder_dtypes())})")
 
+    # ---------------------------------------------------------------- Rockchip models
+    # The ``rk`` section, written by scripts/onnx2rknn.py (``rk.rknn.<soc>``: a list of encoder
+    # files) and scripts/export_rkllm.py (``rk.rkllm.<soc>``: the decoder file). Read only here.
+    def _rk(self, kind: str) -> dict:
+        section = self.manifest.get("rk") or {}
+        if not isinstance(section, dict) or not isinstance(section.get(kind) or {}, dict):
+            raise BundleError(f"{self.path}/model.json: the rk section is malformed; re-run the converter")
+        return dict(section.get(kind) or {})
+
+    @property
+    def has_rk_models(self) -> bool:
+        """Whether any Rockchip model (RKNN encoder or RKLLM decoder) was converted into the bundle."""
+        return bool(self._rk("rknn") or self._rk("rkllm"))
+
+    def rkllm_socs(self) -> tuple[str, ...]:
+        """SoCs with an RKLLM decoder in the bundle."""
+        return tuple(sorted(self._rk("rkllm")))
+
+    def rkllm_entry(self, soc: str) -> dict | None:
+        """The ``rk.rkllm.<soc>`` entry (file, quant, max_context, ...), or None."""
+        entry = self._rk("rkllm").get(soc)
+        return dict(entry) if entry else None
+
+    def rknn_socs(self) -> tuple[str, ...]:
+        """SoCs with RKNN encoder models in the bundle."""
+        return tuple(sorted(soc for soc, files in self._rk("rknn").items() if files))
+
+    def rknn_entries(self, soc: str) -> list[dict]:
+        """The ``rk.rknn.<soc>`` list (form, part, n_chunks, file per model); empty if none."""
+        return [dict(e) for e in self._rk("rknn").get(soc) or []]
+
     def verify_checksums(self) -> list[str]:
         """Files whose SHA-256 differs from the manifest (empty list = all good)."""
         bad = []

@@ -75,6 +75,9 @@ class EncoderRunner(Protocol):
     def run_backend(self, variant: EncoderVariant, hidden: np.ndarray, attn_bias: np.ndarray) -> np.ndarray:
         """hidden (1, tokens, d_model) -> embeds (1, tokens, output_dim) float32."""
 
+    def close(self) -> None:
+        """Free the loaded graphs (safe to call twice)."""
+
 
 def conv_masks(n_frames: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """Masks on the first two conv outputs, ``(n_chunks, 1, 1, 50)`` and ``(n_chunks, 1, 1, 25)``.
@@ -123,6 +126,10 @@ class AudioEncoder:
         self._warned = False
         self.calls = 0
         self.seconds_encoded = 0.0
+
+    def close(self) -> None:
+        """Free the runner's graphs (safe to call twice)."""
+        self.runner.close()
 
     def pick(self, n_frames: int) -> EncoderVariant:
         """Smallest variant holding ``n_frames`` (the largest if none does)."""

@@ -5,7 +5,7 @@ Every request, on every backend, runs the same stages::
     audio -> log-mel (mel) -> audio encoder (backend) -> prompt ids with the audio spliced in
     (prompt, here) -> text decoder (backend, the TextDecoder seam) -> text (prompt, text)
 
-One pass for a clip that fits; chunks for long files and live streams (qwen3asr.stream,
+One pass for a clip that fits; chunks for long files and live streams (qwen3asr.streaming,
 qwen3asr.longform), which call back into the stage methods here. Backends never import the
 engine.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from . import mel as melmod
 from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
-from .backends import BACKENDS, create_backend
+from .backends import BACKENDS, BackendOptions, PrefixCacheOptions, create_backend
 from .bundle import Bundle, EmbeddingTable, default_model_dir
 from .decoding import DecodingOptions, Generation
 from .encoder import TOKENS_PER_CHUNK, tokens_for_frames
@@ -79,7 +79,7 @@ class Qwen3ASREngine:
         default). Off here: on a busy or shared CPU spinning threads take time from the ones with
         work. On a machine that does little else it makes the int4 decode step ~15 % faster
         (waking sleeping threads costs a few ms per token; docs/benchmarks.md).
-      rk: board settings for the rk backend (qwen3asr.rk_backend.RKOptions: SoC, NPU cores,
+      rk: board settings for the rk backend (qwen3asr.RKOptions: SoC, NPU cores,
         decoder CPUs, librkllmrt.so path and ABI, max context, embed_flash).
       options: the default TranscribeOptions of this engine's requests (each call may override).
       prefix_cache: reuse of the prompt prefix's KV cache on the ONNX decoder
@@ -98,7 +98,7 @@ class Qwen3ASREngine:
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
                  enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
                  spin_wait: bool = False):
-        from .rk_backend import RKOptions
+        from .backends import RKOptions
 
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -108,6 +108,9 @@ class Qwen3ASREngine:
         if platform is not None or enabled_cpus is not None:
             rk = dataclasses.replace(rk, soc=platform if platform is not None else rk.soc,
                                      cpus=enabled_cpus if enabled_cpus is not None else rk.cpus)
+        backend_options = BackendOptions(
+            encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype, threads=threads,
+            spin_wait=spin_wait, prefix_cache=PrefixCacheOptions() if prefix_cache is None else prefix_cache, rk=rk)
         overrides = {} if repeat_penalty is None else {"repetition_penalty": repeat_penalty}
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine
@@ -116,10 +119,8 @@ class Qwen3ASREngine:
         self._check_specials()
         self.embeddings = EmbeddingTable(self.bundle)
         self.n_mels = int(self.bundle.audio_config["num_mel_bins"])
-        loaded = create_backend(backend, self.bundle, tokenizer=self.tokenizer, embeddings=self.embeddings,
-                                encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype,
-                                threads=threads, rk=rk, decoding=self.options.decoding(), prefix_cache=prefix_cache,
-                                spin_wait=spin_wait)
+        loaded = create_backend(backend, self.bundle, backend_options, tokenizer=self.tokenizer,
+                                embeddings=self.embeddings, decoding=self.options.decoding())
         self._backend = loaded
         self.backend = loaded.name
         self.encoder = loaded.encoder
@@ -127,7 +128,7 @@ class Qwen3ASREngine:
         self.decoder_dtype = getattr(self.decoder, "dtype", None)
         self.soc = loaded.soc  # the board's SoC with the rk backend, else None
         self.max_context = int(self.decoder.max_context)  # the decoder's own (an .rkllm model's KV length)
-        self._pool = None  # one background thread for encoder work overlapping the decoder (stream.py)
+        self._pool = None  # one background thread for encoder work overlapping the decoder (qwen3asr.streaming)
         self._closed = False
         logger.info("loaded %s (backend %s)", self.bundle.path, self.backend)
 
@@ -247,7 +248,7 @@ class Qwen3ASREngine:
         self.check_open()
         return self.decoder.generate(prompt_embeds, options, on_token, prefix_len=prefix_len)
 
-    def check_length(self, n_audio: int, n_prompt: int, max_new_tokens: int, audio_seconds: float) -> None:
+    def _check_length(self, n_audio: int, n_prompt: int, max_new_tokens: int, audio_seconds: float) -> None:
         need = n_prompt + max_new_tokens
         if need > self.max_context:
             limit_s = max(0.0, (self.max_context - (n_prompt - n_audio) - max_new_tokens) / TOKENS_PER_CHUNK)
@@ -266,7 +267,7 @@ class Qwen3ASREngine:
         n_audio = tokens_for_frames(mel.shape[1])
         prompt = self.request_prompt(n_audio, o)
         max_new = o.decoding().max_new_tokens
-        self.check_length(n_audio, len(prompt), max_new, pcm.shape[0] / SAMPLE_RATE)
+        self._check_length(n_audio, len(prompt), max_new, pcm.shape[0] / SAMPLE_RATE)
         emb, es = self.encode_timed(mel)
         return Request(prompt=prompt, embeds=self.embed_prompt(prompt, emb), audio_seconds=pcm.shape[0] / SAMPLE_RATE,
                        encoder_ms=(time.perf_counter() - t0) * 1000, encoder_calls=es.calls, t0=t0)
@@ -286,7 +287,7 @@ class Qwen3ASREngine:
 
     def create_stream(self, options: Optional[TranscribeOptions] = None, *,
                       on_text: Optional[Callable[[str], None]] = None, work: Work = NO_WORK, **kw):
-        """A StreamSession for live audio (see qwen3asr.stream and docs/streaming.md).
+        """A StreamSession for live audio (see qwen3asr.streaming and docs/streaming.md).
 
         options / keyword arguments: TranscribeOptions (stream defaults: 4 s chunks, memory 2,
           rollback 2, 128 tokens per chunk, pause rules on, VAD off). ``vad`` may also be a
@@ -295,7 +296,7 @@ class Qwen3ASREngine:
         work: scheduling hooks (qwen3asr.work.Work): each chunk is one unit of model work.
         """
         self.check_open()
-        from .stream import StreamSession
+        from .streaming import StreamSession
         from .vad import SileroVAD
 
         vad_model = None
@@ -380,7 +381,7 @@ class Qwen3ASREngine:
     def _fitting_chunks(self, o: TranscribeOptions) -> TranscribeOptions:
         """``o`` with its default chunk size lowered, in whole seconds, until the decoder window
         fits this decoder's context (a 1024-position RKLLM model takes 30 s x 2 chunks no more)."""
-        from .stream import positions_needed
+        from .streaming import positions_needed
 
         size = o.chunk_size
         while size > 1 and positions_needed(self, o) > self.max_context:
@@ -408,9 +409,9 @@ class Qwen3ASREngine:
         work.check()
         if streamer:
             streamer.finish()
-        return self.result(tokens, ds, o, req)
+        return self._result(tokens, ds, o, req)
 
-    def result(self, tokens, ds: DecodeStats, options: TranscribeOptions, req: Request) -> Transcription:
+    def _result(self, tokens, ds: DecodeStats, options: TranscribeOptions, req: Request) -> Transcription:
         """The Transcription of one decoder run's ``tokens`` for ``req``."""
         raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
         lang, text = parse_asr_output(raw, options.language, text_only=options.compact_prompt)

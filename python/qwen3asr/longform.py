@@ -1,6 +1,6 @@
-"""Long recordings: the streaming mechanism (qwen3asr.stream) run over a whole file.
+"""Long recordings: the streaming mechanism run over a whole file.
 
-The file is fed to a StreamSession in chunk-size pieces, so each second of audio is encoded
+The file is fed to a StreamSession (qwen3asr.streaming) in chunk-size pieces, so each second of audio is encoded
 once and the decoder sees ``memory_num`` chunks at a time with the committed text of the
 window as prefix. Differences from a live stream, because the whole file is known:
 
@@ -25,15 +25,15 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import mel as melmod
+from .audio import SAMPLE_RATE
 from .languages import language_code
 from .results import Segment, Transcription, TranscriptionStats
 from .options import TranscribeOptions
-from .stream import LEFT_CONTEXT, LOOKAHEAD, StreamSession
+from .streaming import StreamSession
 from .work import NO_WORK, Work
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = melmod.SAMPLE_RATE
 CEILING_BLOCK = 60 * SAMPLE_RATE  # samples per block when scanning the clip maximum (60 s)
 OVERLAP_FEED_CHUNKS = 4  # chunks of audio fed at once when the session overlaps encoder and decoder
 
@@ -63,11 +63,7 @@ def clip_ceiling(pcm: np.ndarray, n_mels: int) -> float:
     top = -math.inf
     for b in range(0, n, CEILING_BLOCK):
         e = min(n, b + CEILING_BLOCK)
-        a = max(0, b - LEFT_CONTEXT)
-        right = n if e == n else e + LOOKAHEAD
-        power = melmod.log_mel_power(pcm[a:right], n_mels)
-        off = (b - a) // melmod.HOP_LENGTH
-        frames = power[:, off:off + (e - b) // melmod.HOP_LENGTH] if e < n else power[:, off:]
+        frames = melmod.piece_log_mel_power(pcm, b, e, n_mels, right_edge=n if e == n else None)
         if frames.size:
             top = max(top, float(frames.max()))
     return top

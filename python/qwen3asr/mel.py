@@ -17,6 +17,10 @@ HOP_LENGTH = 160  # samples between frames (10 ms)
 N_FREQ = N_FFT // 2 + 1  # 201 one-sided frequency bins
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 mel frames per second
 DYNAMIC_RANGE = 8.0  # log10 units kept below the clip maximum (80 dB)
+# A piece [lo, hi) of a longer signal gets the frames the whole-signal front end computes for it
+# when its frames see their real neighbours (piece_log_mel_power):
+LEFT_CONTEXT = 2 * HOP_LENGTH  # 320 samples before the piece: its first frame needs n_fft/2 = 200
+LOOKAHEAD = N_FFT // 2 - HOP_LENGTH  # 40 samples after the piece, needed by its last frame (2.5 ms)
 
 
 # Slaney mel scale: linear below 1 kHz (200/3 Hz per mel), logarithmic above (27 mels per factor 6.4)
@@ -84,6 +88,25 @@ def log_mel_power(audio: np.ndarray, n_mels: int = 128) -> np.ndarray:
     power = spec.real**2 + spec.imag**2  # (t, 201)
     mel = mel_filters(n_mels) @ power.T  # (n_mels, t)
     return np.log10(np.maximum(mel, 1e-10))
+
+
+def piece_log_mel_power(audio: np.ndarray, lo: int, hi: int, n_mels: int = 128, *, left_edge: int = 0,
+                        right_edge: int | None = None) -> np.ndarray:
+    """log10 mel power of the frames of the piece ``[lo, hi)`` of ``audio`` (sample indices) as
+    ``log_mel_power`` of the whole clip ``audio[left_edge:right_edge]`` gives them, computed from
+    ``LEFT_CONTEXT`` samples before the piece and ``LOOKAHEAD`` after it: ``(n_mels, (hi - lo) //
+    160)`` float64. Streams and long files compute a clip piece by piece with it.
+
+    ``lo - left_edge`` must be a multiple of 160 (frames count from the clip's start); a piece
+    that starts the clip passes ``lo == left_edge`` (reflect padding there, as for a whole clip).
+    ``right_edge``: the clip's end when the piece ends it (reflect padding there, read up to it);
+    None: the clip goes on, and ``audio`` must hold the ``LOOKAHEAD`` samples after ``hi``.
+    """
+    a = lo if lo - LEFT_CONTEXT < left_edge else lo - LEFT_CONTEXT
+    b = hi + LOOKAHEAD if right_edge is None else right_edge
+    power = log_mel_power(audio[a:b], n_mels)
+    off = (lo - a) // HOP_LENGTH
+    return power[:, off:off + (hi - lo) // HOP_LENGTH]
 
 
 def normalize_log_mel(log_spec: np.ndarray, ceiling: float | None = None) -> np.ndarray:

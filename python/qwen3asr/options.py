@@ -76,7 +76,7 @@ class TranscribeOptions:
     rollback_tokens: Optional[int] = None  # tokens at the end of the window's text decoded again; None: the mode's
     # A chunk boundary whose 60 ms either side stay this many dB below the recent speech level
     # lies in a pause: the window ends there and the next chunk starts a fresh one; chunks of
-    # 2 s or more end at their last pause (qwen3asr.stream). None: fixed chunks, a sliding window.
+    # 2 s or more end at their last pause (qwen3asr.streaming.pause). None: fixed chunks, a sliding window.
     pause_db: Optional[float] = 25.0
     vad: Union[None, bool, VADOptions] = None  # Silero VAD: True/VADOptions on, False off, None the mode's
     max_chunks: Optional[int] = None  # decode at most this many chunks (the rest is dropped; truncated)

@@ -233,7 +233,7 @@ class ReuseBench:
 
     def __init__(self, bundle_dir: str, dtype: str, threads: int):
         from qwen3asr import PrefixCacheOptions, Qwen3ASREngine
-        from qwen3asr.prefix import PrefixCache
+        from qwen3asr.backends.prefix_cache import PrefixCache
 
         self.engine = Qwen3ASREngine(bundle_dir, backend="onnx", encoder_form="merged", decoder_dtype=dtype,
                                      threads=threads, prefix_cache=PrefixCacheOptions())

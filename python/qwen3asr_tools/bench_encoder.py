@@ -47,10 +47,10 @@ class BenchResult:
 def make_encoder(bundle: Bundle, backend: str, form: str, size: int, core_mask: Optional[str],
                  threads: Optional[int]) -> AudioEncoder:
     if backend == "onnx":
-        from qwen3asr.onnx_backend import create_onnx_encoder
+        from qwen3asr.backends.onnx import create_onnx_encoder
 
         return create_onnx_encoder(bundle, form, [size], threads)
-    from qwen3asr.rknn_backend import create_rknn_encoder
+    from qwen3asr.backends.rk.rknn import create_rknn_encoder
 
     return create_rknn_encoder(bundle, form, [size], core_mask=core_mask)
 
@@ -99,8 +99,7 @@ def run(bundle_dir: str, backend: str = "onnx", forms=("merged",), sizes=None, c
                 try:
                     times, calls = bench_variant(enc, mel, runs, warmup)
                 finally:
-                    if hasattr(enc.runner, "release"):
-                        enc.runner.release()
+                    enc.close()
                 t = np.asarray(times)
                 results.append(BenchResult(form, float(size), mask, runs, calls, float(t.mean()), float(t.std()),
                                            float(t.min()), float(t.max()), float(t.mean()) / 1000.0 / size))

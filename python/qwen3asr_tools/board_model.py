@@ -478,7 +478,7 @@ class _GraphLog:
         self.calls.append(("backend", float(variant.seconds)))
         return self._runner.run_backend(variant, *args)
 
-    def __getattr__(self, name):  # release() and anything else the backend asks of its runner
+    def __getattr__(self, name):  # close() and anything else the backend asks of its runner
         return getattr(self._runner, name)
 
 
@@ -533,7 +533,7 @@ def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: i
     a StreamSession with the clip's mel ceiling, fed in chunk-size pieces); returns (Accounting, StreamResult).
     transcribe_long returns totals only, so the session is run here with the same options."""
     from qwen3asr.longform import clip_ceiling
-    from qwen3asr.stream import StreamOptions, StreamSession
+    from qwen3asr.streaming import StreamOptions, StreamSession
 
     opts = StreamOptions(chunk_size=chunk_size, memory_num=memory_num, rollback_tokens=rollback_tokens,
                          max_new_tokens=max_new_tokens, vad=vad)

@@ -10,7 +10,7 @@ Each graph is converted with fixed input shapes (config(float_dtype='float16',
 optimization_level=3), load_onnx(inputs=..., input_size_list=...), build(do_quantization=False),
 export_rknn) and gets its variant metadata (form, part, duration, tokens, input order and
 shapes, the bundle's encoder digest, exporter/converter/toolkit versions) in the model's
-custom string, which qwen3asr.rknn_backend checks at load. The files are recorded in the
+custom string, which qwen3asr.backends.rk.rknn_meta checks at load. The files are recorded in the
 bundle manifest under rk.rknn.<target> (other keys of model.json are kept).
 
 --verify AUDIO: right after each build the model runs in the toolkit's simulator
@@ -36,9 +36,10 @@ from qwen3asr.bundle import Bundle, BundleError, update_manifest
 from qwen3asr.bundle import sha256_file as sha256
 from qwen3asr.encoder import AudioEncoder
 from qwen3asr.mel import log_mel, SAMPLE_RATE
-from qwen3asr.onnx_backend import OnnxEncoderRunner
-from qwen3asr.rknn_backend import (
-    META_VERSION, SUPPORTED_SOCS, RknnEntry, RknnModel, custom_string, encoder_digest)
+from qwen3asr.backends.onnx import OnnxEncoderRunner
+from qwen3asr.backends.rk.rknn import RknnModel
+from qwen3asr.backends.rk.rknn_meta import META_VERSION, RknnEntry, custom_string, encoder_digest
+from qwen3asr.backends.rk.soc import SUPPORTED_SOCS
 
 CONVERTER_VERSION = "1.0.0"
 DEFAULT_LENGTHS = (1.37, 3.0)  # seconds of audio compared in --verify

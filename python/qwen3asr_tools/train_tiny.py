@@ -387,7 +387,7 @@ def compose(samples: List[Sample], cfg: TrainConfig, rng: random.Random, tok) ->
     (a window's header stays while its language changes); all no speech gives "None".
     Every clip appears exactly once per epoch.
     """
-    from qwen3asr.stream import join_text
+    from qwen3asr.text import join_text
 
     if not 0.0 <= cfg.concat_share <= 1.0:
         raise ValueError(f"concat_share must be between 0 and 1, got {cfg.concat_share}")
@@ -462,7 +462,7 @@ def crop_examples(examples: List[Sample], cfg: TrainConfig, rng: random.Random, 
     decoded and stripped, the parts joined as in ``compose``; its language is that of the
     first part (``clips[i]``, the training clips) with text in the window ("None" if none
     has). A window that would cut a character's bytes apart keeps the whole example."""
-    from qwen3asr.stream import join_text
+    from qwen3asr.text import join_text
 
     if cfg.crop_share == 0:
         return examples

@@ -59,7 +59,7 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
 
 def engine_from_args(args):
     from .. import Qwen3ASREngine
-    from ..rk_backend import RKOptions
+    from ..backends import RKOptions
 
     rk = RKOptions(soc=args.soc, npu_cores=args.npu_cores, cpus=args.cpus, lib_path=args.rkllm_lib,
                    abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)

@@ -1,0 +1,172 @@
+"""Backends: where the model parts run. One factory keyed by a single name.
+
+=========  =================================================================================
+``onnx``   ONNX Runtime on any CPU (:mod:`.onnx`): the reference the NPU path is checked against
+``rk``     Rockchip RK3576/RK3588 (:mod:`.rk`): RKNN encoder on the NPU, RKLLM decoder
+           (librkllmrt.so)
+``auto``   ``rk`` on a Rockchip board whose bundle has RK models for its SoC and whose runtimes
+           load; otherwise ``onnx``, with a warning naming what is missing on a board
+=========  =================================================================================
+
+A backend fills the engine's two seams: an :class:`~qwen3asr.encoder.AudioEncoder` over an
+:class:`~qwen3asr.encoder.EncoderRunner`, and a :class:`~qwen3asr.decoding.TextDecoder`.
+Hardware SDKs are imported only inside ``rk``'s creation; the stages never import this package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import os
+from typing import Optional, Tuple
+
+from ..bundle import Bundle
+from ..decoding import DecodingOptions, TextDecoder
+from ..encoder import AudioEncoder
+from .prefix_cache import PrefixCacheOptions
+from .rk.options import RKOptions
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "onnx", "rk")
+ENCODER_FORMS = ("merged", "split")
+DECODER_DTYPES = ("auto", "fp32", "int8", "int4")
+MAX_THREADS = 256  # ONNX Runtime intra-op threads accepted (more than any board or desktop has cores)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendOptions:
+    """How a backend loads the bundle's models (validated on creation; Qwen3ASREngine builds it
+    from its keyword arguments)."""
+
+    encoder_form: str = "merged"  # "merged" (one graph per duration) or "split" (front end + back end)
+    encoder_sizes: Optional[Tuple[int, ...]] = None  # load only these encoder durations (s); None: all
+    decoder_dtype: str = "auto"  # ONNX decoder weights: auto (int8 if present, else fp32), fp32, int8, int4
+    threads: Optional[int] = None  # ONNX Runtime intra-op threads; None: its own choice
+    spin_wait: bool = False  # ONNX Runtime's idle threads spin before they sleep (Qwen3ASREngine)
+    prefix_cache: PrefixCacheOptions = PrefixCacheOptions()  # the ONNX decoder's prompt-prefix KV reuse
+    rk: RKOptions = RKOptions()  # board settings of the rk backend
+
+    def __post_init__(self):
+        problems = []
+        if self.encoder_form not in ENCODER_FORMS:
+            problems.append(f"the encoder form (encoder_form) must be 'merged' or 'split' (got {self.encoder_form!r})")
+        if self.encoder_sizes is not None:
+            try:
+                sizes = tuple(sorted({_whole(s) for s in self.encoder_sizes}))
+                if not sizes:
+                    raise ValueError
+                object.__setattr__(self, "encoder_sizes", sizes)
+            except (TypeError, ValueError):
+                problems.append(f"encoder_sizes must be whole seconds >= 1, e.g. [2, 4], or None "
+                                f"(got {self.encoder_sizes!r})")
+        if self.decoder_dtype not in DECODER_DTYPES:
+            problems.append(f"decoder_dtype must be one of {', '.join(DECODER_DTYPES)} (got {self.decoder_dtype!r})")
+        t = self.threads
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_THREADS):
+            problems.append(f"threads must be an integer in 1..{MAX_THREADS} or None (got {t!r})")
+        if not isinstance(self.spin_wait, bool):
+            problems.append(f"spin_wait must be True or False (got {self.spin_wait!r})")
+        if not isinstance(self.prefix_cache, PrefixCacheOptions):
+            problems.append(f"prefix_cache must be a qwen3asr.PrefixCacheOptions (got {type(self.prefix_cache).__name__})")
+        if not isinstance(self.rk, RKOptions):
+            problems.append(f"rk must be a qwen3asr.RKOptions (got {type(self.rk).__name__})")
+        if problems:
+            raise ValueError("invalid backend options: " + "; ".join(problems))
+
+
+def _whole(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+        raise ValueError(v)
+    return int(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """What a backend loaded: the engine's two seams."""
+
+    name: str  # "onnx" or "rk"
+    encoder: AudioEncoder  # over the backend's EncoderRunner
+    decoder: TextDecoder
+    soc: Optional[str] = None  # the board's SoC with "rk"
+
+    def close(self) -> None:
+        """Free the decoder runtime and the encoder's models (safe to call twice)."""
+        self.decoder.close()
+        self.encoder.close()
+
+
+def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendOptions(), *, tokenizer,
+                   embeddings, decoding: Optional[DecodingOptions] = None) -> Backend:
+    """Load backend ``name`` (one of BACKENDS) for ``bundle``.
+
+    ``tokenizer`` / ``embeddings``: the engine's (end-of-sequence ids, embedding rows);
+    ``decoding``: the DecodingOptions a runtime that fixes them at load (RKLLM) starts with.
+    ``backend="rk"`` fails with the error that says what is missing; ``auto`` falls back to the
+    CPU with that error as a warning.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if not isinstance(options, BackendOptions):
+        raise TypeError(f"options must be a BackendOptions, got {type(options).__name__}")
+    o = options
+    if name == "auto":
+        soc, reason = _board_soc(bundle, o.rk)
+        if soc is None:
+            if reason:
+                logger.warning("%s; using the CPU backend (ONNX Runtime)", reason)
+            name = "onnx"
+        else:
+            try:
+                return _create_rk(bundle, dataclasses.replace(o, rk=dataclasses.replace(o.rk, soc=soc)), decoding)
+            except (RuntimeError, OSError, ValueError) as exc:  # BundleError, RKLLMError, RKBackendError too
+                logger.warning("the NPU backend cannot start on this %s board (%s); using the CPU backend "
+                               "(ONNX Runtime). backend='rk' reports this as an error.", soc, exc)
+                name = "onnx"
+    if name == "rk":
+        return _create_rk(bundle, o, decoding)
+    from .onnx import create_onnx_decoder, create_onnx_encoder
+
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait)
+    try:
+        decoder = create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
+                                      eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache, spin_wait=o.spin_wait)
+    except BaseException:
+        encoder.close()
+        raise
+    return Backend("onnx", encoder, decoder)
+
+
+def _create_rk(bundle: Bundle, o: BackendOptions, decoding: Optional[DecodingOptions]) -> Backend:
+    from .rk.backend import create_rk_backend
+
+    encoder, decoder = create_rk_backend(bundle, o.encoder_form, o.encoder_sizes, o.rk,
+                                         options=decoding or DecodingOptions())
+    return Backend("rk", encoder, decoder, decoder.soc)
+
+
+def _board_soc(bundle: Bundle, rk: RKOptions) -> Tuple[Optional[str], Optional[str]]:
+    """(SoC, None) when ``auto`` should try the NPU; (None, reason to warn or None) otherwise."""
+    from .rk.soc import ENV_SOC, detect_soc
+
+    soc = rk.soc or os.environ.get(ENV_SOC)
+    if not soc:
+        try:
+            soc = detect_soc()
+        except RuntimeError:
+            return None, None  # not a (supported) Rockchip board: the CPU is the backend, no warning
+    if soc not in bundle.rkllm_socs():
+        logger.info("%s board found but the bundle has no RKLLM decoder for it; using ONNX Runtime on the CPU", soc)
+        return None, None
+    try:
+        installed = importlib.util.find_spec("rknnlite") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        installed = False
+    if not installed:
+        return None, (f"{soc} board found but rknn-toolkit-lite2 is not installed "
+                      "(pip install 'rknn-toolkit-lite2>=2.3'; deploy/setup_board.sh does it)")
+    return soc, None
+
+
+__all__ = ["BACKENDS", "Backend", "BackendOptions", "PrefixCacheOptions", "RKOptions", "create_backend"]

@@ -1,0 +1,324 @@
+"""ONNX Runtime backend (any CPU): encoder runner and KV-cache decoder.
+
+This is the reference backend: the NPU backends are checked against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+
+import numpy as np
+
+from ..decoding import DecodingOptions, Generation
+from ..encoder import AudioEncoder, EncoderVariant
+from ..results import DecodeStats
+from .prefix_cache import PrefixCache, PrefixCacheOptions, checked_prefix_len
+
+logger = logging.getLogger(__name__)
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as exc:  # pragma: no cover - onnxruntime is a hard dependency
+        raise RuntimeError("onnxruntime is not installed: pip install onnxruntime") from exc
+    return onnxruntime
+
+
+def make_session(path: str, threads: int | None = None, spin_wait: bool = False):
+    """An ONNX Runtime CPU session with full graph optimisation, ``threads`` intra-op threads
+    (default: ONNX Runtime's choice); idle worker threads spin before they sleep only with
+    ``spin_wait`` (see Qwen3ASREngine)."""
+    ort = _ort()
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        so.intra_op_num_threads = int(threads)
+        so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    # by default idle worker threads sleep instead of spinning: on a shared or busy CPU, spinning
+    # threads fight the thread that has work (a 2-thread decode step got 2-3x slower under load);
+    # on a quiet one, waking them costs a few ms per decode step (docs/benchmarks.md)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
+    try:
+        return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise RuntimeError(f"ONNX Runtime cannot load {path}: {exc}") from exc
+
+
+class OnnxEncoderRunner:
+    """Runs merged / split encoder graphs; sessions are created on first use and kept."""
+
+    def __init__(self, frontend_path: str | None, threads: int | None = None, spin_wait: bool = False):
+        self._frontend_path = frontend_path
+        self._threads = threads
+        self._spin_wait = spin_wait
+        self._sessions: dict[str, object] = {}
+
+    def _session(self, path: str):
+        sess = self._sessions.get(path)
+        if sess is None:
+            logger.debug("loading encoder graph %s", path)
+            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait)
+        return sess
+
+    def run_merged(self, variant: EncoderVariant, mel, conv_mask1, conv_mask2, attn_bias):
+        return self._session(variant.path).run(
+            ["embeds"], {"mel": mel, "conv_mask1": conv_mask1, "conv_mask2": conv_mask2, "attn_bias": attn_bias})[0]
+
+    def run_frontend(self, mel_chunk, conv_mask1, conv_mask2):
+        if self._frontend_path is None:
+            raise RuntimeError("this bundle has no split-encoder front end")
+        return self._session(self._frontend_path).run(
+            ["hidden"], {"mel": mel_chunk, "conv_mask1": conv_mask1, "conv_mask2": conv_mask2})[0]
+
+    def run_backend(self, variant: EncoderVariant, hidden, attn_bias):
+        return self._session(variant.path).run(["embeds"], {"hidden": hidden, "attn_bias": attn_bias})[0]
+
+    def close(self) -> None:
+        """Drop the sessions (freed with their last reference; safe to call twice)."""
+        self._sessions.clear()
+
+
+def create_onnx_encoder(bundle, form: str = "merged", sizes=None, threads: int | None = None,
+                        spin_wait: bool = False):
+    """An AudioEncoder on ONNX Runtime for ``bundle``'s ``form`` variants (optionally only ``sizes`` s);
+    the CPU counterpart of qwen3asr.backends.rk.rknn.create_rknn_encoder."""
+    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait)
+    return AudioEncoder(runner, bundle.encoder_variants(form, sizes), bundle.manifest["encoder"]["window_tokens"],
+                        int(bundle.audio_config["num_mel_bins"]), form)
+
+
+@dataclasses.dataclass
+class KVCache:
+    """Fixed-capacity KV cache: per layer (1, kv_heads, capacity, head_dim) float32, rows
+    [0, length) valid. ``OnnxDecoder.forward`` writes the new rows in place (past and present are
+    one buffer), so after a forward only the returned cache is meaningful; copy (``clone``) to branch."""
+
+    keys: list
+    values: list
+    length: int
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2] if self.keys else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.values)
+
+    def clone(self, capacity: int | None = None) -> "KVCache":
+        """An independent copy (only the valid rows are copied) with ``capacity`` positions
+        (default: the same; at least ``length``)."""
+        n = self.length
+        cap = self.capacity if capacity is None else max(int(capacity), n)
+
+        def copy(a: np.ndarray) -> np.ndarray:
+            b = np.empty(a.shape[:2] + (cap,) + a.shape[3:], a.dtype)
+            b[:, :, :n] = a[:, :, :n]
+            return b
+
+        return KVCache([copy(k) for k in self.keys], [copy(v) for v in self.values], n)
+
+    def __deepcopy__(self, memo) -> "KVCache":
+        return self.clone()
+
+
+CACHE_STEP = 256  # KV-cache capacity grows in multiples of this many positions
+# Rows that must follow a reused prefix. ONNX Runtime computes a call of one row (M = 1: the
+# matrix-vector kernels) with another summation order than a call of several: a prompt whose
+# last row alone followed the prefix gave logits up to 5.5e-6 off (tiny and bundled models), while
+# every split leaving 2 or more rows gave bitwise the same logits as one prefill (test_prefix_cache).
+MIN_ROWS_AFTER_PREFIX = 2
+
+
+class OnnxDecoder:
+    """The exported Qwen3 decoder (fp32 or weight-only int8/int4) with a host-held KV cache.
+
+    The cache is a fixed-capacity buffer per layer that the graph's GroupQueryAttention
+    extends in place (IOBinding binds past_* and present_* to the same memory); it grows by
+    reallocation, in steps of ``CACHE_STEP`` positions, only when full.
+    """
+
+    def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, threads: int | None = None,
+                 max_positions: int = 4096, spin_wait: bool = False):
+        """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
+        self.session = make_session(path, threads, spin_wait)
+        self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
+        self.max_positions = int(max_positions)
+        names = {i.name for i in self.session.get_inputs()}
+        if "seqlens_k" not in names:
+            raise RuntimeError(f"{path} is a decoder graph of an older export (no in-place KV cache); "
+                               "re-run scripts/export_onnx.py for this bundle")
+        self._ort = _ort()
+        self._lock = threading.Lock()
+        self._kept = None  # (buffers, IOBinding) of the last call (see _binding)
+        logits = [o for o in self.session.get_outputs() if o.name == "logits"]
+        self._vocab = int(logits[0].shape[-1])  # logits [1, K, vocab]
+
+    def new_cache(self) -> KVCache:
+        return KVCache([], [], 0)
+
+    def _reserve(self, cache: KVCache, needed: int) -> KVCache:
+        if needed > self.max_positions:
+            raise RuntimeError(f"decoder context full: {needed} positions needed, the graph holds "
+                               f"{self.max_positions}")
+        if needed <= cache.capacity:
+            return cache
+        cap = min(self.max_positions, -(-needed // CACHE_STEP) * CACHE_STEP)
+        shape = (1, self.kv_heads, cap, self.head_dim)
+        n = cache.length
+
+        def grown(old: np.ndarray | None) -> np.ndarray:
+            new = np.zeros(shape, np.float32)
+            if old is not None and n:
+                new[:, :, :n] = old[:, :, :n]
+            return new
+
+        keys = [grown(cache.keys[i] if cache.keys else None) for i in range(self.n_layers)]
+        values = [grown(cache.values[i] if cache.values else None) for i in range(self.n_layers)]
+        return KVCache(keys, values, n)
+
+    def forward(self, embeds: np.ndarray, cache: KVCache, logit_rows: np.ndarray):
+        """Append ``embeds`` (S, hidden) float32 to ``cache``; returns (logits (K, vocab) float32 of
+        ``logit_rows``, the extended cache). ``cache`` is updated in place (see KVCache)."""
+        s = embeds.shape[0]
+        total = cache.length + s
+        cache = self._reserve(cache, total)
+        rows = np.asarray(logit_rows, dtype=np.int64).reshape(-1)
+        ort = self._ort
+        mine = self._lock.acquire(blocking=False)  # another thread in forward: a binding of its own
+        try:
+            io = self._binding(cache) if mine else self._bind_cache(self.session.io_binding(), cache)
+            io.bind_cpu_input("inputs_embeds", np.ascontiguousarray(embeds[None], dtype=np.float32))
+            io.bind_cpu_input("seqlens_k", np.array([total - 1], np.int32))
+            io.bind_cpu_input("total_sequence_length", np.array(total, np.int32))
+            io.bind_cpu_input("logit_index", rows)
+            logits = np.empty((1, rows.shape[0], self._vocab), np.float32)
+            io.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+            self.session.run_with_iobinding(io)
+        finally:
+            if mine:
+                self._lock.release()
+        return logits[0], KVCache(cache.keys, cache.values, total)
+
+    def _bind_cache(self, io, cache: KVCache):
+        """Bind the cache's buffers as past (input) and present (output) of every layer."""
+        for i in range(self.n_layers):
+            for kind, buf in (("key", cache.keys[i]), ("value", cache.values[i])):
+                value = self._ort.OrtValue.ortvalue_from_numpy(buf)
+                io.bind_ortvalue_input(f"past_{kind}_{i}", value)
+                io.bind_ortvalue_output(f"present_{kind}_{i}", value)
+        return io
+
+    def _binding(self, cache: KVCache):
+        """The binding of the last call when ``cache`` has the same buffers (a decode loop: only
+        the four small inputs and the logits are bound again), else a new one for its buffers.
+        The kept binding holds references to its buffers, so they cannot be freed and their
+        addresses reused while it is kept."""
+        bufs = cache.keys + cache.values
+        kept = self._kept
+        if kept is not None and len(kept[0]) == len(bufs) and all(a is b for a, b in zip(kept[0], bufs)):
+            return kept[1]
+        io = self._bind_cache(self.session.io_binding(), cache)
+        self._kept = (bufs, io)
+        return io
+
+    def release_binding(self) -> None:
+        """Drop the kept binding (and with it the references to the last cache's buffers)."""
+        with self._lock:
+            self._kept = None
+
+
+class OnnxTextDecoder:
+    """The ONNX backend's text decoder (the engine's TextDecoder seam): :class:`Generation`
+    (token-level sampling, qwen3asr.decoding) on :class:`OnnxDecoder`, with the KV cache of
+    prompt prefixes kept in a bounded LRU (:mod:`.prefix_cache`) and copied into each run that
+    starts with the same rows.
+
+    Args:
+      kv: the loaded decoder graph.
+      eos_ids: token ids that end a generation.
+      embed: token id -> (hidden,) float32 embedding (the bundle's table).
+      prefix_cache: how many prefixes to keep (``PrefixCacheOptions(max_entries=0)``: no reuse).
+    """
+
+    name = "onnx"
+
+    def __init__(self, kv: OnnxDecoder, eos_ids, embed, prefix_cache: PrefixCacheOptions = PrefixCacheOptions()):
+        self.kv = kv
+        self.eos_ids = tuple(eos_ids)
+        self.embed = embed
+        self.max_context = kv.max_positions
+        self.prefixes = PrefixCache(prefix_cache)
+
+    def _prefix_source(self, rows: np.ndarray, total: int):
+        """The Generation's prefix source for the prefix ``rows`` of a ``total``-row prompt: the kept
+        (or just computed) KV of the rows, copied into a buffer sized as a fresh prefill's."""
+        kv = self.kv
+
+        def compute(r: np.ndarray) -> KVCache:
+            _, cache = kv.forward(r, kv.new_cache(), np.zeros(0, np.int64))  # no logits needed
+            return cache.clone(capacity=cache.length)  # kept compact
+
+        def source():
+            cache, hit = self.prefixes.get(rows, compute)
+            cap = min(kv.max_positions, -(-total // CACHE_STEP) * CACHE_STEP)
+            return cache.clone(capacity=cap), hit
+
+        return source
+
+    def start(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+              prefix_len: int | None = None) -> Generation:
+        """A pausable, clonable :class:`Generation` of ``(L, hidden) float32`` prompt embeddings;
+        ``prefix_len`` leading rows are taken from (or added to) the prefix cache when reuse is on."""
+        if self.kv is None:
+            raise RuntimeError("this decoder was closed")
+        prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
+        n = checked_prefix_len(prefix_len, len(prompt))
+        if n == 0 or len(prompt) - n < MIN_ROWS_AFTER_PREFIX or not self.prefixes.options.enabled:
+            return Generation(self.kv, prompt, self.eos_ids, self.embed, options)
+        return Generation(self.kv, prompt, self.eos_ids, self.embed, options, prefix_len=n,
+                          prefix=self._prefix_source(prompt[:n], len(prompt)))
+
+    def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+                 on_token=None, prefix_len: int | None = None) -> tuple[list[int], DecodeStats]:
+        """See qwen3asr.decoding.TextDecoder."""
+        gen = self.start(prompt_embeds, options, prefix_len)
+        try:
+            gen.run(on_token=on_token)
+        finally:
+            self.kv.release_binding()  # the run's KV cache is not kept alive by the binding
+        t = gen.times
+        return list(gen.tokens), DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms,
+                                             gen.finish_reason or "stopped", reused_tokens=t.reused_tokens)
+
+    def close(self) -> None:
+        if self.kv is not None:
+            self.kv.release_binding()
+        self.kv = None  # the ONNX Runtime session is freed with its last reference
+        self.prefixes.clear()
+
+
+def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
+                        eos_ids, prefix_cache: PrefixCacheOptions | None = None,
+                        spin_wait: bool = False) -> OnnxTextDecoder:
+    """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32), "fp32",
+    "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end;
+    ``prefix_cache`` the prompt-prefix reuse (default PrefixCacheOptions())."""
+    dtypes = bundle.decoder_dtypes()
+    if dtype == "auto":
+        dtype = "int8" if "int8" in dtypes else "fp32"
+    if dtype not in ("fp32", "int8", "int4"):
+        raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {dtype!r}")
+    t = bundle.text_config
+    kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait)
+    dec = OnnxTextDecoder(kv, eos_ids, embed, prefix_cache or PrefixCacheOptions())
+    dec.dtype = dtype
+    return dec

@@ -1,0 +1,248 @@
+"""Rockchip NPU backend: RKNN audio encoder + RKLLM decoder in EMBED mode.
+
+One request::
+
+    audio -> log-mel (host) -> RKNN encoder (NPU) -> prompt ids -> host embedding with the
+    audio spliced in (engine) -> RKLLMTextDecoder.generate: rkllm_run(EMBED) -> token ids -> engine
+
+The RKLLM runtime generates by itself, so the engine's token-level sampler is not used: the
+engine's :class:`~qwen3asr.decoding.DecodingOptions` are mapped onto the runtime's sampling
+parameters (see :func:`rkllm_options`). Those are fixed at ``rkllm_init``, so a request with
+other settings re-initialises the runtime (the model is loaded again, a few seconds).
+
+Mapping of DecodingOptions to the runtime:
+
+=====================  =====================================================================
+``temperature == 0``   greedy: ``top_k = 1`` (temperature/top_p then do not matter)
+``temperature > 0``    ``temperature``, ``top_p``, ``top_k`` (0 = all -> the vocabulary size)
+``repetition_penalty`` ``repeat_penalty`` (the runtime penalises recent tokens, llama.cpp style;
+                       1.0 = off as in the official decoding; W4A16 ports use about 1.15)
+``max_new_tokens``     ``max_new_tokens``
+``seed``               not supported by the runtime (a warning when sampling)
+=====================  =====================================================================
+
+Independent runs: the KV cache is cleared before each run (``rkllm_clear_kv_cache``) and the
+run uses ``keep_history = 0``. Runaway repetition is stopped with ``rkllm_abort`` by the
+binding's :class:`~qwen3asr.backends.rk.rkllm.RepetitionGuard`. The runtime's own figures (prefill and
+generate time and tokens, peak memory) are returned in ``stats.runtime_perf``.
+
+Everything that needs the board (rknnlite, librkllmrt.so) is imported or loaded only when the
+backend is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ...bundle import Bundle, check_file
+from ...decoding import DecodingOptions
+from ...encoder import AudioEncoder
+from ...results import DecodeStats
+from .options import RKOptions
+from .soc import ENV_SOC, SUPPORTED_SOCS
+
+logger = logging.getLogger(__name__)
+
+BASE_DOMAIN_ID = 1  # an RKNN model shares the process: the RKLLM model takes NPU IOMMU domain 1
+
+
+class RKBackendError(RuntimeError):
+    """The rk backend cannot run here or the bundle lacks its models (the message says what to do)."""
+
+
+def _convert_hint(bundle_path: str, soc: str) -> str:
+    return (f"convert the models on an x86 PC: python scripts/onnx2rknn.py --bundle {bundle_path} --target {soc} "
+            f"and python scripts/export_rkllm.py --checkpoint CHECKPOINT --bundle {bundle_path} --out WORK_DIR "
+            f"--target {soc} (docs/board.md)")
+
+
+def rkllm_entry(bundle: Bundle, soc: str) -> dict:
+    """The manifest's ``rk.rkllm.<soc>`` entry; RKBackendError naming the conversion step if absent."""
+    if not bundle.has_rk_models:
+        raise RKBackendError(f"the bundle {bundle.path} has no Rockchip models (no \"rk\" section in model.json); "
+                             + _convert_hint(bundle.path, soc))
+    entry = bundle.rkllm_entry(soc)
+    if entry is None:
+        have = ", ".join(bundle.rkllm_socs()) or "none"
+        raise RKBackendError(f"the bundle has no RKLLM decoder for {soc} (it has: {have}); run python "
+                             f"scripts/export_rkllm.py --checkpoint CHECKPOINT --bundle {bundle.path} --out WORK_DIR "
+                             f"--target {soc} on an x86 PC")
+    missing = [k for k in ("file", "quant", "max_context") if k not in entry]
+    if missing:
+        raise RKBackendError(f"model.json rk.rkllm.{soc} lacks {', '.join(missing)}; re-run scripts/export_rkllm.py")
+    return entry
+
+
+def rkllm_options(options: DecodingOptions, max_context: int, vocab_size: int, hidden_size: int,
+                  repetition=None, *, embed_flash: bool = True, cpu_mask: int = 0):
+    """:class:`~qwen3asr.backends.rk.rkllm.RKLLMOptions` for ``options`` (see the module docstring for the mapping)."""
+    from .rkllm import RepetitionGuard, RKLLMOptions
+
+    if options.max_new_tokens >= max_context:
+        raise ValueError(f"max_new_tokens={options.max_new_tokens} does not fit the RKLLM decoder's context of "
+                         f"{max_context} tokens")
+    if options.temperature == 0.0:
+        sampling = {"top_k": 1, "top_p": 1.0, "temperature": 1.0}
+    else:
+        if options.seed is not None:
+            logger.warning("the RKLLM runtime has no sampling seed: seed=%s is ignored", options.seed)
+        sampling = {"top_k": options.top_k if options.top_k > 0 else vocab_size, "top_p": options.top_p,
+                    "temperature": options.temperature}
+    return RKLLMOptions(max_context_len=max_context, max_new_tokens=options.max_new_tokens,
+                        repeat_penalty=options.repetition_penalty, base_domain_id=BASE_DOMAIN_ID,
+                        embed_flash=embed_flash, enabled_cpus_mask=cpu_mask, hidden_size=hidden_size,
+                        skip_special_token=True,
+                        repetition=repetition if repetition is not None else RepetitionGuard(), **sampling)
+
+
+class RKLLMTextDecoder:
+    """The rk backend's text decoder (the engine's TextDecoder seam): the RKLLM runtime in
+    EMBED mode, one run per ``generate`` with a cleared KV cache.
+
+    Attributes: soc, decoder_file, quant, max_context (the KV-cache length given to the
+    runtime), runtime (RKLLMRuntime once loaded).
+    """
+
+    name = "rk"
+
+    def __init__(self, decoder_file: str, soc: str, quant: str, max_context: int, vocab_size: int,
+                 hidden_size: int, eos_ids: frozenset, rk: RKOptions = RKOptions(), repetition=None):
+        self.decoder_file, self.soc, self.quant = decoder_file, soc, quant
+        self.max_context, self.vocab_size, self.hidden_size = int(max_context), int(vocab_size), int(hidden_size)
+        self.eos_ids = frozenset(eos_ids)
+        self.rk = rk
+        self.cpu_mask = rk.cpu_mask()
+        self.lib_path, self.abi = rk.lib_path, rk.abi
+        self.repetition = repetition
+        self.runtime = None
+
+    def load(self, options: DecodingOptions = DecodingOptions()) -> None:
+        """(Re)initialise the RKLLM runtime for ``options`` if its settings differ from the loaded ones."""
+        from .rkllm import RKLLMRuntime
+
+        wanted = rkllm_options(options, self.max_context, self.vocab_size, self.hidden_size, self.repetition,
+                               embed_flash=self.rk.embed_flash, cpu_mask=self.cpu_mask)
+        if self.runtime is not None:
+            if self.runtime.options == wanted:
+                return
+            logger.info("re-initialising the RKLLM runtime for new sampling settings (the model is loaded again)")
+            # the library and its ABI stay those found at the first init: no second search or probe
+            self.lib_path, self.abi = self.runtime.lib_path, self.runtime.abi
+            self.runtime.close()
+            self.runtime = None
+        self.runtime = RKLLMRuntime(self.decoder_file, lib_path=self.lib_path, abi=self.abi, options=wanted)
+
+    def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
+                 on_token: Optional[Callable[[int], Optional[bool]]] = None,
+                 prefix_len: Optional[int] = None) -> tuple[list[int], DecodeStats]:
+        """One EMBED run on the whole embedded prompt ``(L, hidden) float32`` with a cleared cache.
+
+        ``on_token`` gets every generated id (the runtime's WAITING ones too), end-of-sequence
+        ids excluded; returning False stops the run (finish_reason "stopped"). Returns (ids
+        without end-of-sequence, DecodeStats with the runtime's own timings and figures).
+        ``prefix_len`` is ignored: the whole prompt is prefilled every run, because the runtime's
+        prefix reuse with EMBED input is reported broken on 1.2.3 and unverified on 1.3
+        (docs/rkllm_abi.md, "Prefix KV reuse").
+        """
+        if len(prompt_embeds) + options.max_new_tokens > self.max_context:
+            raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "
+                             f"exceeds the RKLLM decoder's context of {self.max_context} tokens")
+        self.load(options)
+        on_id = None
+        if on_token is not None:
+            def on_id(token_id: int) -> Optional[bool]:
+                return None if token_id in self.eos_ids else on_token(token_id)
+        t0 = time.perf_counter()
+        self.runtime.clear_kv_cache()
+        res = self.runtime.run_embed(np.ascontiguousarray(prompt_embeds, dtype=np.float32), keep_history=False,
+                                     on_id=on_id)
+        wall_ms = (time.perf_counter() - t0) * 1000
+        tokens = [t for t in res.token_ids if t not in self.eos_ids]
+        if res.finish_reason == "repetition":
+            logger.warning("the RKLLM decoder looped (runaway repetition) and was stopped after %d tokens",
+                           len(res.token_ids))
+        perf = res.perf
+        runtime_perf = dataclasses.asdict(perf) if perf else {}
+        runtime_perf.update({"finish_reason": res.finish_reason, "abi": self.runtime.abi, "soc": self.soc,
+                             "quant": self.quant, "wall_ms": wall_ms})
+        reason = {"length": "length", "aborted": "stopped", "repetition": "repetition"}.get(res.finish_reason, "eos")
+        return tokens, DecodeStats(
+            prefill_tokens=perf.prefill_tokens if perf else len(prompt_embeds),
+            prefill_ms=perf.prefill_time_ms if perf else 0.0,
+            decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
+            decode_ms=perf.generate_time_ms if perf else wall_ms,
+            finish_reason=reason, runtime_perf=runtime_perf)
+
+    def close(self) -> None:
+        """Destroy the RKLLM handle (safe to call twice)."""
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None
+
+
+def decoder_path(bundle: Bundle, entry: dict, soc: str) -> str:
+    """The ``.rkllm`` file of ``entry``; BundleError if missing or a Git LFS pointer."""
+    return check_file(os.path.join(bundle.path, entry["file"]), f"RKLLM decoder for {soc}",
+                      hint=f"Copy it from the PC that converted it, or run scripts/export_rkllm.py --target {soc} "
+                           "again.")
+
+
+def _check_machine(soc: Optional[str]) -> None:
+    if soc is None and platform.machine() not in ("aarch64", "arm64"):
+        raise RKBackendError(
+            f"the rk backend runs on Rockchip RK3576/RK3588 boards only (this machine is {platform.machine()}); "
+            "use backend 'onnx' here (transcribe.py --backend onnx, or auto). To prepare a board, see docs/board.md.")
+
+
+def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_sizes: Optional[Sequence[int]] = None,
+                      rk: RKOptions = RKOptions(), *, repetition=None,
+                      options: DecodingOptions = DecodingOptions()) -> tuple[AudioEncoder, RKLLMTextDecoder]:
+    """The rk backend for ``bundle``: (RKNN encoder on the NPU, RKLLM text decoder), loaded.
+
+    Args:
+      encoder_form / encoder_sizes: which ``.rknn`` encoder variants to load.
+      rk: board settings (SoC, NPU cores, decoder CPUs, library, ABI, context, embed_flash).
+      repetition: :class:`~qwen3asr.backends.rk.rkllm.RepetitionGuard` (default: the binding's).
+      options: decoding settings the runtime is first initialised with (greedy by default).
+
+    Raises RKBackendError / BundleError / RKLLMError with what to do: not a board, no ``rk``
+    section, wrong SoC, missing file or Git LFS pointer, missing rknnlite or librkllmrt.so.
+    """
+    soc = rk.soc or os.environ.get(ENV_SOC) or None
+    _check_machine(soc)
+    from .rknn import create_rknn_encoder
+    from .soc import detect_soc
+
+    soc = soc or detect_soc()
+    if soc not in SUPPORTED_SOCS:
+        raise ValueError(f"unsupported SoC {soc!r}: the rk backend supports {', '.join(SUPPORTED_SOCS)}")
+    entry = rkllm_entry(bundle, soc)
+    decoder_file = decoder_path(bundle, entry, soc)
+    converted = int(entry["max_context"])
+    if rk.max_context is not None and rk.max_context > converted:
+        raise ValueError(f"max_context={rk.max_context} is over the {converted} tokens the RKLLM model was converted "
+                         f"for; use at most {converted} or convert again with scripts/export_rkllm.py --max-context")
+    t = bundle.text_config
+    decoder = RKLLMTextDecoder(decoder_file, soc, str(entry["quant"]), rk.max_context or converted,
+                               int(t["vocab_size"]), int(t["hidden_size"]), bundle.eos_token_ids, rk, repetition)
+    encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=rk.npu_cores)
+    try:
+        decoder.load(options)
+    except BaseException:
+        encoder.close()
+        raise
+    logger.info("rk backend on %s: %d encoder variants (%s), decoder %s (%s, context %d, ABI %s, CPU mask %#x)",
+                soc, len(encoder.variants), encoder_form, decoder_file, decoder.quant, decoder.max_context,
+                decoder.runtime.abi, decoder.cpu_mask)
+    return encoder, decoder
+
+
+__all__ = ["BASE_DOMAIN_ID", "RKBackendError", "RKLLMTextDecoder", "create_rk_backend", "decoder_path",
+           "rkllm_entry", "rkllm_options"]

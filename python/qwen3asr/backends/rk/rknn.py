@@ -1,0 +1,217 @@
+"""RKNN encoder runner (Rockchip NPU, rknn-toolkit-lite2): runs the bundle's ``.rknn`` variants.
+
+The ``.rknn`` files are made on an x86 PC by ``scripts/onnx2rknn.py`` and listed in the
+bundle manifest under ``rk.rknn.<soc>``; each is checked against its own metadata
+(:mod:`.rknn_meta`) before ``rknnlite`` is imported, which happens only when models are loaded.
+
+Graph inputs are fed in the order stored in the metadata (the converter fixes it with
+``load_onnx(inputs=...)``); 4-D inputs are NCHW (``data_format='nchw'``; the toolkit's
+default for 4-D arrays is NHWC), 3-D inputs are passed as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ...bundle import Bundle, BundleError
+from ...encoder import AudioEncoder, EncoderVariant
+from .elf import describe_library_file
+from .rknn_meta import RknnEntry, check_entry, manifest_entries
+from .soc import SUPPORTED_SOCS, detect_soc, resolve_core_mask
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = ("pip install rknn-toolkit-lite2 (aarch64 boards only; it runs on the board's NPU, not on a PC). "
+                "On a PC, use the ONNX Runtime backend, or rknn-toolkit2's simulator through scripts/onnx2rknn.py "
+                "--verify.")
+
+
+class RknnModel:
+    """One loaded model: orders and checks inputs, runs, checks the output.
+
+    ``handle`` is an RKNNLite (board) or an rknn-toolkit2 RKNN object after init_runtime
+    (simulator; scripts/onnx2rknn.py --verify): both take ``inference(inputs=[...], data_format=...)``.
+    """
+
+    def __init__(self, handle, entry: RknnEntry):
+        self.handle = handle
+        self.entry = entry
+        self.inputs: list[str] = list(entry.meta["inputs"])
+        self.shapes: dict[str, list[int]] = {k: list(v) for k, v in entry.meta["input_shapes"].items()}
+        self.output_shape: list[int] = list(entry.meta["output_shape"])
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """``feeds`` name -> float32 array of the stored shape; returns the output ``output_shape`` float32."""
+        name = os.path.basename(self.entry.path)
+        arrays = []
+        for key in self.inputs:
+            if key not in feeds:
+                raise ValueError(f"{name}: input {key!r} missing (model inputs: {self.inputs})")
+            a = np.ascontiguousarray(feeds[key], dtype=np.float32)
+            if list(a.shape) != self.shapes[key]:
+                raise ValueError(f"{name}: input {key!r} has shape {list(a.shape)}, the model takes {self.shapes[key]}")
+            arrays.append(a)
+        try:
+            outs = self.handle.inference(inputs=arrays, data_format="nchw")
+        except Exception as exc:  # the SDKs raise bare Exception/ValueError with their own text
+            raise RuntimeError(f"RKNN inference failed for {self.entry.path}: {exc}") from exc
+        if not outs:
+            raise RuntimeError(f"RKNN inference failed for {self.entry.path} (the runtime returned nothing; "
+                               f"see the RKNN log above)")
+        out = np.asarray(outs[0], dtype=np.float32)
+        if out.size != int(np.prod(self.output_shape)):
+            raise RuntimeError(f"{name}: output shape {list(out.shape)}, expected {self.output_shape}")
+        out = out.reshape(self.output_shape)
+        if not np.all(np.isfinite(out)):
+            raise FloatingPointError(f"{name} produced inf/nan on the NPU (fp16 overflow?); check the conversion "
+                                     f"with scripts/onnx2rknn.py --verify")
+        return out
+
+
+RKNN_RUNTIME = "/usr/lib/librknnrt.so"  # where rknnlite loads the NPU runtime from (a fixed path in rknnlite)
+RUNTIME_HINT = ("copy librknnrt.so from rknn-toolkit2's rknpu2/runtime/Linux/librknn_api/aarch64/ (the release whose "
+                "toolkit converted the models) to /usr/lib; deploy/setup_board.sh checks it (docs/board_setup.md)")
+
+
+def install_hint(version: Optional[tuple] = None) -> str:
+    """How to install rknnlite on Python ``version`` (default this one; its wheels stop at 3.12)."""
+    major, minor = tuple(version or sys.version_info)[:2]
+    if (major, minor) >= (3, 13):
+        return (f"rknn-toolkit-lite2 (2.5.0) has wheels for Python 3.7-3.12 only and this is {major}.{minor}: "
+                "make the venv with a Python 3.10-3.12 (deploy/setup_board.sh), or use the CPU backend")
+    return INSTALL_HINT
+
+
+def _rknnlite_class():
+    try:
+        from rknnlite.api import RKNNLite
+    except ImportError as exc:
+        raise RuntimeError(f"the RKNN encoder needs rknnlite, which is not installed: {install_hint()}") from exc
+    return RKNNLite
+
+
+def check_rknn_runtime(path: str = RKNN_RUNTIME) -> None:
+    """RuntimeError naming the fix when the NPU runtime rknnlite loads cannot be this machine's;
+    checked before rknnlite's init_runtime, which otherwise prints its own traceback first."""
+    if not os.path.exists(path):
+        raise RuntimeError(f"the RKNN NPU runtime {path} is missing: {RUNTIME_HINT}")
+    problem = describe_library_file(path)
+    if problem is not None:
+        raise RuntimeError(f"the RKNN NPU runtime {path} {problem}: {RUNTIME_HINT}")
+
+
+class RknnEncoderRunner:
+    """:class:`qwen3asr.encoder.EncoderRunner` on the NPU.
+
+    Args:
+      bundle: the model bundle (manifest with an ``rk.rknn.<soc>`` list).
+      form: "merged" or "split" (split also loads the front end).
+      sizes: durations in seconds to load (default: all of ``form``).
+      soc: "rk3588" / "rk3576"; default from /proc/device-tree/compatible.
+      core_mask: RKNNLite core mask (int or CORE_MASKS name); default all cores of the SoC.
+      lite_class: the RKNNLite class (default ``rknnlite.api.RKNNLite``; tests pass a double).
+
+    Every file is checked (exists, not an LFS pointer, RKNN magic, metadata matches the
+    manifest) before rknnlite is imported.
+    """
+
+    def __init__(self, bundle: Bundle, form: str = "merged", sizes: Optional[Sequence[int]] = None,
+                 soc: Optional[str] = None, core_mask: Any = None, lite_class=None):
+        if form not in ("merged", "split"):
+            raise ValueError(f"encoder form must be 'merged' or 'split', got {form!r}")
+        self.soc = soc or detect_soc()
+        if self.soc not in SUPPORTED_SOCS:
+            raise ValueError(f"soc must be one of {', '.join(SUPPORTED_SOCS)}, got {self.soc!r}")
+        self.core_mask = resolve_core_mask(self.soc, core_mask)
+        self.form = form
+        entries = [e for e in manifest_entries(bundle, self.soc) if e["form"] == form]
+        wanted = None if sizes is None else {int(s) for s in sizes}
+        offered = sorted({int(e["n_chunks"]) for e in entries if e["part"] != "frontend"})
+        if wanted is not None and wanted - set(offered):
+            raise BundleError(f"RKNN encoder sizes {sorted(wanted - set(offered))} s not converted for {self.soc} "
+                              f"({form} offers {offered} s); re-run scripts/onnx2rknn.py with --sizes")
+        selected = [e for e in entries if e["part"] == "frontend" or wanted is None or int(e["n_chunks"]) in wanted]
+        if not any(e["part"] != "frontend" for e in selected):
+            raise BundleError(f"the bundle has no {form} RKNN encoder models for {self.soc}; re-run "
+                              f"scripts/onnx2rknn.py --forms {form}")
+        checked = [check_entry(bundle, self.soc, e) for e in selected]
+        if form == "split" and not any(c.part == "frontend" for c in checked):
+            raise BundleError(f"the split RKNN models for {self.soc} lack the front end; re-run scripts/onnx2rknn.py")
+        self.variants = [EncoderVariant(c.form, c.n_chunks, c.path) for c in checked if c.part != "frontend"]
+        lite = lite_class or _rknnlite_class()
+        if lite_class is None and str(getattr(lite, "__module__", "")).startswith("rknnlite."):
+            check_rknn_runtime()  # the real rknnlite: its runtime library must be there first
+        self._models: dict[str, RknnModel] = {}
+        self._frontend: Optional[RknnModel] = None
+        try:
+            for c in checked:
+                model = RknnModel(self._load(lite, c.path), c)
+                if c.part == "frontend":
+                    self._frontend = model
+                else:
+                    self._models[c.path] = model
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self, lite_class, path: str):
+        handle = lite_class()
+        ret = handle.load_rknn(path)
+        if ret != 0:
+            handle.release()
+            raise RuntimeError(f"RKNNLite.load_rknn({path}) failed with {ret}")
+        ret = handle.init_runtime(core_mask=self.core_mask)
+        if ret != 0:
+            handle.release()
+            raise RuntimeError(
+                f"RKNNLite.init_runtime(core_mask={self.core_mask}) failed with {ret} for {path}: is the NPU driver "
+                f"loaded and librknnrt.so as new as the rknn-toolkit2 that converted the model?")
+        logger.info("loaded %s on %s (core mask %d)", path, self.soc, self.core_mask)
+        return handle
+
+    def _model(self, variant: EncoderVariant) -> RknnModel:
+        model = self._models.get(variant.path)
+        if model is None:
+            raise ValueError(f"encoder variant {variant.path} is not loaded (loaded: {sorted(self._models)})")
+        return model
+
+    def run_merged(self, variant, mel, conv_mask1, conv_mask2, attn_bias):
+        return self._model(variant).run(
+            {"mel": mel, "conv_mask1": conv_mask1, "conv_mask2": conv_mask2, "attn_bias": attn_bias})
+
+    def run_frontend(self, mel_chunk, conv_mask1, conv_mask2):
+        if self._frontend is None:
+            raise RuntimeError("the split-encoder front end is not loaded (form='merged')")
+        return self._frontend.run({"mel": mel_chunk, "conv_mask1": conv_mask1, "conv_mask2": conv_mask2})
+
+    def run_backend(self, variant, hidden, attn_bias):
+        return self._model(variant).run({"hidden": hidden, "attn_bias": attn_bias})
+
+    def close(self) -> None:
+        """Free every loaded model (safe to call twice)."""
+        models = list(self._models.values()) + ([self._frontend] if self._frontend else [])
+        self._models, self._frontend = {}, None
+        for m in models:
+            m.handle.release()
+
+
+def create_rknn_encoder(bundle, form: str = "merged", sizes: Optional[Sequence[int]] = None,
+                        soc: Optional[str] = None, core_mask: Any = None, lite_class=None) -> AudioEncoder:
+    """An :class:`AudioEncoder` on the NPU for ``bundle`` (a Bundle or its directory).
+
+    ``encoder.close()`` frees the NPU.
+    """
+    if not isinstance(bundle, Bundle):
+        bundle = Bundle.load(bundle)
+    runner = RknnEncoderRunner(bundle, form, sizes, soc, core_mask, lite_class)
+    return AudioEncoder(runner, runner.variants, bundle.manifest["encoder"]["window_tokens"],
+                        int(bundle.audio_config["num_mel_bins"]), form)
+
+
+__all__ = ["INSTALL_HINT", "RKNN_RUNTIME", "RknnEncoderRunner", "RknnModel", "check_rknn_runtime",
+           "create_rknn_encoder", "install_hint"]

@@ -1,0 +1,87 @@
+"""The committed text of a stream: text that will not change any more, and its segments.
+
+Chunks arrive here when they leave the decoder window. Their ids go through one incremental
+decoder, so a character split across two chunks' tokens comes out whole; ids whose last
+character is still incomplete are *held* and complete the unstable tail's text. Each new
+committed piece goes to ``on_text`` once. A segment's end (VAD speech end, ``finish()``)
+flushes the decoder and may apply ITN to the segment's text.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+from ..audio import SAMPLE_RATE
+from ..prompt import fix_repetitions
+from ..results import Segment
+from ..text import join_text, spaced
+from .window import Chunk
+
+
+class CommittedText:
+    """Committed ids -> text, segments and ``on_text`` pieces (never retracted)."""
+
+    def __init__(self, tokenizer, on_text: Optional[Callable[[str], None]] = None):
+        self.tokenizer = tokenizer
+        self._on_text = on_text
+        self.reset()
+
+    def reset(self) -> None:
+        self._run_text = ""  # committed text of the open segment (raw)
+        self._text = self.tokenizer.incremental_decoder()  # committed ids -> text
+        self._held: List[int] = []  # committed ids whose last character is still incomplete
+        self._held_text = ""  # text those ids already gave
+        self._done_text = ""  # text of closed segments
+        self.text = ""  # join_text(_done_text, _run_text), kept up to date
+        self.ids: List[int] = []  # every committed text id (language headers excluded)
+        self.segments: List[Segment] = []  # one per committed chunk with text
+
+    def commit(self, chunk: Chunk) -> None:
+        """Commit a chunk that left the window: its text joins the open segment's. The official
+        repetition collapse runs on each committed piece."""
+        piece = fix_repetitions("".join(self._push(t) for t in chunk.tokens))
+        self.ids.extend(chunk.tokens)
+        if not self._run_text:
+            piece = piece.lstrip()
+        elif chunk.fresh and piece and spaced(piece[0]) and spaced(self._run_text[-1]):
+            # An answer begun afresh (empty window prefix) has no leading space: without one
+            # here "... rice cooker" + "close the ..." would read "cookerclose".
+            piece = " " + piece
+        self._run_text += piece
+        text = piece.strip()
+        if text:
+            self.segments.append(Segment(chunk.start / SAMPLE_RATE, chunk.end / SAMPLE_RATE, text, chunk.language))
+        before, self.text = self.text, join_text(self._done_text, self._run_text)
+        if self._on_text is not None and len(self.text) > len(before) and self.text.startswith(before):
+            self._on_text(self.text[len(before):])
+
+    def close_segment(self, itn: bool, language: Optional[str]) -> None:
+        """End the open segment (its chunks already committed): its text is final, with ITN
+        applied when ``itn`` (``on_text`` has sent the raw pieces)."""
+        text = (self._run_text + self._text.flush()).strip()
+        self._held, self._held_text = [], ""
+        if itn and text:
+            from ..itn import inverse_normalize
+
+            text = inverse_normalize(text, language)
+        self._done_text = self.text = join_text(self._done_text, text)
+        self._run_text = ""
+
+    def tail_text(self, tail_ids: List[int]) -> str:
+        """The text of the window's ``tail_ids``, completing a character the committed text ends inside."""
+        if not tail_ids:
+            return ""
+        return self.tokenizer.decode(self._held + tail_ids)[len(self._held_text):].strip()
+
+    def _push(self, token: int) -> str:
+        """Commit one id to the text decoder; returns the newly completed text."""
+        out = self._text.push(token)
+        if self._text.pending:
+            self._held.append(token)
+            self._held_text += out
+        else:
+            self._held, self._held_text = [], ""
+        return out
+
+
+__all__ = ["CommittedText"]

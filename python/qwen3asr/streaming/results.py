@@ -1,0 +1,95 @@
+"""What a stream reports: the transcript so far and what each chunk cost."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from ..text import join_text
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkStats:
+    """Cost of one chunk (one encoder pass, one decoder run)."""
+
+    start: float  # seconds from the start of the stream
+    end: float  # seconds
+    encoder_calls: int  # encoder graph executions
+    encoder_seconds: float  # capacity of the graphs run (s, padding included)
+    encoder_ms: float  # mel + encoder wall time
+    window_chunks: int  # chunks the decoder saw
+    prefix_tokens: int  # header + text prefix tokens in the assistant turn
+    prefill_tokens: int  # decoder prefill positions
+    prefill_ms: float
+    decode_tokens: int  # forward passes of one generated token
+    decode_ms: float
+    generated: int  # tokens generated
+
+
+SUMMED = ("encoder_seconds", "encoder_calls", "encoder_ms", "prefill_tokens", "prefill_ms", "decode_tokens",
+           "decode_ms")  # ChunkStats fields that StreamStats totals
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStats:
+    """Totals of a session; per-audio-second figures as properties."""
+
+    audio_seconds: float  # audio received
+    encoded_seconds: float  # audio inside encoded chunks (each sample at most once)
+    encoder_seconds: float  # capacity of the encoder graphs run (padding included)
+    encoder_calls: int
+    encoder_ms: float
+    prefill_tokens: int
+    prefill_ms: float
+    decode_tokens: int
+    decode_ms: float
+    vad_ms: float  # time in the VAD model
+    chunks: int
+
+    @property
+    def encoded_fraction(self) -> float:
+        return self.encoded_seconds / self.audio_seconds if self.audio_seconds else float("nan")
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        return self.prefill_tokens / self.audio_seconds if self.audio_seconds else float("nan")
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Generated-token forward passes per audio second."""
+        return self.decode_tokens / self.audio_seconds if self.audio_seconds else float("nan")
+
+    @property
+    def compute_ms_per_second(self) -> float:
+        """Encoder + decoder + VAD wall time per audio second (ms)."""
+        total = self.encoder_ms + self.prefill_ms + self.decode_ms + self.vad_ms
+        return total / self.audio_seconds if self.audio_seconds else float("nan")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        for k in ("encoded_fraction", "prefill_tokens_per_second", "decode_tokens_per_second",
+                  "compute_ms_per_second"):
+            d[k] = getattr(self, k)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamResult:
+    """The transcript so far."""
+
+    committed: str  # text that will not change any more
+    tail: str  # text of the chunks still in the decoder window (may still change)
+    language: Optional[str]  # language of the latest text (forced or detected), None if unknown
+    segments: tuple  # Segment per committed chunk with text (times in stream seconds)
+    stats: StreamStats
+    chunks: tuple  # ChunkStats per chunk decoded so far
+    finished: bool  # finish() was called; the tail is then empty
+    truncated: bool = False  # some chunk ran out of max_new_tokens
+    token_ids: tuple = ()  # committed text token ids, all segments (language headers excluded)
+
+    @property
+    def text(self) -> str:
+        return join_text(self.committed, self.tail) if self.tail else self.committed
+
+
+__all__ = ["ChunkStats", "StreamResult", "StreamStats", "SUMMED"]
