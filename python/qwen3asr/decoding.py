@@ -4,8 +4,8 @@ Two seams:
 
 - :class:`TextDecoder`, what the engine calls: ``generate(prompt_embeds, options, on_token,
   prefix_len) -> (token ids, DecodeStats)`` and ``close()``. Implemented by the ONNX backend
-  (``onnx_backend.OnnxTextDecoder``, token-level sampling here) and the rk backend
-  (``rk_backend.RKLLMTextDecoder``, the RKLLM runtime samples). A backend that can also pause,
+  (``backends.onnx.OnnxTextDecoder``, token-level sampling here) and the rk backend
+  (``backends.rk.backend.RKLLMTextDecoder``, the RKLLM runtime samples). A backend that can also pause,
   resume and clone a generation offers ``start(prompt_embeds, options, prefix_len) -> Generation``.
 - :class:`KVDecoder`, what :class:`Generation` drives on the CPU: ``forward(embeds, cache,
   logit_rows) -> (logits, cache)``; everything here is backend-independent numpy.
@@ -16,12 +16,49 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import time
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) \
+        and math.isfinite(v)
+
+
+SEED_MAX = 2**64 - 1  # sampling seeds are unsigned 64-bit (numpy's SeedSequence takes any, RKLLM none)
+
+
+def sampling_problems(**fields) -> list[str]:
+    """The one check of sampling settings, shared by every options object that carries them
+    (DecodingOptions, TranscribeOptions, the RKLLM runtime's): one message per bad field, naming
+    the field, the value and what is accepted. Fields not given are not checked; ``seed`` and
+    ``max_new_tokens`` may be None (the caller's default)."""
+    problems = []
+    for name, v in fields.items():
+        if name == "temperature" and not (_is_number(v) and v >= 0):
+            problems.append(f"temperature must be a number >= 0 (got {v!r})")
+        elif name == "top_k" and not (_is_int(v) and v >= 0):
+            problems.append(f"top_k must be an integer >= 0 (got {v!r})")
+        elif name == "top_p" and not (_is_number(v) and 0 < v <= 1):
+            problems.append(f"top_p must be in (0, 1] (got {v!r})")
+        elif name == "repetition_penalty" and not (_is_number(v) and v > 0):
+            problems.append(f"repetition_penalty must be a number > 0 (got {v!r})")
+        elif name == "seed" and v is not None and not (_is_int(v) and 0 <= v <= SEED_MAX):
+            problems.append(f"seed must be an integer in 0..2**64-1 or None (got {v!r})")
+        elif name == "max_new_tokens" and v is not None and not (_is_int(v) and v >= 1):
+            problems.append(f"max_new_tokens must be an integer >= 1 (got {v!r})")
+        elif name not in ("temperature", "top_k", "top_p", "repetition_penalty", "seed", "max_new_tokens"):
+            raise TypeError(f"sampling_problems() got an unknown field {name!r}")
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,17 +73,11 @@ class DecodingOptions:
     seed: int | None = None  # sampling seed (None = nondeterministic)
 
     def __post_init__(self):
-        problems = []
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens must be an integer >= 1 (got {self.max_new_tokens!r})")
-        if not self.temperature >= 0:
-            problems.append(f"temperature must be >= 0 (got {self.temperature!r})")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            problems.append(f"top_k must be an integer >= 0 (got {self.top_k!r})")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1] (got {self.top_p!r})")
-        if not self.repetition_penalty > 0:
-            problems.append(f"repetition_penalty must be > 0 (got {self.repetition_penalty!r})")
+        problems = sampling_problems(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                     top_k=self.top_k, top_p=self.top_p,
+                                     repetition_penalty=self.repetition_penalty, seed=self.seed)
+        if self.max_new_tokens is None:
+            problems.insert(0, "max_new_tokens must be an integer >= 1 (got None)")
         if problems:
             raise ValueError("invalid decoding options: " + "; ".join(problems))
 

@@ -31,7 +31,7 @@ import dataclasses
 import math
 from typing import Optional, Union
 
-from .decoding import DecodingOptions
+from .decoding import DecodingOptions, sampling_problems
 from .languages import resolve_language
 from .mel import HOP_LENGTH as HOP  # samples per 10 ms mel frame
 from .vad import VADOptions
@@ -45,7 +45,7 @@ STREAM_MAX_NEW_TOKENS = 128
 STREAM_ROLLBACK_TOKENS = 2
 
 _INTS = (("memory_num", 1), ("unfixed_chunks", 0))
-_OPTIONAL_INTS = (("max_new_tokens", 1), ("rollback_tokens", 0), ("max_chunks", 1))
+_OPTIONAL_INTS = (("rollback_tokens", 0), ("max_chunks", 1))
 
 
 def _is_int(v) -> bool:
@@ -106,16 +106,9 @@ class TranscribeOptions:
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < low):
                 problems.append(f"{name} must be an integer >= {low} or None (got {v!r})")
-        if not _is_number(self.temperature) or self.temperature < 0:
-            problems.append(f"temperature must be a number >= 0 (got {self.temperature!r})")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            problems.append(f"top_k must be an integer >= 0 (got {self.top_k!r})")
-        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1] (got {self.top_p!r})")
-        if not _is_number(self.repetition_penalty) or self.repetition_penalty <= 0:
-            problems.append(f"repetition_penalty must be a number > 0 (got {self.repetition_penalty!r})")
-        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
-            problems.append(f"seed must be an integer >= 0 or None (got {self.seed!r})")
+        problems += sampling_problems(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                      top_k=self.top_k, top_p=self.top_p,
+                                      repetition_penalty=self.repetition_penalty, seed=self.seed)
         cs = self.chunk_size
         if cs is not None:
             if not _is_number(cs) or cs < 0.2:

@@ -31,6 +31,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ...decoding import sampling_problems
 from .elf import describe_library_file
 
 logger = logging.getLogger(__name__)
@@ -542,11 +543,10 @@ class RKLLMOptions:
                              f"max_context_len ({self.max_context_len})")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.temperature < 0.0 or self.repeat_penalty <= 0.0:
-            raise ValueError(f"temperature must be >= 0 and repeat_penalty > 0, got "
-                             f"{self.temperature} and {self.repeat_penalty}")
+        problems = sampling_problems(temperature=self.temperature, top_p=self.top_p,
+                                     repetition_penalty=self.repeat_penalty)
+        if problems:
+            raise ValueError("invalid RKLLM sampling settings: " + "; ".join(problems))
         if not 0 <= self.base_domain_id <= 255:
             raise ValueError(f"base_domain_id must be in 0..255, got {self.base_domain_id}")
         if not 0 <= self.enabled_cpus_mask <= 0xFF:
