@@ -229,6 +229,34 @@ def test_manifest_eos_ids_must_match_the_tokenizer(bundle_dir, tmp_path):
         Qwen3ASREngine(str(dst), backend="onnx")
 
 
+def test_a_tokenizer_that_disagrees_with_the_manifest_is_a_bundle_error(bundle_dir, tmp_path):
+    """A bundle put together from two exports: a special token's id differs between the tokenizer
+    files and model.json."""
+    from qwen3asr import BundleError
+
+    dst = _copy(bundle_dir, tmp_path)
+    man = json.loads((dst / "model.json").read_text())
+    name = sorted(man["special_tokens"])[0]
+    man["special_tokens"][name] += 1
+    (dst / "model.json").write_text(json.dumps(man))
+    with pytest.raises(BundleError, match=f"the tokenizer and model.json disagree on {name}.*re-export"):
+        Qwen3ASREngine(str(dst), backend="onnx")
+
+
+def test_every_library_error_is_a_qwen3asr_error_and_keeps_its_builtin_base():
+    import qwen3asr
+    from qwen3asr.backends.rk.backend import RKBackendError
+    from qwen3asr.backends.rk.rkllm import RKLLMError
+    from qwen3asr.languages import LanguageError
+    from qwen3asr.tokenizer import TokenizerError
+
+    for cls, builtin in ((qwen3asr.AudioError, ValueError), (qwen3asr.BundleError, RuntimeError),
+                         (qwen3asr.EngineClosed, RuntimeError), (qwen3asr.Cancelled, RuntimeError),
+                         (LanguageError, ValueError), (TokenizerError, RuntimeError),
+                         (RKBackendError, RuntimeError), (RKLLMError, RuntimeError)):
+        assert issubclass(cls, qwen3asr.Qwen3ASRError) and issubclass(cls, builtin), cls
+
+
 def test_one_pass_limit_is_read_and_checked(bundle_dir, tmp_path):
     """model.json ``limits.one_pass_seconds``: absent = None (as long as the context holds)."""
     from qwen3asr.bundle import Bundle

@@ -13,6 +13,8 @@ from typing import Union
 
 import numpy as np
 
+from .errors import Qwen3ASRError
+
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000  # Hz, what the model expects
@@ -21,7 +23,7 @@ MIN_SAMPLES = 160  # one mel hop (10 ms): anything shorter yields no feature fra
 AudioInput = Union[str, os.PathLike, np.ndarray]
 
 
-class AudioError(ValueError):
+class AudioError(Qwen3ASRError, ValueError):
     """Audio that cannot be used: unreadable, empty, non-finite or of the wrong shape."""
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from .encoder import EncoderVariant
+from .errors import Qwen3ASRError
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ _LFS_MAGIC = b"version https://git-lfs.github.com/spec/"
 DEFAULT_MODEL_ENV = "QWEN3ASR_MODEL"
 
 
-class BundleError(RuntimeError):
+class BundleError(Qwen3ASRError, RuntimeError):
     """A bundle that is missing, incomplete or from an incompatible exporter."""
 
 

@@ -23,9 +23,10 @@ import numpy as np
 from . import mel as melmod
 from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from .backends import BACKENDS, BackendOptions, PrefixCacheOptions, create_backend
-from .bundle import Bundle, EmbeddingTable, default_model_dir
+from .bundle import Bundle, BundleError, EmbeddingTable, default_model_dir
 from .decoding import DecodingOptions, Generation
 from .encoder import TOKENS_PER_CHUNK, tokens_for_frames
+from .errors import Qwen3ASRError
 from .languages import language_code
 from .options import TranscribeOptions, build_options
 from .prompt import Prompt, build_prompt, parse_asr_output
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["BACKENDS", "EncodeStats", "EngineClosed", "Qwen3ASREngine", "Request"]
 
 
-class EngineClosed(RuntimeError):
+class EngineClosed(Qwen3ASRError, RuntimeError):
     """The engine was closed (``engine.close()``); create a new Qwen3ASREngine."""
 
 
@@ -133,13 +134,17 @@ class Qwen3ASREngine:
         logger.info("loaded %s (backend %s)", self.bundle.path, self.backend)
 
     def _check_specials(self) -> None:
+        """BundleError when the bundle's tokenizer files and its manifest disagree (a bundle put
+        together from two exports)."""
         for name, tid in self.bundle.special_tokens.items():
             if self.tokenizer.token_id(name) != tid:
-                raise RuntimeError(f"tokenizer and manifest disagree on {name}: {self.tokenizer.token_id(name)} vs {tid}")
+                raise BundleError(f"{self.bundle.path}: the tokenizer and model.json disagree on {name} "
+                                  f"({self.tokenizer.token_id(name)} vs {tid}); re-export the bundle with "
+                                  "scripts/export_onnx.py")
         eos = self.bundle.eos_token_ids
         if eos != set(self.tokenizer.eos_ids):
-            raise RuntimeError(f"manifest end-of-sequence ids {sorted(eos)} differ from the tokenizer's "
-                               f"{list(self.tokenizer.eos_ids)}; re-export the bundle")
+            raise BundleError(f"manifest end-of-sequence ids {sorted(eos)} differ from the tokenizer's "
+                              f"{list(self.tokenizer.eos_ids)}; re-export the bundle")
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
+from .errors import Qwen3ASRError
+
 # Canonical name -> BCP-47 code, in the official order (qwen_asr.inference.utils).
 LANGUAGE_CODES: Dict[str, str] = {
     "Chinese": "zh",
@@ -47,7 +49,7 @@ SUPPORTED_LANGUAGES: Tuple[str, ...] = tuple(LANGUAGE_CODES)
 _NAME_BY_CODE: Dict[str, str] = {code: name for name, code in LANGUAGE_CODES.items()}
 
 
-class LanguageError(ValueError):
+class LanguageError(Qwen3ASRError, ValueError):
     """A language name that is empty or not one of the 30 supported languages."""
 
 

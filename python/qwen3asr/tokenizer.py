@@ -20,6 +20,8 @@ import logging
 import os
 from typing import Dict, Iterable, List, Sequence, Tuple
 
+from .errors import Qwen3ASRError
+
 logger = logging.getLogger(__name__)
 
 # Qwen2 pre-tokenizer regex (Qwen2, Qwen2.5, Qwen3).
@@ -37,7 +39,7 @@ AUDIO_PAD = "<|audio_pad|>"
 ASR_TEXT = "<asr_text>"
 
 
-class TokenizerError(RuntimeError):
+class TokenizerError(Qwen3ASRError, RuntimeError):
     """A tokenizer directory that is missing, incomplete or corrupt, or an unknown token."""
 
 

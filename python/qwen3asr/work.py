@@ -13,8 +13,10 @@ import contextlib
 import dataclasses
 from typing import Callable, ContextManager, Iterator, Optional, Protocol
 
+from .errors import Qwen3ASRError
 
-class Cancelled(RuntimeError):
+
+class Cancelled(Qwen3ASRError, RuntimeError):
     """The request was cancelled (``Work.cancel`` was set): its remaining work was not run."""
 
 

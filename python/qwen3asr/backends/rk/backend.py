@@ -44,6 +44,7 @@ import numpy as np
 from ...bundle import Bundle, check_file
 from ...decoding import DecodingOptions
 from ...encoder import AudioEncoder
+from ...errors import Qwen3ASRError
 from ...results import DecodeStats
 from .options import RKOptions
 from .soc import ENV_SOC, SUPPORTED_SOCS
@@ -53,7 +54,7 @@ logger = logging.getLogger(__name__)
 BASE_DOMAIN_ID = 1  # an RKNN model shares the process: the RKLLM model takes NPU IOMMU domain 1
 
 
-class RKBackendError(RuntimeError):
+class RKBackendError(Qwen3ASRError, RuntimeError):
     """The rk backend cannot run here or the bundle lacks its models (the message says what to do)."""
 
 

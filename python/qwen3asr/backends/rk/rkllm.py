@@ -32,6 +32,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...decoding import sampling_problems
+from ...errors import Qwen3ASRError
 from .elf import describe_library_file
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ _DOWNLOAD_HINT = (
 )
 
 
-class RKLLMError(RuntimeError):
+class RKLLMError(Qwen3ASRError, RuntimeError):
     """A librkllmrt call failed, the library is missing, or its ABI is unsupported."""
 
 
