@@ -129,3 +129,42 @@ def test_bad_array_types():
         prepare_audio(np.zeros((2, 2, 1000), np.float32))
     with pytest.raises(AudioError, match="sample rate must be positive"):
         prepare_audio(tone(), sample_rate=0)
+
+
+# ---------------------------------------------------------------------------- streamed chunks
+@pytest.mark.parametrize("pcm, rate, message", [
+    (np.zeros(1600, np.float32), 44100, r"^VAD needs 16000 Hz audio, got 44100 Hz; resample first "
+                                        r"\(qwen3asr\.audio\.resample or soxr\.resample\(pcm, 44100, 16000\)\)$"),
+    ([0.0] * 10, SR, r"^VAD needs a numpy float32 array, got list$"),
+    (np.zeros(10, np.int16), SR, r"^VAD needs float32 samples in \[-1, 1\], got dtype int16; convert int16 with "
+                                 r"pcm\.astype\(np\.float32\) / 32768 and float64 with pcm\.astype\(np\.float32\)$"),
+    (np.zeros((10, 2), np.float32), SR, r"^VAD needs mono audio of shape \(samples,\), got shape \(10, 2\); "
+                                        r"mix channels first, e\.g\. pcm\.mean\(axis=1\)$"),
+    (np.array([0.0, np.inf], np.float32), SR, r"^VAD got NaN or infinite samples$"),
+])
+def test_chunk_check_messages(pcm, rate, message):
+    from qwen3asr.audio import PcmChecker, check_pcm
+
+    with pytest.raises(AudioError, match=message):
+        check_pcm(pcm, rate, where="VAD")
+    with pytest.raises(AudioError, match=message):
+        PcmChecker("VAD")(pcm, rate)
+
+
+def test_chunk_check_shapes_and_clipping(caplog):
+    """(n, 1) is mono; values beyond [-1, 1] are clipped, with one warning per PcmChecker (one
+    stream) and one per check_pcm call."""
+    from qwen3asr.audio import PcmChecker, check_pcm
+
+    x = np.array([[0.5], [-0.25]], np.float32)
+    y = check_pcm(x)
+    assert y.shape == (2,) and y.dtype == np.float32 and np.shares_memory(x, y)  # no copy when nothing changes
+    check = PcmChecker()
+    with caplog.at_level("WARNING", logger="qwen3asr.audio"):
+        a = check(np.array([2.0, -0.5], np.float32))
+        b = check(np.array([-3.0], np.float32))
+        assert len(caplog.records) == 1 and "feed_audio: stream audio exceeds [-1, 1]" in caplog.text
+        check_pcm(np.array([2.0], np.float32))
+        check_pcm(np.array([2.0], np.float32))
+        assert len(caplog.records) == 3
+    assert a.tolist() == [1.0, -0.5] and b.tolist() == [-1.0] and a.dtype == np.float32 and check.clipped

@@ -1,8 +1,9 @@
 """Audio input: files or arrays to 16 kHz mono float32 in [-1, 1].
 
-Follows the official loader: channels are averaged, other sample rates are resampled
-(band-limited, soxr), and if the peak exceeds 1.0 the signal is divided by its peak,
-then clipped to [-1, 1].
+Whole inputs (``prepare_audio``) follow the official loader: channels are averaged, other
+sample rates are resampled (band-limited, soxr), and if the peak exceeds 1.0 the signal is
+divided by its peak, then clipped to [-1, 1]. Streamed chunks, which cannot be
+peak-normalised, are validated by ``check_pcm`` / ``PcmChecker`` and clipped.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000  # Hz, what the model expects
+SAMPLE_RATE = 16000  # Hz, what the model expects (the one definition; mel, vad, stream use it)
 MIN_SAMPLES = 160  # one mel hop (10 ms): anything shorter yields no feature frame
 
 AudioInput = Union[str, os.PathLike, np.ndarray]
@@ -125,3 +126,60 @@ def _array_to_float(audio: np.ndarray) -> np.ndarray:
         half = float(2 ** (8 * audio.dtype.itemsize - 1))
         return ((audio.astype(np.float64) - half) / half).astype(np.float32)
     raise AudioError(f"audio array dtype {audio.dtype} is not PCM; use float32 or an integer type")
+
+
+# ---------------------------------------------------------------------------- streamed chunks
+def check_pcm(pcm: np.ndarray, sample_rate: int = SAMPLE_RATE, *, where: str = "feed_audio") -> np.ndarray:
+    """A chunk of streamed audio, validated: ``(n,)`` float32 16 kHz mono, clipped to [-1, 1].
+
+    Accepts ``(n,)`` or ``(n, 1)`` float32 at 16 kHz; anything else raises AudioError (a
+    ValueError) whose message starts with ``where`` (the caller users know) and says how to
+    convert. Samples beyond [-1, 1] are clipped and a warning is logged on every such call;
+    a stream uses PcmChecker, which warns once.
+    """
+    pcm, clipped = _validate(pcm, sample_rate, where)
+    if clipped:
+        logger.warning("%s: audio exceeds [-1, 1]; clipping (scale the input to avoid distortion)", where)
+    return pcm
+
+
+class PcmChecker:
+    """``check_pcm`` for the consecutive chunks of one stream: the clipping warning is logged once.
+
+    Make one per stream (and a new one when the stream restarts); call it on every chunk.
+    """
+
+    def __init__(self, where: str = "feed_audio"):
+        self.where = where  # named at the start of every error message
+        self.clipped = False  # some chunk exceeded [-1, 1] (the warning was logged then)
+
+    def __call__(self, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+        """The validated ``(n,)`` float32 chunk (see check_pcm)."""
+        pcm, clipped = _validate(pcm, sample_rate, self.where)
+        if clipped and not self.clipped:
+            logger.warning("%s: stream audio exceeds [-1, 1]; clipping (scale the input to avoid distortion)",
+                           self.where)
+            self.clipped = True
+        return pcm
+
+
+def _validate(pcm, sample_rate: int, where: str) -> tuple[np.ndarray, bool]:
+    """(the ``(n,)`` float32 chunk clipped to [-1, 1], whether clipping changed it); AudioError if unusable."""
+    if sample_rate != SAMPLE_RATE:
+        raise AudioError(f"{where} needs {SAMPLE_RATE} Hz audio, got {sample_rate} Hz; resample first "
+                         f"(qwen3asr.audio.resample or soxr.resample(pcm, {sample_rate}, {SAMPLE_RATE}))")
+    if not isinstance(pcm, np.ndarray):
+        raise AudioError(f"{where} needs a numpy float32 array, got {type(pcm).__name__}")
+    if pcm.dtype != np.float32:
+        raise AudioError(f"{where} needs float32 samples in [-1, 1], got dtype {pcm.dtype}; convert int16 "
+                         f"with pcm.astype(np.float32) / 32768 and float64 with pcm.astype(np.float32)")
+    if pcm.ndim == 2 and pcm.shape[1] == 1:
+        pcm = pcm[:, 0]
+    if pcm.ndim != 1:
+        raise AudioError(f"{where} needs mono audio of shape (samples,), got shape {pcm.shape}; "
+                         f"mix channels first, e.g. pcm.mean(axis=1)")
+    if not np.all(np.isfinite(pcm)):
+        raise AudioError(f"{where} got NaN or infinite samples")
+    if pcm.size and float(np.max(np.abs(pcm))) > 1.0:
+        return np.clip(pcm, -1.0, 1.0), True
+    return pcm, False

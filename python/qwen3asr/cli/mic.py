@@ -17,9 +17,9 @@ import shutil
 import signal
 import sys
 
+from ..audio import SAMPLE_RATE
 from .common import add_decoding_args, add_engine_args, engine_from_args, options_from_args, setup_logging
 
-SAMPLE_RATE = 16000  # Hz, what the model takes
 BLOCK_SECONDS = 0.1  # audio per capture callback
 CLEAR = "\r\033[K"  # carriage return + erase to end of line
 DIM, RESET = "\033[2m", "\033[0m"
