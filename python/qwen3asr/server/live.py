@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from ..audio import SAMPLE_RATE
+from ..audio import SAMPLE_RATE, AudioError, PcmConverter, PcmFormat
 from ..languages import LanguageError, resolve_language
 from ..work import Cancelled
 from .errors import ApiError
@@ -38,7 +38,7 @@ from .scheduler import LIVE
 
 logger = logging.getLogger(__name__)
 
-FORMATS = {"s16le": ("<i2", 32768.0), "f32le": ("<f4", 1.0)}
+FORMATS = {"s16le": (2, "int"), "f32le": (4, "float")}  # start "format" -> PcmFormat width, encoding
 MIN_RATE, MAX_RATE = 8000, 192000  # Hz accepted in the start message
 START_TIMEOUT = 30.0  # seconds a new connection may take to send its start message
 
@@ -117,39 +117,16 @@ def _json(text: str) -> dict:
     return msg
 
 
-class _Audio:
-    """Binary frames of one stream -> 16 kHz float32 (a streaming resampler keeps the phase)."""
-
-    def __init__(self, start: StartMessage):
-        self.dtype, self.scale = FORMATS[start.format]
-        self.width = np.dtype(self.dtype).itemsize
-        self.rate = start.sample_rate
-        self.samples_in = 0
-        self._rs = None
-        if self.rate != SAMPLE_RATE:
-            import soxr
-
-            self._rs = soxr.ResampleStream(self.rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
-
-    def convert(self, data: bytes) -> np.ndarray:
-        if len(data) % self.width:
-            raise ProtocolError(CLOSE_INVALID, "partial_sample",
-                                f"a binary message of {len(data)} bytes is not a whole number of "
-                                f"{self.width}-byte samples; send whole samples")
-        x = np.frombuffer(data, dtype=self.dtype).astype(np.float32)
-        if self.scale != 1.0:
-            x /= self.scale
-        elif not np.all(np.isfinite(x)):
-            raise ProtocolError(CLOSE_INVALID, "invalid_samples", "float32 samples must be finite")
-        self.samples_in += x.shape[0]
-        if self._rs is not None:
-            x = self._rs.resample_chunk(x, last=False)
-        return x
-
-    def flush(self) -> np.ndarray:
-        if self._rs is None:
-            return np.zeros(0, np.float32)
-        return self._rs.resample_chunk(np.zeros(0, np.float32), last=True)
+def _convert(audio: PcmConverter, data: bytes) -> np.ndarray:
+    """(n,) float32 16 kHz of one binary message, which must hold whole samples."""
+    if len(data) % audio.fmt.frame_bytes:
+        raise ProtocolError(CLOSE_INVALID, "partial_sample",
+                            f"a binary message of {len(data)} bytes is not a whole number of "
+                            f"{audio.fmt.frame_bytes}-byte samples; send whole samples")
+    try:
+        return audio.convert(data)
+    except AudioError as exc:  # non-finite float32 samples
+        raise ProtocolError(CLOSE_INVALID, "invalid_samples", str(exc)) from None
 
 
 _STOP = object()
@@ -235,7 +212,8 @@ async def _serve(stream: LiveStream) -> None:
                                on_text=pieces.append, work=stream.client.work)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         raise ProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
-    audio = _Audio(start)
+    width, encoding = FORMATS[start.format]
+    audio = PcmConverter(PcmFormat(start.sample_rate, width, 1, encoding))
     rt.live.add(stream)
     await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
                        "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad})
@@ -246,7 +224,7 @@ async def _serve(stream: LiveStream) -> None:
         receiver.cancel()
 
 
-async def _receive(stream: LiveStream, audio: _Audio) -> None:
+async def _receive(stream: LiveStream, audio: PcmConverter) -> None:
     """Read client messages into the queue. A disconnect or a protocol error cancels the
     scheduler client at once (its running chunk stops at the next token) and is handed to the
     decoder loop; after stop, only a disconnect is watched for."""
@@ -260,8 +238,8 @@ async def _receive(stream: LiveStream, audio: _Audio) -> None:
             if stopped:
                 continue  # nothing more is expected; the final message is on its way
             if msg.get("bytes") is not None:
-                pcm = audio.convert(msg["bytes"])
-                stream.queue.put_nowait((pcm, audio.samples_in / audio.rate))
+                pcm = _convert(audio, msg["bytes"])
+                stream.queue.put_nowait((pcm, audio.frames_in / audio.fmt.rate))
                 continue
             m = _json(msg.get("text") or "")
             if m.get("type") != "stop":
@@ -278,7 +256,7 @@ async def _receive(stream: LiveStream, audio: _Audio) -> None:
         stream.queue.put_nowait(exc)
 
 
-async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> None:
+async def _decode(stream: LiveStream, session, audio: PcmConverter, pieces: list) -> None:
     """Feed queued audio to the session (all that is waiting in one call), send updates; on
     stop, finish and send the final message."""
     rt = stream.rt

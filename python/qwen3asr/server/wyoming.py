@@ -50,10 +50,9 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE
+from ..audio import SAMPLE_RATE, PcmConverter, PcmFormat, PcmFormatError
 from ..languages import LANGUAGE_CODES, LanguageError, resolve_language
 from ..work import Cancelled
-from .pcm import PcmConverter, PcmFormat, PcmFormatError
 from .scheduler import LIVE, QueueFull, SchedulerClosed
 
 try:
