@@ -87,7 +87,7 @@ LINGER_S = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
 
 
-class ProtocolError(ValueError):
+class WyomingProtocolError(ValueError):
     """A malformed or oversized event; the connection cannot continue (code names the fault)."""
 
     def __init__(self, message: str, code: str = "bad-event"):
@@ -110,12 +110,12 @@ async def read_event(reader: asyncio.StreamReader) -> Optional[Event]:
     Like ``wyoming.event.async_read_event`` but bounded: a header over MAX_LINE_BYTES, a
     ``data_length`` over MAX_DATA_BYTES or a ``payload_length`` over MAX_PAYLOAD_BYTES is
     refused before anything is allocated, the body must follow within BODY_TIMEOUT_S, and
-    malformed headers raise ProtocolError instead of ending the connection silently.
+    malformed headers raise WyomingProtocolError instead of ending the connection silently.
     """
     try:
         line = await reader.readline()
     except ValueError:  # asyncio.LimitOverrunError wrapped: no newline within the limit
-        raise ProtocolError(f"event header longer than {MAX_LINE_BYTES} bytes", "event-too-large") from None
+        raise WyomingProtocolError(f"event header longer than {MAX_LINE_BYTES} bytes", "event-too-large") from None
     if not line:
         return None
     if not line.endswith(b"\n"):
@@ -123,12 +123,12 @@ async def read_event(reader: asyncio.StreamReader) -> Optional[Event]:
     try:
         header = json.loads(line)
     except ValueError as exc:
-        raise ProtocolError(f"event header is not JSON ({exc})") from None
+        raise WyomingProtocolError(f"event header is not JSON ({exc})") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ProtocolError("event header must be a JSON object with a string 'type'")
+        raise WyomingProtocolError("event header must be a JSON object with a string 'type'")
     data = header.get("data") or {}
     if not isinstance(data, dict):
-        raise ProtocolError("event 'data' must be a JSON object")
+        raise WyomingProtocolError("event 'data' must be a JSON object")
     data_length = _length(header, "data_length", MAX_DATA_BYTES)
     payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
     try:
@@ -138,15 +138,15 @@ async def read_event(reader: asyncio.StreamReader) -> Optional[Event]:
     except asyncio.IncompleteReadError:
         return None  # the client closed mid-event
     except asyncio.TimeoutError:
-        raise ProtocolError(f"event body ({data_length} + {payload_length} bytes) did not arrive within "
-                            f"{BODY_TIMEOUT_S:.0f} s", "timeout") from None
+        raise WyomingProtocolError(f"event body ({data_length} + {payload_length} bytes) did not arrive within "
+                                   f"{BODY_TIMEOUT_S:.0f} s", "timeout") from None
     if extra:
         try:
             more = json.loads(extra)
         except ValueError as exc:
-            raise ProtocolError(f"event additional data is not JSON ({exc})") from None
+            raise WyomingProtocolError(f"event additional data is not JSON ({exc})") from None
         if not isinstance(more, dict):
-            raise ProtocolError("event additional data must be a JSON object")
+            raise WyomingProtocolError("event additional data must be a JSON object")
         data = {**data, **more}
     return Event(type=header["type"], data=data, payload=payload)
 
@@ -156,9 +156,9 @@ def _length(header: dict, key: str, limit: int) -> int:
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ProtocolError(f"{key} must be a non-negative integer, got {v!r}")
+        raise WyomingProtocolError(f"{key} must be a non-negative integer, got {v!r}")
     if v > limit:
-        raise ProtocolError(f"{key} {v} exceeds the limit of {limit} bytes", "event-too-large")
+        raise WyomingProtocolError(f"{key} {v} exceeds the limit of {limit} bytes", "event-too-large")
     return v
 
 
@@ -405,10 +405,10 @@ class WyomingHandler:
                 try:  # an open utterance must keep sending (the wait never cuts into an event being read)
                     item = await asyncio.wait_for(self.queue.get(), IDLE_TIMEOUT_S if self.busy else None)
                 except asyncio.TimeoutError:
-                    item = ProtocolError(f"no event for {IDLE_TIMEOUT_S:.0f} s during an utterance; send "
-                                         f"audio-stop to end it", "timeout")
+                    item = WyomingProtocolError(f"no event for {IDLE_TIMEOUT_S:.0f} s during an utterance; send "
+                                                f"audio-stop to end it", "timeout")
                     logger.warning("%s: %s; closing the connection", self.name, item)
-                if isinstance(item, ProtocolError):
+                if isinstance(item, WyomingProtocolError):
                     await self._send(Error(text=str(item), code=item.code).event())
                     reader.cancel()  # (still reading after an idle timeout) the drain below reads alone
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -436,7 +436,7 @@ class WyomingHandler:
             while True:
                 try:
                     event = await read_event(self.reader)
-                except ProtocolError as exc:
+                except WyomingProtocolError as exc:
                     logger.warning("%s: %s; closing the connection", self.name, exc)
                     await self.queue.put(exc)  # events before it are still handled
                     return
