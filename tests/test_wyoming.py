@@ -463,11 +463,11 @@ def test_full_scheduler_is_an_error_then_close_at_audio_stop(engine):
 def test_stalled_utterance_and_event_body_time_out(engine, monkeypatch):
     """An utterance with no event for IDLE_TIMEOUT_S, and a header whose payload never follows
     (BODY_TIMEOUT_S), end with an error event and a closed connection (limits shortened here)."""
-    from qwen3asr.server import wyoming as server_module
     from qwen3asr.server.scheduler import Scheduler
+    from qwen3asr.server.wyoming import protocol
 
-    monkeypatch.setattr(server_module, "IDLE_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(server_module, "BODY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(protocol, "IDLE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(protocol, "BODY_TIMEOUT_S", 0.5)
     scheduler = Scheduler()
 
     async def scenario(port):
