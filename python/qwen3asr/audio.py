@@ -1,4 +1,4 @@
-"""Audio input: files or arrays to 16 kHz mono float32 in [-1, 1].
+"""Audio input: files, arrays, streamed chunks and raw PCM bytes to 16 kHz mono float32 in [-1, 1].
 
 Whole inputs (``prepare_audio``) follow the official loader: channels are averaged, other
 sample rates are resampled (band-limited, soxr), and if the peak exceeds 1.0 the signal is
@@ -29,8 +29,8 @@ MIN_SAMPLES = 160  # one mel hop (10 ms): anything shorter yields no feature fra
 RESAMPLE_QUALITY = "VHQ"
 PCM_RATES = (1000, 384000)  # Hz accepted for raw PCM (the range Wyoming clients may send)
 PCM_WIDTHS = (1, 2, 3, 4)  # bytes per integer sample
-PCM_ENCODINGS = ("int", "float")
-PCM_MAX_CHANNELS = 32
+PCM_ENCODINGS = ("int", "float")  # PcmFormat.encoding: integer PCM, or IEEE float32
+PCM_MAX_CHANNELS = 32  # interleaved channels accepted (averaged to mono)
 
 AudioInput = Union[str, os.PathLike, np.ndarray]
 
