@@ -463,11 +463,11 @@ def test_full_scheduler_is_an_error_then_close_at_audio_stop(engine):
 def test_stalled_utterance_and_event_body_time_out(engine, monkeypatch):
     """An utterance with no event for IDLE_TIMEOUT_S, and a header whose payload never follows
     (BODY_TIMEOUT_S), end with an error event and a closed connection (limits shortened here)."""
-    from qwen3asr.server import wyoming as server_module
     from qwen3asr.server.scheduler import Scheduler
+    from qwen3asr.server.wyoming import protocol
 
-    monkeypatch.setattr(server_module, "IDLE_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(server_module, "BODY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(protocol, "IDLE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(protocol, "BODY_TIMEOUT_S", 0.5)
     scheduler = Scheduler()
 
     async def scenario(port):
@@ -509,36 +509,6 @@ def test_one_pass_final_option(engine):
 
 
 # ---------------------------------------------------------------------------- units without a model
-@pytest.mark.parametrize("width, encode", [
-    (1, lambda v: (np.round(v * 128) + 128).astype(np.uint8).tobytes()),
-    (2, lambda v: np.round(v * 32768).astype("<i2").tobytes()),
-    (3, lambda v: b"".join(int(x).to_bytes(3, "little", signed=True) for x in np.round(v * 2 ** 23))),
-    (4, lambda v: np.round(v * 2 ** 31).astype("<i4").tobytes()),
-])
-def test_pcm_widths_and_channel_mix(width, encode):
-    from qwen3asr.server.pcm import PcmConverter, PcmFormat
-
-    left = np.array([0.5, -0.25, 0.0, -1.0], np.float64)
-    right = np.array([0.0, 0.25, 0.5, -0.5], np.float64)
-    data = encode(np.stack([left, right], axis=1).reshape(-1))
-    conv = PcmConverter(PcmFormat(16000, width, 2))
-    got = np.concatenate([conv.convert(data[:5]), conv.convert(data[5:])])  # split inside a frame
-    np.testing.assert_allclose(got, (left + right) / 2, atol=1 / 128 if width == 1 else 1e-6)
-    assert conv.flush().size == 0
-
-
-def test_pcm_resampling_keeps_length_and_tone():
-    from qwen3asr.server.pcm import PcmConverter, PcmFormat
-
-    t = np.arange(44100) / 44100
-    tone = (0.5 * np.sin(2 * np.pi * 440 * t) * 32768).astype("<i2").tobytes()
-    conv = PcmConverter(PcmFormat(44100, 2, 1))
-    out = np.concatenate([conv.convert(tone[i:i + 8820]) for i in range(0, len(tone), 8820)] + [conv.flush()])
-    assert out.shape[0] == 16000
-    spectrum = np.abs(np.fft.rfft(out))
-    assert np.argmax(spectrum) == 440  # 1 s at 16 kHz: bin k is k Hz
-
-
 def test_language_and_biasing_helpers():
     from qwen3asr.server.wyoming import UtteranceError, biasing_text, resolve_wyoming_language
 

@@ -1,12 +1,16 @@
-"""Audio input: files or arrays to 16 kHz mono float32 in [-1, 1].
+"""Audio input: files, arrays, streamed chunks and raw PCM bytes to 16 kHz mono float32 in [-1, 1].
 
-Follows the official loader: channels are averaged, other sample rates are resampled
-(band-limited, soxr), and if the peak exceeds 1.0 the signal is divided by its peak,
-then clipped to [-1, 1].
+Whole inputs (``prepare_audio``) follow the official loader: channels are averaged, other
+sample rates are resampled (band-limited, soxr), and if the peak exceeds 1.0 the signal is
+divided by its peak, then clipped to [-1, 1]. Streamed chunks, which cannot be
+peak-normalised, are validated by ``check_pcm`` / ``PcmChecker`` and clipped. Raw PCM bytes
+of any layout (the servers' and the microphone's input) become 16 kHz mono float32 chunk by
+chunk through ``PcmConverter``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Union
@@ -17,8 +21,18 @@ from .errors import Qwen3ASRError
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000  # Hz, what the model expects
+SAMPLE_RATE = 16000  # Hz, what the model expects (the one definition; mel, vad, stream use it)
 MIN_SAMPLES = 160  # one mel hop (10 ms): anything shorter yields no feature frame
+# soxr quality of every resampling, whole inputs and streams alike. "VHQ" rather than "HQ":
+# 48 kHz -> 16 kHz streamed in 100 ms blocks costs 0.27 instead of 0.24 ms per audio second
+# (x86 host, soxr 1.1.0; noise next to decoding), no transcript of the demo model changed
+# (audio/*.wav at 44.1 and 48 kHz, 1 s and 2 s chunks and one pass), and a file and the same
+# audio streamed get the same filter.
+RESAMPLE_QUALITY = "VHQ"
+PCM_RATES = (1000, 384000)  # Hz accepted for raw PCM (the range Wyoming clients may send)
+PCM_WIDTHS = (1, 2, 3, 4)  # bytes per integer sample
+PCM_ENCODINGS = ("int", "float")  # PcmFormat.encoding: integer PCM, or IEEE float32
+PCM_MAX_CHANNELS = 32  # interleaved channels accepted (averaged to mono)
 
 AudioInput = Union[str, os.PathLike, np.ndarray]
 
@@ -65,12 +79,12 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
 
 
 def resample(samples: np.ndarray, orig_sr: int, target_sr: int = SAMPLE_RATE) -> np.ndarray:
-    """Band-limited resampling (soxr, very high quality) of a mono float32 signal."""
+    """Band-limited resampling (soxr, RESAMPLE_QUALITY) of a mono float32 signal."""
     if orig_sr == target_sr:
         return samples
     import soxr
 
-    return soxr.resample(samples, orig_sr, target_sr, quality="VHQ").astype(np.float32, copy=False)
+    return soxr.resample(samples, orig_sr, target_sr, quality=RESAMPLE_QUALITY).astype(np.float32, copy=False)
 
 
 def prepare_audio(audio: AudioInput, sample_rate: int | None = None) -> np.ndarray:
@@ -127,3 +141,163 @@ def _array_to_float(audio: np.ndarray) -> np.ndarray:
         half = float(2 ** (8 * audio.dtype.itemsize - 1))
         return ((audio.astype(np.float64) - half) / half).astype(np.float32)
     raise AudioError(f"audio array dtype {audio.dtype} is not PCM; use float32 or an integer type")
+
+
+# ---------------------------------------------------------------------------- streamed chunks
+def check_pcm(pcm: np.ndarray, sample_rate: int = SAMPLE_RATE, *, where: str = "feed_audio") -> np.ndarray:
+    """A chunk of streamed audio, validated: ``(n,)`` float32 16 kHz mono, clipped to [-1, 1].
+
+    Accepts ``(n,)`` or ``(n, 1)`` float32 at 16 kHz; anything else raises AudioError (a
+    ValueError) whose message starts with ``where`` (the caller users know) and says how to
+    convert. Samples beyond [-1, 1] are clipped and a warning is logged on every such call;
+    a stream uses PcmChecker, which warns once.
+    """
+    pcm, clipped = _validate(pcm, sample_rate, where)
+    if clipped:
+        logger.warning("%s: audio exceeds [-1, 1]; clipping (scale the input to avoid distortion)", where)
+    return pcm
+
+
+class PcmChecker:
+    """``check_pcm`` for the consecutive chunks of one stream: the clipping warning is logged once.
+
+    Make one per stream (and a new one when the stream restarts); call it on every chunk.
+    """
+
+    def __init__(self, where: str = "feed_audio"):
+        self.where = where  # named at the start of every error message
+        self.clipped = False  # some chunk exceeded [-1, 1] (the warning was logged then)
+
+    def __call__(self, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+        """The validated ``(n,)`` float32 chunk (see check_pcm)."""
+        pcm, clipped = _validate(pcm, sample_rate, self.where)
+        if clipped and not self.clipped:
+            logger.warning("%s: stream audio exceeds [-1, 1]; clipping (scale the input to avoid distortion)",
+                           self.where)
+            self.clipped = True
+        return pcm
+
+
+def _validate(pcm, sample_rate: int, where: str) -> tuple[np.ndarray, bool]:
+    """(the ``(n,)`` float32 chunk clipped to [-1, 1], whether clipping changed it); AudioError if unusable."""
+    if sample_rate != SAMPLE_RATE:
+        raise AudioError(f"{where} needs {SAMPLE_RATE} Hz audio, got {sample_rate} Hz; resample first "
+                         f"(qwen3asr.audio.resample or soxr.resample(pcm, {sample_rate}, {SAMPLE_RATE}))")
+    if not isinstance(pcm, np.ndarray):
+        raise AudioError(f"{where} needs a numpy float32 array, got {type(pcm).__name__}")
+    if pcm.dtype != np.float32:
+        raise AudioError(f"{where} needs float32 samples in [-1, 1], got dtype {pcm.dtype}; convert int16 "
+                         f"with pcm.astype(np.float32) / 32768 and float64 with pcm.astype(np.float32)")
+    if pcm.ndim == 2 and pcm.shape[1] == 1:
+        pcm = pcm[:, 0]
+    if pcm.ndim != 1:
+        raise AudioError(f"{where} needs mono audio of shape (samples,), got shape {pcm.shape}; "
+                         f"mix channels first, e.g. pcm.mean(axis=1)")
+    if not np.all(np.isfinite(pcm)):
+        raise AudioError(f"{where} got NaN or infinite samples")
+    if pcm.size and float(np.max(np.abs(pcm))) > 1.0:
+        return np.clip(pcm, -1.0, 1.0), True
+    return pcm, False
+
+
+# ---------------------------------------------------------------------------- raw PCM bytes
+class PcmFormatError(AudioError):
+    """A PCM layout that cannot be converted (the message says what is accepted)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PcmFormat:
+    """Layout of raw interleaved little-endian PCM bytes (validated here, PcmFormatError)."""
+
+    rate: int  # Hz, within PCM_RATES
+    width: int  # bytes per sample: "int" 1 (unsigned 8-bit) or 2/3/4 (signed); "float" 4
+    channels: int  # interleaved, 1..PCM_MAX_CHANNELS; averaged to mono
+    encoding: str = "int"  # "int", or "float" (IEEE float32 in [-1, 1])
+
+    def __post_init__(self):
+        vals = {"rate": self.rate, "width": self.width, "channels": self.channels}
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in vals.values()):
+            raise PcmFormatError(f"audio format needs integer rate, width and channels; got {vals}")
+        problems = []
+        if not PCM_RATES[0] <= self.rate <= PCM_RATES[1]:
+            problems.append(f"rate must be {PCM_RATES[0]}..{PCM_RATES[1]} Hz (got {self.rate})")
+        if self.encoding not in PCM_ENCODINGS:
+            problems.append(f"encoding must be one of {', '.join(PCM_ENCODINGS)} (got {self.encoding!r})")
+        elif self.encoding == "float" and self.width != 4:
+            problems.append(f"width must be 4 bytes for float samples (got {self.width})")
+        elif self.width not in PCM_WIDTHS:
+            problems.append(f"width must be one of {', '.join(map(str, PCM_WIDTHS))} bytes (got {self.width})")
+        if not 1 <= self.channels <= PCM_MAX_CHANNELS:
+            problems.append(f"channels must be 1..{PCM_MAX_CHANNELS} (got {self.channels})")
+        if problems:
+            raise PcmFormatError("unsupported audio format: " + "; ".join(problems))
+
+    @classmethod
+    def from_data(cls, data: dict) -> "PcmFormat":
+        """The integer format of a mapping with ``rate``, ``width`` and ``channels`` (a Wyoming
+        audio-start / audio-chunk ``data``); PcmFormatError if unusable."""
+        return cls(data.get("rate"), data.get("width"), data.get("channels"))
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes per frame (one sample of every channel)."""
+        return self.width * self.channels
+
+
+class PcmConverter:
+    """Raw PCM bytes of one format -> (n,) float32 mono 16 kHz, chunk by chunk.
+
+    Integer widths as WAV and the ``wyoming`` package's audioop conversions: 1 = unsigned
+    8-bit, 2/3/4 = signed little-endian 16/24/32-bit; "float" is little-endian float32 and must
+    be finite. Channels are averaged. Other rates go through a streaming soxr resampler
+    (RESAMPLE_QUALITY) that keeps its phase across chunks; ``flush()`` returns its last samples
+    at the end. A partial frame at the end of a chunk is kept for the next one.
+    """
+
+    def __init__(self, fmt: PcmFormat):
+        self.fmt = fmt
+        self.frames_in = 0  # whole input frames converted so far (fmt.rate per second)
+        self._rest = b""  # a partial frame, completed by the next chunk
+        self._resampler = None
+        if fmt.rate != SAMPLE_RATE:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(fmt.rate, SAMPLE_RATE, 1, dtype="float32",
+                                                  quality=RESAMPLE_QUALITY)
+
+    def convert(self, data: bytes) -> np.ndarray:
+        """(n,) float32 16 kHz mono of the whole frames so far; AudioError for non-finite floats."""
+        data = self._rest + data
+        n = len(data) // self.fmt.frame_bytes * self.fmt.frame_bytes
+        self._rest = data[n:]
+        x = _decode_pcm(data[:n], self.fmt).reshape(-1, self.fmt.channels)
+        self.frames_in += x.shape[0]
+        mono = x[:, 0] if self.fmt.channels == 1 else x.mean(axis=1, dtype=np.float64).astype(np.float32)
+        if self._resampler is not None:
+            mono = self._resampler.resample_chunk(mono)
+        return np.asarray(mono, dtype=np.float32)
+
+    def flush(self) -> np.ndarray:
+        """The resampler's last (n,) float32 samples: call once, after the last chunk."""
+        if self._resampler is None:
+            return np.zeros(0, np.float32)
+        return np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), dtype=np.float32)
+
+
+def _decode_pcm(data: bytes, fmt: PcmFormat) -> np.ndarray:
+    """Interleaved PCM bytes -> float32 samples in [-1, 1)."""
+    if fmt.encoding == "float":
+        x = np.frombuffer(data, "<f4").astype(np.float32)
+        if not np.all(np.isfinite(x)):
+            raise AudioError("float32 samples must be finite")
+        return x
+    if fmt.width == 1:
+        return (np.frombuffer(data, np.uint8).astype(np.float32) - 128.0) / 128.0
+    if fmt.width == 2:
+        return np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
+    if fmt.width == 3:
+        b = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
+        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+        v = np.where(v >= 1 << 23, v - (1 << 24), v)
+        return (v / float(1 << 23)).astype(np.float32)
+    return (np.frombuffer(data, "<i4").astype(np.float64) / float(1 << 31)).astype(np.float32)

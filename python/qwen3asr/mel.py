@@ -11,7 +11,8 @@ import functools
 
 import numpy as np
 
-SAMPLE_RATE = 16000  # Hz
+from .audio import SAMPLE_RATE  # 16000 Hz
+
 N_FFT = 400  # samples per STFT window (25 ms)
 HOP_LENGTH = 160  # samples between frames (10 ms)
 N_FREQ = N_FFT // 2 + 1  # 201 one-sided frequency bins

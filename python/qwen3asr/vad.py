@@ -37,9 +37,10 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .audio import SAMPLE_RATE, PcmChecker, check_pcm  # 16000 Hz, the only rate this module accepts
+
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000  # Hz; the only rate this module accepts
 WINDOW_SAMPLES = 512  # samples per model call at 16 kHz (32 ms)
 CONTEXT_SAMPLES = 64  # samples of the previous input prepended to each window
 STATE_SIZE = 128  # width of the recurrent state, shape (2, 1, STATE_SIZE)
@@ -78,28 +79,6 @@ def find_model(path: Optional[Union[str, os.PathLike]] = None) -> str:
                 return candidate
     raise FileNotFoundError(f"Silero VAD model not found (not in {PACKAGED_MODEL}, and the silero_vad package is "
                             f"not installed); {_INSTALL_HINT}")
-
-
-def _check_pcm(pcm: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Validate mono 16 kHz float32 audio and return it as a 1-D array."""
-    if sample_rate != SAMPLE_RATE:
-        raise ValueError(
-            f"VAD needs {SAMPLE_RATE} Hz audio, got {sample_rate} Hz; "
-            f"resample first, e.g. soxr.resample(pcm, {sample_rate}, {SAMPLE_RATE})"
-        )
-    if not isinstance(pcm, np.ndarray):
-        raise ValueError(f"VAD needs a numpy float32 array, got {type(pcm).__name__}")
-    if pcm.dtype != np.float32:
-        raise ValueError(
-            f"VAD needs float32 samples in [-1, 1], got dtype {pcm.dtype}; "
-            "convert int16 with pcm.astype(np.float32) / 32768 and float64 with pcm.astype(np.float32)"
-        )
-    if pcm.ndim != 1:
-        raise ValueError(
-            f"VAD needs mono audio of shape (samples,), got shape {pcm.shape}; "
-            "mix channels down first, e.g. pcm.mean(axis=1)"
-        )
-    return pcm
 
 
 class SileroVAD:
@@ -162,7 +141,7 @@ class SileroVAD:
 
         Resets the state first; the last partial window is zero-padded.
         """
-        pcm = _check_pcm(pcm, sample_rate)
+        pcm = check_pcm(pcm, sample_rate, where="VAD")
         self.reset()
         n_windows = -(-len(pcm) // WINDOW_SAMPLES)
         padded = np.zeros(n_windows * WINDOW_SAMPLES, dtype=np.float32)
@@ -432,11 +411,12 @@ def speech_segments(
 ) -> List[SpeechSegment]:
     """Speech segments of a whole recording.
 
-    pcm: (samples,) float32 mono at 16 kHz. ``model`` is reset before use; None
+    pcm: (samples,) float32 mono at 16 kHz (checked and clipped to [-1, 1] by
+    qwen3asr.audio.check_pcm). ``model`` is reset before use; None
     loads the default model. Returns segments in time order, padding included,
     never overlapping, clipped to [0, len(pcm) / 16000].
     """
-    pcm = _check_pcm(pcm, sample_rate)
+    pcm = check_pcm(pcm, sample_rate, where="VAD")
     model = model if model is not None else SileroVAD()
     probs = model.probabilities(pcm)
     return segments_from_probabilities(probs, len(pcm), options)
@@ -461,6 +441,7 @@ class VADStream:
     def reset(self) -> None:
         """Start a new stream: sample positions restart at 0."""
         self.model.reset()
+        self._check = PcmChecker("VAD")
         self._builder = _EventBuilder(self.options)
         self._buffer = np.zeros(WINDOW_SAMPLES, dtype=np.float32)
         self._filled = 0  # samples waiting in _buffer
@@ -478,10 +459,13 @@ class VADStream:
         return self._builder.padder.open
 
     def process(self, pcm_chunk: np.ndarray, sample_rate: int = SAMPLE_RATE) -> List[VADEvent]:
-        """Consume a (samples,) float32 chunk at 16 kHz; return the events it completes."""
+        """Consume a (samples,) float32 chunk at 16 kHz; return the events it completes.
+
+        Chunks are checked as StreamSession's are (qwen3asr.audio.PcmChecker: clipped to
+        [-1, 1], one warning per stream)."""
         if self._finished:
             raise RuntimeError("VADStream.process after flush(); call reset() to start a new stream")
-        pcm_chunk = _check_pcm(pcm_chunk, sample_rate)
+        pcm_chunk = self._check(pcm_chunk, sample_rate)
         events: List[VADEvent] = []
         self._n_samples += len(pcm_chunk)
         pos = 0

@@ -50,7 +50,7 @@ def server_pcm(pcm16, stereo_44k):
     """What the Wyoming server feeds its session for this audio sent in the given format."""
     import soxr
 
-    from qwen3asr.server.pcm import PcmConverter, PcmFormat
+    from qwen3asr.audio import PcmConverter, PcmFormat
 
     if stereo_44k:
         x = soxr.resample(pcm16.astype(np.float32) / 32768, 16000, 44100, quality="VHQ")

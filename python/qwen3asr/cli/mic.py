@@ -17,9 +17,9 @@ import shutil
 import signal
 import sys
 
+from ..audio import SAMPLE_RATE, PcmConverter, PcmFormat
 from .common import add_decoding_args, add_engine_args, engine_from_args, options_from_args, setup_logging
 
-SAMPLE_RATE = 16000  # Hz, what the model takes
 BLOCK_SECONDS = 0.1  # audio per capture callback
 CLEAR = "\r\033[K"  # carriage return + erase to end of line
 DIM, RESET = "\033[2m", "\033[0m"
@@ -123,17 +123,15 @@ def run(args) -> int:
     def callback(indata, frames, time_info, status):  # PortAudio thread: only queue the data
         if status.input_overflow:
             overflows[0] += 1
-        blocks.put(indata[:, 0].copy())
+        blocks.put(indata.astype("<f4", copy=False).tobytes())
 
-    rate, resampler = SAMPLE_RATE, None
+    rate = SAMPLE_RATE
     try:
         sd.check_input_settings(device=device, channels=1, dtype="float32", samplerate=SAMPLE_RATE)
     except sd.PortAudioError:
         rate = int(info["default_samplerate"])
-        import soxr
-
-        resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
         logging.getLogger("mic_stream").info("device runs at %d Hz; resampling to 16 kHz", rate)
+    converter = PcmConverter(PcmFormat(rate, 4, 1, "float"))  # (frames, 1) float32 blocks -> 16 kHz
     try:
         stream = sd.InputStream(device=device, channels=1, samplerate=rate, dtype="float32",
                                 blocksize=int(rate * BLOCK_SECONDS), callback=callback)
@@ -156,11 +154,10 @@ def run(args) -> int:
             sys.stderr.flush()
             while not stop[0] and (limit is None or fed < limit):
                 try:
-                    pcm = blocks.get(timeout=0.5)
+                    block = blocks.get(timeout=0.5)
                 except queue.Empty:
                     continue
-                if resampler is not None:
-                    pcm = resampler.resample_chunk(pcm)
+                pcm = converter.convert(block)
                 if limit is not None:
                     pcm = pcm[:limit - fed]
                 fed += pcm.shape[0]
@@ -168,6 +165,10 @@ def run(args) -> int:
                 line.draw(r.committed, r.tail)
     finally:
         signal.signal(signal.SIGINT, previous)
+    rest = converter.flush()  # the resampler's last samples (none at 16 kHz)
+    if limit is not None:
+        rest = rest[:limit - fed]
+    session.feed_audio(rest)
     r = session.finish()
     line.final(r.text)
     if overflows[0]:

@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from ..audio import SAMPLE_RATE
+from ..audio import SAMPLE_RATE, AudioError, PcmConverter, PcmFormat
 from ..languages import LanguageError, resolve_language
 from ..work import Cancelled
 from .errors import ApiError
@@ -38,7 +38,7 @@ from .scheduler import LIVE
 
 logger = logging.getLogger(__name__)
 
-FORMATS = {"s16le": ("<i2", 32768.0), "f32le": ("<f4", 1.0)}
+FORMATS = {"s16le": (2, "int"), "f32le": (4, "float")}  # start "format" -> PcmFormat width, encoding
 MIN_RATE, MAX_RATE = 8000, 192000  # Hz accepted in the start message
 START_TIMEOUT = 30.0  # seconds a new connection may take to send its start message
 
@@ -52,7 +52,7 @@ CLOSE_INTERNAL = 1011
 CLOSE_TRY_LATER = 1013  # busy, or the model is still loading
 
 
-class ProtocolError(Exception):
+class LiveProtocolError(Exception):
     """A client message that breaks the protocol: sent as an error message, then closed."""
 
     def __init__(self, close_code: int, code: str, message: str):
@@ -75,35 +75,35 @@ class StartMessage:
     def parse(cls, text: str) -> "StartMessage":
         msg = _json(text)
         if msg.get("type") != "start":
-            raise ProtocolError(CLOSE_UNSUPPORTED, "expected_start",
-                                f"the first message must be {{\"type\": \"start\", ...}}, got type {msg.get('type')!r}")
+            raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start", f"the first message must be "
+                                    f"{{\"type\": \"start\", ...}}, got type {msg.get('type')!r}")
         known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad"}
         unknown = sorted(set(msg) - known)
         if unknown:
-            raise ProtocolError(CLOSE_INVALID, "unknown_field",
-                                f"unknown start field(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
+            raise LiveProtocolError(CLOSE_INVALID, "unknown_field", f"unknown start field(s) {', '.join(unknown)}; "
+                                    f"accepted: {', '.join(sorted(known))}")
         rate = msg.get("sample_rate", SAMPLE_RATE)
         if isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE:
-            raise ProtocolError(CLOSE_INVALID, "invalid_sample_rate",
-                                f"sample_rate must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}")
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_sample_rate",
+                                    f"sample_rate must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}")
         fmt = msg.get("format", "s16le")
         if fmt not in FORMATS:
-            raise ProtocolError(CLOSE_INVALID, "invalid_format",
-                                f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_format",
+                                    f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         try:
             language = resolve_language(msg.get("language"))
         except LanguageError as exc:
-            raise ProtocolError(CLOSE_INVALID, "invalid_language", str(exc)) from None
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_language", str(exc)) from None
         context = msg.get("context") or ""
         if not isinstance(context, str):
-            raise ProtocolError(CLOSE_INVALID, "invalid_context", "context must be a string")
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_context", "context must be a string")
         chunk = msg.get("chunk_size", cls.chunk_size)
         if isinstance(chunk, bool) or not isinstance(chunk, (int, float)):
-            raise ProtocolError(CLOSE_INVALID, "invalid_chunk_size", f"chunk_size must be a number of seconds, "
-                                                                       f"got {chunk!r}")
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_chunk_size",
+                                    f"chunk_size must be a number of seconds, got {chunk!r}")
         vad = msg.get("vad", False)
         if not isinstance(vad, bool):
-            raise ProtocolError(CLOSE_INVALID, "invalid_vad", f"vad must be true or false, got {vad!r}")
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_vad", f"vad must be true or false, got {vad!r}")
         return cls(sample_rate=rate, format=fmt, language=language, context=context, chunk_size=float(chunk), vad=vad)
 
 
@@ -111,45 +111,22 @@ def _json(text: str) -> dict:
     try:
         msg = json.loads(text)
     except (json.JSONDecodeError, TypeError) as exc:
-        raise ProtocolError(CLOSE_INVALID, "malformed_json", f"a text message is not valid JSON ({exc})") from None
+        raise LiveProtocolError(CLOSE_INVALID, "malformed_json", f"a text message is not valid JSON ({exc})") from None
     if not isinstance(msg, dict):
-        raise ProtocolError(CLOSE_INVALID, "malformed_json", "a text message must be a JSON object")
+        raise LiveProtocolError(CLOSE_INVALID, "malformed_json", "a text message must be a JSON object")
     return msg
 
 
-class _Audio:
-    """Binary frames of one stream -> 16 kHz float32 (a streaming resampler keeps the phase)."""
-
-    def __init__(self, start: StartMessage):
-        self.dtype, self.scale = FORMATS[start.format]
-        self.width = np.dtype(self.dtype).itemsize
-        self.rate = start.sample_rate
-        self.samples_in = 0
-        self._rs = None
-        if self.rate != SAMPLE_RATE:
-            import soxr
-
-            self._rs = soxr.ResampleStream(self.rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
-
-    def convert(self, data: bytes) -> np.ndarray:
-        if len(data) % self.width:
-            raise ProtocolError(CLOSE_INVALID, "partial_sample",
+def _convert(audio: PcmConverter, data: bytes) -> np.ndarray:
+    """(n,) float32 16 kHz of one binary message, which must hold whole samples."""
+    if len(data) % audio.fmt.frame_bytes:
+        raise LiveProtocolError(CLOSE_INVALID, "partial_sample",
                                 f"a binary message of {len(data)} bytes is not a whole number of "
-                                f"{self.width}-byte samples; send whole samples")
-        x = np.frombuffer(data, dtype=self.dtype).astype(np.float32)
-        if self.scale != 1.0:
-            x /= self.scale
-        elif not np.all(np.isfinite(x)):
-            raise ProtocolError(CLOSE_INVALID, "invalid_samples", "float32 samples must be finite")
-        self.samples_in += x.shape[0]
-        if self._rs is not None:
-            x = self._rs.resample_chunk(x, last=False)
-        return x
-
-    def flush(self) -> np.ndarray:
-        if self._rs is None:
-            return np.zeros(0, np.float32)
-        return self._rs.resample_chunk(np.zeros(0, np.float32), last=True)
+                                f"{audio.fmt.frame_bytes}-byte samples; send whole samples")
+    try:
+        return audio.convert(data)
+    except AudioError as exc:  # non-finite float32 samples
+        raise LiveProtocolError(CLOSE_INVALID, "invalid_samples", str(exc)) from None
 
 
 _STOP = object()
@@ -174,7 +151,7 @@ class LiveStream:
     async def send(self, msg: dict) -> None:
         await self.ws.send_text(json.dumps(msg, ensure_ascii=False))
 
-    async def fail(self, err: ProtocolError) -> None:
+    async def fail(self, err: LiveProtocolError) -> None:
         try:
             await self.send({"type": "error", "code": err.code, "message": err.message})
             await self.ws.close(err.close_code, reason=err.code)
@@ -191,8 +168,8 @@ async def live_stream(ws: WebSocket) -> None:
         await _serve(stream)
         if ws.application_state == WebSocketState.CONNECTED and ws.client_state == WebSocketState.CONNECTED:
             # ended without a final message (its work was cancelled, e.g. at shutdown)
-            await stream.fail(ProtocolError(CLOSE_GOING_AWAY, "stream_ended", "the stream was ended by the server"))
-    except ProtocolError as err:
+            await stream.fail(LiveProtocolError(CLOSE_GOING_AWAY, "stream_ended", "the stream was ended by the server"))
+    except LiveProtocolError as err:
         logger.info("live stream refused: %s", err.message)
         await stream.fail(err)
     except WebSocketDisconnect:
@@ -213,29 +190,30 @@ async def _serve(stream: LiveStream) -> None:
         rt.check_key(ws.headers.get("authorization"), ws.query_params.get("api_key"))
         engine = rt.ready_engine()
     except ApiError as err:
-        raise ProtocolError(CLOSE_POLICY if err.status == 401 else CLOSE_TRY_LATER, err.code, err.message) from None
+        raise LiveProtocolError(CLOSE_POLICY if err.status == 401 else CLOSE_TRY_LATER, err.code, err.message) from None
     try:
         first = await asyncio.wait_for(ws.receive(), START_TIMEOUT)
     except asyncio.TimeoutError:
-        raise ProtocolError(CLOSE_INVALID, "no_start", f"no start message within {START_TIMEOUT:.0f} s") from None
+        raise LiveProtocolError(CLOSE_INVALID, "no_start", f"no start message within {START_TIMEOUT:.0f} s") from None
     if first["type"] == "websocket.disconnect":
         return
     if first.get("text") is None:
-        raise ProtocolError(CLOSE_UNSUPPORTED, "expected_start",
-                            "binary audio before the start message; send {\"type\": \"start\", ...} first")
+        raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start",
+                                "binary audio before the start message; send {\"type\": \"start\", ...} first")
     start = StartMessage.parse(first["text"])
     try:
         stream.client = rt.admit(f"ws:{ws.client.host if ws.client else '?'}:{time.monotonic_ns()}", LIVE)
     except ApiError as err:
-        raise ProtocolError(CLOSE_TRY_LATER, err.code, err.message) from None
+        raise LiveProtocolError(CLOSE_TRY_LATER, err.code, err.message) from None
     pieces: list = []
     try:
         session = await rt.run(engine.create_stream, language=start.language, context=start.context,
                                chunk_size=start.chunk_size, vad=True if start.vad else None,
                                on_text=pieces.append, work=stream.client.work)
     except (ValueError, FileNotFoundError, ImportError) as exc:
-        raise ProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
-    audio = _Audio(start)
+        raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
+    width, encoding = FORMATS[start.format]
+    audio = PcmConverter(PcmFormat(start.sample_rate, width, 1, encoding))
     rt.live.add(stream)
     await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
                        "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad})
@@ -246,7 +224,7 @@ async def _serve(stream: LiveStream) -> None:
         receiver.cancel()
 
 
-async def _receive(stream: LiveStream, audio: _Audio) -> None:
+async def _receive(stream: LiveStream, audio: PcmConverter) -> None:
     """Read client messages into the queue. A disconnect or a protocol error cancels the
     scheduler client at once (its running chunk stops at the next token) and is handed to the
     decoder loop; after stop, only a disconnect is watched for."""
@@ -260,14 +238,14 @@ async def _receive(stream: LiveStream, audio: _Audio) -> None:
             if stopped:
                 continue  # nothing more is expected; the final message is on its way
             if msg.get("bytes") is not None:
-                pcm = audio.convert(msg["bytes"])
-                stream.queue.put_nowait((pcm, audio.samples_in / audio.rate))
+                pcm = _convert(audio, msg["bytes"])
+                stream.queue.put_nowait((pcm, audio.frames_in / audio.fmt.rate))
                 continue
             m = _json(msg.get("text") or "")
             if m.get("type") != "stop":
-                raise ProtocolError(CLOSE_UNSUPPORTED, "unknown_message",
-                                    f"unknown message type {m.get('type')!r}; after start send binary audio "
-                                    f"or {{\"type\": \"stop\"}}")
+                raise LiveProtocolError(CLOSE_UNSUPPORTED, "unknown_message",
+                                        f"unknown message type {m.get('type')!r}; after start send binary audio "
+                                        f"or {{\"type\": \"stop\"}}")
             stream.queue.put_nowait(_STOP)
             stopped = True
     except asyncio.CancelledError:
@@ -278,7 +256,7 @@ async def _receive(stream: LiveStream, audio: _Audio) -> None:
         stream.queue.put_nowait(exc)
 
 
-async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> None:
+async def _decode(stream: LiveStream, session, audio: PcmConverter, pieces: list) -> None:
     """Feed queued audio to the session (all that is waiting in one call), send updates; on
     stop, finish and send the final message."""
     rt = stream.rt
@@ -292,7 +270,7 @@ async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> N
             try:
                 result = await rt.run(session.feed_audio, np.concatenate([f[0] for f in frames]))
             except Cancelled:  # the receiver cancelled it: a disconnect, or an error to report
-                if isinstance(item, ProtocolError):
+                if isinstance(item, LiveProtocolError):
                     raise item from None
                 _raise_queued_error(stream)
                 return
@@ -300,9 +278,9 @@ async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> N
         if item is None:
             continue
         if isinstance(item, BaseException):
-            if isinstance(item, (ProtocolError, WebSocketDisconnect)):
+            if isinstance(item, (LiveProtocolError, WebSocketDisconnect)):
                 raise item
-            raise ProtocolError(CLOSE_INTERNAL, "internal_error", f"receiving failed: {item}")
+            raise LiveProtocolError(CLOSE_INTERNAL, "internal_error", f"receiving failed: {item}")
         # _STOP: the client sent stop, or the server finishes the stream (shutdown)
         try:
             rest = audio.flush()
@@ -326,7 +304,7 @@ async def _decode(stream: LiveStream, session, audio: _Audio, pieces: list) -> N
 def _raise_queued_error(stream: LiveStream) -> None:
     while not stream.queue.empty():
         item = stream.queue.get_nowait()
-        if isinstance(item, ProtocolError):
+        if isinstance(item, LiveProtocolError):
             raise item
 
 
