@@ -41,8 +41,9 @@ import statistics
 import sys
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from qwen3asr.audio import SAMPLE_RATE
+
 SOCS = ("rk3576", "rk3588")
-SAMPLE_RATE = 16000
 FEED_SECONDS = 0.02  # piece size when a stream is fed to measure when each chunk became ready
 
 # ----------------------------------------------------------------------------- unit costs

@@ -31,7 +31,7 @@ from typing import Callable, List, Optional
 import numpy as np
 
 from .. import mel as melmod
-from ..audio import SAMPLE_RATE
+from ..audio import SAMPLE_RATE, PcmChecker
 from ..mel import HOP_LENGTH as HOP
 from ..mel import LEFT_CONTEXT, LOOKAHEAD
 from ..options import TranscribeOptions
@@ -115,7 +115,7 @@ class StreamSession:
         self._language: Optional[str] = self.options.language
         self._truncated = False
         self._finished = False
-        self._warned_clip = False
+        self._check = PcmChecker("feed_audio")  # one clipping warning per stream
         if self._vad is not None:
             self._vad.reset()
 
@@ -124,7 +124,7 @@ class StreamSession:
         if self._finished:
             raise RuntimeError("feed_audio() after finish(); call reset() to start a new stream")
         self.engine.check_open()
-        pcm = self._check(pcm, sample_rate)
+        pcm = self._check(pcm, sample_rate)  # AudioError (a ValueError) naming what to do
         if pcm.size == 0:
             return self.result()
         self._buf = np.concatenate([self._buf, pcm])
@@ -163,29 +163,6 @@ class StreamSession:
                            vad_ms=self._vad_ms, chunks=len(self._chunks), **self._totals)
 
     # ------------------------------------------------------------------ input
-    def _check(self, pcm, sample_rate) -> np.ndarray:
-        if sample_rate != SAMPLE_RATE:
-            raise ValueError(f"StreamSession needs {SAMPLE_RATE} Hz audio, got {sample_rate} Hz; resample first "
-                             f"(qwen3asr.audio.resample or soxr.resample(pcm, {sample_rate}, {SAMPLE_RATE}))")
-        if not isinstance(pcm, np.ndarray):
-            raise ValueError(f"feed_audio needs a numpy float32 array, got {type(pcm).__name__}")
-        if pcm.dtype != np.float32:
-            raise ValueError(f"feed_audio needs float32 samples in [-1, 1], got dtype {pcm.dtype}; convert int16 "
-                             f"with pcm.astype(np.float32) / 32768")
-        if pcm.ndim == 2 and pcm.shape[1] == 1:
-            pcm = pcm[:, 0]
-        if pcm.ndim != 1:
-            raise ValueError(f"feed_audio needs mono audio of shape (samples,), got shape {pcm.shape}; "
-                             f"mix channels first, e.g. pcm.mean(axis=1)")
-        if not np.all(np.isfinite(pcm)):
-            raise ValueError("feed_audio got NaN or infinite samples")
-        if pcm.size and float(np.max(np.abs(pcm))) > 1.0:
-            if not self._warned_clip:
-                logger.warning("stream audio exceeds [-1, 1]; clipping (scale the input to avoid distortion)")
-                self._warned_clip = True
-            pcm = np.clip(pcm, -1.0, 1.0)
-        return pcm
-
     def _audio(self, a: int, b: int) -> np.ndarray:
         if a < self._buf_start:
             raise RuntimeError(f"internal: audio at sample {a} already dropped (kept from {self._buf_start})")
