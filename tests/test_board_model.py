@@ -34,7 +34,7 @@ def long_pcm():
 # ----------------------------------------------------------------------------- calibration
 @pytest.fixture(scope="module")
 def calibration(engine, long_pcm):
-    """The reference design's settings at 2/3/4/5 s chunks on the long clip, and the fit."""
+    """The reference design's (docs/reference_design.md) settings at 2/3/4/5 s chunks on the long clip, and the fit."""
     runs = {cs: bm.record_stream(engine, long_pcm, f"{cs} s", chunk_size=cs, memory_num=2, rollback_tokens=2,
                                  pause_db=None)[0] for cs in sorted(bm.PUBLISHED_RTF)}
     return runs, bm.fit_prefill_rate(runs)

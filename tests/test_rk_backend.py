@@ -589,7 +589,7 @@ def test_every_rk_option_reaches_the_runtimes(rk_bundle, shim, fake_rknnlite, mo
 
 
 def test_a_cpu_count_takes_the_fastest_cores(rk_bundle, shim, fake_rknnlite, monkeypatch):
-    """The reference design's Qwen3ASREngine(..., platform=, enabled_cpus=2, repeat_penalty=1.15)
+    """The reference design's (docs/reference_design.md) Qwen3ASREngine(..., platform=, enabled_cpus=2, repeat_penalty=1.15)
     on a board: two big cores (RK3588: CPUs 4-7 are the A76s), the penalty in RKLLMParam."""
     monkeypatch.setattr(rk_options, "cpu_capacities", lambda: [414.0] * 4 + [1024.0] * 4)
     monkeypatch.delenv(rk_backend.ENV_SOC)

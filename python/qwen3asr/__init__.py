@@ -3,7 +3,7 @@
 Importing this package never touches hardware SDKs; backends load them lazily.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .audio import AudioError, prepare_audio  # noqa: E402
 from .bundle import BundleError  # noqa: E402

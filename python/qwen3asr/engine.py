@@ -87,8 +87,8 @@ class Qwen3ASREngine:
         (qwen3asr.PrefixCacheOptions: entries and bytes kept; max_entries=0 turns it off; default
         8 prefixes, 128 MiB). The rk backend prefills the whole prompt every time (why:
         docs/rkllm_abi.md).
-      platform / enabled_cpus / repeat_penalty: the reference design's spellings of ``rk.soc``,
-        ``rk.cpus`` and ``options.repetition_penalty``.
+      platform / enabled_cpus / repeat_penalty: the spellings of ``rk.soc``, ``rk.cpus`` and
+        ``options.repetition_penalty`` in the reference design (docs/reference_design.md).
 
     Use as ``with Qwen3ASREngine(...) as engine:`` or call ``close()`` to free the NPU and the
     sessions. One engine serves one request at a time (servers use qwen3asr.server.scheduler).

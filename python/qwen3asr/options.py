@@ -88,9 +88,12 @@ class TranscribeOptions:
     # on with the rk backend, off on the CPU (where both would share the same cores).
     overlap: Optional[bool] = None
     # -- output
-    itn: bool = False  # inverse text normalisation of finished text (numbers as digits)
-    # The reference design's compact prompt: no system turn, the answer starting at
-    # <asr_text> (no "language X" header, so no language detection). Off by default: it departs
+    # Inverse text normalisation of finished text (spoken numbers as digits, qwen3asr.itn). Off
+    # by default everywhere (API, CLI, servers): the text stays the model's own, as the official
+    # toolkit returns it, and a file and a live stream of the same audio read the same.
+    itn: bool = False
+    # The compact prompt of the reference design (docs/reference_design.md): no system turn, the
+    # answer starting at <asr_text> (no "language X" header, so no language detection). Off by default: it departs
     # from the official template. Saves the system turn and header tokens per decoder run.
     compact_prompt: bool = False
 

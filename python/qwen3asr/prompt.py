@@ -8,8 +8,8 @@ The prompt is the official one (system block always present, even with empty con
 (without the line break after ``user\\n``). Forcing a language appends
 ``language {Name}<asr_text>`` so the model writes only the transcript.
 
-The compact prompt (``compact=True``, the reference design's ``compact_suffix``; off by
-default because it departs from the official template) drops the system turn and the
+The compact prompt (``compact=True``, the ``compact_suffix`` of the reference design,
+docs/reference_design.md; off by default because it departs from the official template) drops the system turn and the
 language header: ``<|im_start|>user\\n<|audio_start|>...<|audio_end|><|im_end|>\\n
 <|im_start|>assistant\\n<asr_text>``; the model then writes only the transcript, with no
 language detection. It saves ``compact_savings()`` prefill tokens per decoder run.

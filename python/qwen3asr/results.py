@@ -81,8 +81,9 @@ class Transcription:
                 "stats": self.stats.to_dict(), "segments": [seg.to_dict() for seg in self.segments]}
 
     def __getitem__(self, key: str):
-        """Read-only mapping access as the reference design's dict results: ``result["text"]``,
-        ``result["stats"]["rtf"]`` (stats also under their field names), ``result["segments"]``."""
+        """Read-only mapping access like the dict results of the reference design
+        (docs/reference_design.md): ``result["text"]``, ``result["stats"]["rtf"]`` (stats also under
+        their field names), ``result["segments"]``."""
         return _mapping(self)[key]
 
     def keys(self):

@@ -1,4 +1,5 @@
-"""Deprecated: ``qwen3asr.rk_backend`` moved to ``qwen3asr.backends.rk.backend`` (this shim goes away in the next release)."""
+"""Deprecated: ``qwen3asr.rk_backend`` moved to ``qwen3asr.backends.rk.backend``
+(this shim goes away in the next release)."""
 
 from ._compat import moved
 

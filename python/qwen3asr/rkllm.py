@@ -1,4 +1,5 @@
-"""Deprecated: ``qwen3asr.rkllm`` moved to ``qwen3asr.backends.rk.rkllm`` (this shim goes away in the next release)."""
+"""Deprecated: ``qwen3asr.rkllm`` moved to ``qwen3asr.backends.rk.rkllm``
+(this shim goes away in the next release)."""
 
 from ._compat import moved
 

@@ -1,4 +1,5 @@
-"""Deprecated: ``qwen3asr.rknn_backend`` moved to ``qwen3asr.backends.rk.rknn`` (this shim goes away in the next release)."""
+"""Deprecated: ``qwen3asr.rknn_backend`` moved to ``qwen3asr.backends.rk.rknn``
+(this shim goes away in the next release)."""
 
 from ._compat import moved
 

@@ -1,4 +1,5 @@
-"""Deprecated: ``qwen3asr.stream`` moved to ``qwen3asr.streaming`` (this shim goes away in the next release)."""
+"""Deprecated: ``qwen3asr.stream`` moved to ``qwen3asr.streaming``
+(this shim goes away in the next release)."""
 
 from ._compat import moved
 

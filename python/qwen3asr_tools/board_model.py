@@ -20,12 +20,14 @@ latency is per chunk, in a live stream (audio arriving in real time): from the m
 chunk's audio was complete (``ChunkWork.ready``, measured in the run) to the moment its
 decoder run ends.
 
-The decoder's unit costs are Rockchip's published benchmark (``RKLLM_BENCHMARK``); the encoder's
-the reference design's table. Two published figures of the reference design disagree under
-these costs (docs/board.md, "Cost model"): its caption latency is reproduced, its RTF is not.
-So a second, pessimistic RK3576 prefill rate is fitted (``fit_prefill_rate``) at which its
-settings reproduce its published RTF; ``unit_costs(prefill="rtf-fit")`` uses it. No board SDK is imported here; the engine is imported only by the functions that
-run it (``record_stream``, ``record_file``, ``record_one_pass``).
+The decoder's unit costs are Rockchip's published benchmark (``RKLLM_BENCHMARK``); the
+encoder's, the table of the reference design (docs/reference_design.md). Two of its published
+figures disagree under these costs (docs/board.md, "Cost model"): its caption latency is
+reproduced, its RTF is not. So a second, pessimistic RK3576 prefill rate is fitted
+(``fit_prefill_rate``) at which its settings reproduce its published RTF;
+``unit_costs(prefill="rtf-fit")`` uses it. No board SDK is imported here; the engine is
+imported only by the functions that run it (``record_stream``, ``record_file``,
+``record_one_pass``).
 """
 
 from __future__ import annotations

@@ -69,7 +69,8 @@ class BackendOptions:
         if not isinstance(self.spin_wait, bool):
             problems.append(f"spin_wait must be True or False (got {self.spin_wait!r})")
         if not isinstance(self.prefix_cache, PrefixCacheOptions):
-            problems.append(f"prefix_cache must be a qwen3asr.PrefixCacheOptions (got {type(self.prefix_cache).__name__})")
+            problems.append(f"prefix_cache must be a qwen3asr.PrefixCacheOptions "
+                            f"(got {type(self.prefix_cache).__name__})")
         if not isinstance(self.rk, RKOptions):
             problems.append(f"rk must be a qwen3asr.RKOptions (got {type(self.rk).__name__})")
         if problems:

@@ -54,7 +54,8 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-pauses", action="store_true",
                     help="fixed chunks and a sliding window (no pause rules, docs/streaming.md)")
     ap.add_argument("--compact-prompt", action="store_true",
-                    help="the reference design's compact prompt: no system turn, no language header (no detection)")
+                    help="the compact prompt of the reference design (docs/reference_design.md): no system turn, "
+                         "no language header (no detection)")
 
 
 def engine_from_args(args):

@@ -35,8 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-vad", dest="vad", action="store_const", const=False,
                     help="never use VAD: audio too long for one pass is decoded in chunks of at most 30 s "
                          "(each ending at its last pause)")
-    ap.add_argument("--no-itn", action="store_true", help="keep numbers as words (no inverse text normalisation)")
-    ap.add_argument("--stream", action="store_true", help="print text as it is generated (text format)")
+    ap.add_argument("--itn", action="store_true",
+                    help="inverse text normalisation of the finished text (spoken numbers as digits; qwen3asr.itn). "
+                         "Off by default, as in the library and the servers: the text is the model's own")
+    ap.add_argument("--no-itn", action="store_true", help="the default (kept for scripts written when ITN was on)")
+    ap.add_argument("--stream", action="store_true",
+                    help="print text as it is generated (text format); turns ITN off, since printed text "
+                         "cannot be rewritten")
     ap.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return ap
 
@@ -61,7 +66,7 @@ def main(argv=None) -> int:
     from ..bundle import BundleError
 
     try:
-        options = options_from_args(args, vad=args.vad, itn=not (args.no_itn or args.stream))
+        options = options_from_args(args, vad=args.vad, itn=args.itn and not (args.no_itn or args.stream))
         engine = engine_from_args(args)
         on_text = _write_piece if args.stream and args.format == "text" else None
         progress = _progress_bar if sys.stderr.isatty() and not args.stream else None
