@@ -18,8 +18,10 @@ from qwen3asr.audio import prepare_audio
 from qwen3asr.bundle import Bundle, BundleError
 from qwen3asr.encoder import AudioEncoder, tokens_for_frames
 from qwen3asr.mel import log_mel
-from qwen3asr.onnx_backend import OnnxEncoderRunner, make_session
+from qwen3asr.onnx_backend import OnnxEncoderRunner
 from qwen3asr import rknn_backend as rb
+
+from doubles.rknnlite import RecordingRKNNLite, write_rknn_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RKNN_PY = os.path.join(ROOT, ".venv-rknn", "bin", "python")
@@ -124,14 +126,7 @@ def test_metadata_in_custom_string_and_manifest(converted):
             assert meta["toolkit"] == "2.5.0"
 
 
-# --- the board runner, with a test double for rknnlite -------------------------------------------
-
-def _write_fake_rknn(path: str, meta: dict) -> None:
-    """A file laid out like a .rknn for the runner's checks: magic, filler, custom string."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(b"RKNN" + b"\0" * 60 + rb.custom_string(meta).encode() + b"\0" * 16)
-
+# --- the board runner, with a test double for rknnlite (doubles.rknnlite) -------------------------
 
 @pytest.fixture()
 def synthetic(tmp_path):
@@ -148,7 +143,7 @@ def synthetic(tmp_path):
                     "input_shapes": {k: shapes[k] for k in inputs}, "output_shape": out_shape,
                     "encoder_sha256": rb.encoder_digest(b.manifest)}
             rel = f"rknn/{target}/{onnx2rknn.graph_name(v)}.rknn"
-            _write_fake_rknn(os.path.join(d, rel), meta)
+            write_rknn_file(os.path.join(d, rel), meta)
             with open(os.path.join(d, rel), "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()
             entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel,
@@ -157,63 +152,11 @@ def synthetic(tmp_path):
     return d
 
 
-class FakeRKNNLite:
-    """Test double of rknnlite.api.RKNNLite: enforces load_rknn -> init_runtime(core_mask) ->
-    inference(inputs=[...]) -> release and checks inputs against the ONNX graph the file was made
-    from (count, order, shape, float32), then computes the output with ONNX Runtime."""
-
-    instances: list = []
-    fail: dict = {}  # call name -> return value to give instead of success
-    output_override = None  # if set, inference returns this
-
-    def __init__(self):
-        self.calls = []
-        self.onnx = None
-        FakeRKNNLite.instances.append(self)
-
-    def load_rknn(self, path):
-        assert self.calls == [], self.calls
-        self.calls.append(("load_rknn", path))
-        if "load_rknn" in self.fail:
-            return self.fail["load_rknn"]
-        bundle_dir = os.path.dirname(os.path.dirname(os.path.dirname(path)))
-        man = json.load(open(os.path.join(bundle_dir, "model.json")))
-        meta = rb.read_rknn_metadata(path)
-        src = next(v for v in man["encoder"]["variants"] if v["form"] == meta["form"]
-                   and v["part"] == meta["part"] and v["n_chunks"] == meta["n_chunks"])
-        self.names = man["encoder"]["inputs"][meta["part"]]  # the order onnx2rknn gave load_onnx
-        self.onnx = make_session(os.path.join(bundle_dir, src["file"]))
-        return 0
-
-    def init_runtime(self, core_mask=0):
-        assert [c[0] for c in self.calls] == ["load_rknn"], self.calls
-        self.calls.append(("init_runtime", core_mask))
-        return self.fail.get("init_runtime", 0)
-
-    def inference(self, inputs, data_format=None):
-        assert [c[0] for c in self.calls[:2]] == ["load_rknn", "init_runtime"], self.calls
-        assert isinstance(inputs, list) and len(inputs) == len(self.onnx.get_inputs()) == len(self.names)
-        assert data_format == "nchw"
-        feeds = {}
-        by_name = {i.name: i for i in self.onnx.get_inputs()}
-        for name, a in zip(self.names, inputs):
-            assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
-            assert list(a.shape) == list(by_name[name].shape), (name, a.shape, by_name[name].shape)
-            feeds[name] = a
-        self.calls.append(("inference", len(inputs)))
-        if self.output_override is not None:
-            return [self.output_override]
-        return self.onnx.run(None, feeds)
-
-    def release(self):
-        self.calls.append(("release",))
-
-
 @pytest.fixture()
 def fake_lite():
-    FakeRKNNLite.instances, FakeRKNNLite.fail, FakeRKNNLite.output_override = [], {}, None
-    yield FakeRKNNLite
-    FakeRKNNLite.instances, FakeRKNNLite.fail, FakeRKNNLite.output_override = [], {}, None
+    RecordingRKNNLite.reset()
+    yield RecordingRKNNLite
+    RecordingRKNNLite.reset()
 
 
 def _mel(seconds: float) -> np.ndarray:
