@@ -21,6 +21,7 @@ from qwen3asr.mel import log_mel
 from qwen3asr.onnx_backend import OnnxEncoderRunner
 from qwen3asr import rknn_backend as rb
 
+from doubles.rknn_toolkit import FailingRKNN
 from doubles.rknnlite import RecordingRKNNLite, write_rknn_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -356,48 +357,16 @@ def test_converter_unknown_size(tmp_path, capsys):
     assert "sizes [7] s not in the bundle's merged graphs (it has [2, 3, 4, 5, 8] s)" in capsys.readouterr().err
 
 
-class _FailingRKNN:
-    """Stand-in for rknn.api.RKNN whose ``failing`` call returns -1 (every call is logged)."""
-
-    failing = "build"
-    log: list = []
-
-    def __init__(self, verbose=False):
-        pass
-
-    def _ret(self, name):
-        self.log.append(name)
-        return -1 if name == self.failing else 0
-
-    def config(self, **kw):
-        return self._ret("config")
-
-    def load_onnx(self, **kw):
-        return self._ret("load_onnx")
-
-    def build(self, **kw):
-        return self._ret("build")
-
-    def export_rknn(self, path):
-        return self._ret("export_rknn")
-
-    def init_runtime(self, **kw):
-        return self._ret("init_runtime")
-
-    def release(self):
-        self.log.append("release")
-
-
 @pytest.mark.parametrize("failing", ["config", "load_onnx", "build", "export_rknn"])
 def test_converter_checks_every_return_code(tmp_path, monkeypatch, capsys, failing):
     d = _copy_encoder_bundle(str(tmp_path / "b"))
-    monkeypatch.setattr(_FailingRKNN, "failing", failing)
-    monkeypatch.setattr(_FailingRKNN, "log", [])
-    monkeypatch.setattr(onnx2rknn, "toolkit", lambda: _FailingRKNN)
+    monkeypatch.setattr(FailingRKNN, "failing", failing)
+    monkeypatch.setattr(FailingRKNN, "log", [])
+    monkeypatch.setattr(onnx2rknn, "toolkit", lambda: FailingRKNN)
     assert onnx2rknn.main(["--bundle", d, "--target", "rk3576", "--forms", "merged", "--sizes", "2"]) == 2
     err = capsys.readouterr().err
     assert f"rknn-toolkit2 {failing} failed (returned -1) for encoder/merged_2s.onnx (rk3576)" in err
-    assert _FailingRKNN.log[-1] == "release"
+    assert FailingRKNN.log[-1] == "release"
     assert "rk" not in json.load(open(os.path.join(d, "model.json")))
 
 
