@@ -1,7 +1,8 @@
-"""Import rules, checked on the source with ast: test modules share doubles through
-tests/doubles/ (and helpers through bundles, fixtures, server_proc), never by importing another
-test module (which would run that module's fixtures, skips and module-level code a second time
-under another name)."""
+"""Import rules, checked on the source with ast: no library module imports the engine (it
+orchestrates the stages; the programs and servers sit on top of it), and test modules share
+doubles through tests/doubles/ (and helpers through bundles, fixtures, server_proc), never by
+importing another test module (which would run that module's fixtures, skips and module-level
+code a second time under another name)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import ast
 import os
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+PKG = os.path.join(ROOT, "python", "qwen3asr")
 
 
 def _test_module_names() -> set[str]:
@@ -56,4 +59,30 @@ def test_no_test_module_imports_another_test_module():
                 with open(path, encoding="utf-8") as fh:
                     for line, name in imported_test_modules(fh.read(), modules):
                         offenders.append(f"{os.path.relpath(path, TESTS)}:{line} imports {name}")
+    assert offenders == []
+
+
+# ------------------------------------------------------------------ the library: no cycle
+
+def test_no_library_module_imports_the_engine():
+    allowed = {"__init__.py", "engine.py"}
+    offenders = []
+    for dirpath, _, files in os.walk(PKG):
+        rel_dir = os.path.relpath(dirpath, PKG)
+        if rel_dir.split(os.sep)[0] in ("cli", "server"):
+            continue  # the programs and servers sit on top of the engine
+        for f in files:
+            if not f.endswith(".py") or (rel_dir == "." and f in allowed):
+                continue
+            tree = ast.parse(open(os.path.join(dirpath, f)).read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1] == "engine":
+                    offenders.append(f"{rel_dir}/{f}:{node.lineno}")  # from .engine / qwen3asr.engine import
+                if isinstance(node, ast.ImportFrom) and any(a.name in ("engine", "Qwen3ASREngine")
+                                                            for a in node.names) and \
+                        (node.level or (node.module or "").split(".")[0] == "qwen3asr"):
+                    offenders.append(f"{rel_dir}/{f}:{node.lineno}")  # from . / qwen3asr import engine, Qwen3ASREngine
+                if isinstance(node, ast.Import) and any(a.name.split(".")[-1] == "engine" and
+                                                        a.name.startswith("qwen3asr") for a in node.names):
+                    offenders.append(f"{rel_dir}/{f}:{node.lineno}")  # import qwen3asr.engine
     assert offenders == []
