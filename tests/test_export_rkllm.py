@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # the official torch model (thinker, encoder) in most tests
+
 torch = pytest.importorskip("torch", reason="the official reference needs torch (the dev extra: pip install -e '.[dev]')")
 if importlib.util.find_spec("qwen_asr") is None:
     pytest.skip("the official reference needs qwen-asr (pip install --no-deps qwen-asr==0.0.6)",

@@ -110,6 +110,7 @@ def test_srt_and_vtt():
         to_srt([Segment(2.0, 1.0, "x")])
 
 
+@pytest.mark.slow  # three CLI subprocesses
 def test_cli_srt_and_vtt(bundle_dir):
     base = [sys.executable, CLI, "--audio", LONG, "--model", bundle_dir, "--chunk-size", "3", "--duration", "7",
             "--max-new-tokens", "2", "--language", "en", "--rollback-tokens", "0"]
@@ -138,6 +139,7 @@ def test_max_chunks_with_vad_decodes_exactly_that_many(engine):
 
 # ------------------------------------------------------------------ the long-audio policy
 
+@pytest.mark.slow  # the CLI in a subprocess on the 77 s clip
 def test_api_and_cli_give_the_same_text_for_the_long_clip(default_engine):
     mode, o = default_engine.plan(prepare_audio(LONG))
     assert mode == "VAD segments" and o.chunk_size == 30.0  # the bundle's one-pass limit is 10 s

@@ -85,6 +85,7 @@ def converted(tmp_path_factory):
     return d, reports
 
 
+@pytest.mark.slow  # rknn-toolkit2 converts and simulates (the module fixture)
 @pytest.mark.parametrize("target", TARGETS)
 def test_simulator_matches_onnx_runtime(converted, target):
     _, reports = converted
@@ -99,6 +100,7 @@ def test_simulator_matches_onnx_runtime(converted, target):
     assert {r["tokens_onnx"] for r in res} == {18, 39}
 
 
+@pytest.mark.slow
 def test_metadata_in_custom_string_and_manifest(converted):
     d, _ = converted
     b = Bundle.load(d)
@@ -192,6 +194,7 @@ def test_runner_contract_synthetic(synthetic, fake_lite, target, form):
     _check_runner_against_onnx(synthetic, fake_lite, target, form)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["merged", "split"])
 def test_runner_contract_converted_files(converted, fake_lite, form):
     _check_runner_against_onnx(converted[0], fake_lite, "rk3576", form)
