@@ -1,4 +1,5 @@
 # Two entry points (see README): `make demo` and `make test`. Both set themselves up.
+# `make test-fast` is the edit-run loop: the suite without the tests marked slow.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -6,7 +7,7 @@ DEMO_AUDIO ?= audio/en_1.wav
 
 RKNN_VENV ?= .venv-rknn
 
-.PHONY: demo test setup setup-dev setup-rknn system-deps clean-venv rehearse-board
+.PHONY: demo test test-fast setup setup-dev setup-rknn system-deps clean-venv rehearse-board
 
 # The checkout installed editable (pyproject.toml is the one list of dependencies): the console
 # scripts, the launchers in scripts/ and `import qwen3asr` then run this checkout's code.
@@ -45,6 +46,13 @@ demo: setup
 # The whole test suite.
 test: setup-dev
 	$(PY) -m pytest -q
+
+# The suite without the tests marked slow (install, browser, nginx, the rknn-toolkit2 simulator,
+# CLI subprocesses, the official torch model, the load test: pyproject.toml's markers), for the
+# edit-run loop; `make test` (and .ci/run) still runs everything. Sets up the venv only (run
+# `make setup-dev` once for the Debian packages and the rknn venv; tests missing them skip).
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -q -m "not slow"
 
 # A board install rehearsed in an arm64 Debian under qemu-user (needs root; not part of `make test`).
 # See docs/board_rehearsal.md.

@@ -1,6 +1,7 @@
 """Model bundles exported from the random-weight official checkpoints with the real exporter
 (qwen3asr_tools.export_onnx, run as scripts/export_onnx.py), cached under tests/.cache/ like the
-checkpoints."""
+checkpoints: keyed on the checkpoint and the source of every module the exporter imports
+(fixtures.source_modules)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ def bundle(preset: str = "tiny-a", dtype: str = "bfloat16", decoders=("fp32", "i
     from qwen3asr_tools import export_onnx
 
     ck = fixtures.checkpoint(preset, dtype=dtype)
-    gen = fixtures._generator_hash("qwen3asr_tools.export_onnx", "qwen3asr_tools.onnx_graphs",
-                                   "qwen3asr_tools.checkpoint")
+    gen = fixtures._generator_hash("qwen3asr_tools.export_onnx")
     key = f"bundle-{os.path.basename(ck)}-{'-'.join(decoders)}-{gen}"
     out = fixtures._cached_dir(key, lambda d: export_onnx.export(ck, d, decoder_dtypes=tuple(decoders)))
     return ck, out

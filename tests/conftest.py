@@ -19,3 +19,14 @@ def engine(bundle_dir):
     from qwen3asr import Qwen3ASREngine
 
     return Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def default_engine():
+    """The bundled default model (models/default: the trained tiny model, its own small tokenizer
+    and a 10 s one-pass limit) on ONNX Runtime with 2 threads; closed after the module."""
+    from qwen3asr import Qwen3ASREngine
+
+    e = Qwen3ASREngine(backend="onnx", threads=2)
+    yield e
+    e.close()

@@ -9,6 +9,8 @@ import statistics
 
 import pytest
 
+pytestmark = pytest.mark.slow  # timed runs of the official model and ours
+
 from qwen3asr_tools import bench
 import bundles
 

@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 import pytest
+
+pytestmark = pytest.mark.slow  # every test runs the CLI in a subprocess
 import soundfile as sf
 
 import bundles

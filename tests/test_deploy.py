@@ -1,4 +1,4 @@
-"""Board scripts (deploy/) against fake sysfs trees built in tmp_path.
+"""Board scripts (deploy/) against fake sysfs trees built in tmp_path (doubles/board.py).
 
 The fake trees copy what RK3588 / RK3576 boards with the Rockchip BSP kernel show:
 cpufreq policies, devfreq nodes for the NPU and DDR, cpuidle state1, the NUL-separated
@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from doubles.board import A55, BOARDS, fake_elf, make_board, put
+from doubles.programs import apt_doubles, fake_python
+
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 
@@ -29,77 +32,6 @@ sys.modules["lock_clocks"] = lock_clocks  # dataclasses look their module up the
 _spec.loader.exec_module(lock_clocks)
 
 # ----------------------------------------------------------------------------- fake trees
-
-A55 = "408000 600000 816000 1008000 1200000 1416000 1608000 1800000"
-A76 = A55 + " 2016000 2208000 2256000 2304000 2352000 2400000"
-A53_3576 = A55 + " 2016000"
-A72_3576 = A55 + " 2016000 2208000"
-CPU_GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
-NPU_GOVERNORS = "rknpu_ondemand dmc_ondemand userspace powersave performance simple_ondemand"
-DMC_GOVERNORS = "dmc_ondemand userspace powersave performance simple_ondemand"
-
-BOARDS = {
-    "rk3588": {
-        "compatible": b"radxa,rock-5b\0rockchip,rk3588\0",
-        "policies": {"policy0": (A55, range(0, 4)), "policy4": (A76, range(4, 6)), "policy6": (A76, range(6, 8))},
-        "npu": ("fdab0000.npu", "300000000 400000000 500000000 600000000 700000000 800000000 900000000 1000000000"),
-        "dmc": "528000000 1068000000 1560000000 2112000000",
-        "load": "NPU load:  Core0:  0%, Core1: 12%, Core2:  0%,\n",
-    },
-    "rk3576": {
-        "compatible": b"armsom,sige5\0rockchip,rk3576\0",
-        "policies": {"policy0": (A53_3576, range(0, 4)), "policy4": (A72_3576, range(4, 8))},
-        "npu": ("27700000.npu", "300000000 400000000 500000000 600000000 700000000 800000000 900000000 950000000"),
-        "dmc": "534000000 1068000000 1560000000 2112000000",
-        "load": "NPU load:  Core0:  3%, Core1:  0%,\n",
-    },
-}
-
-
-def _put(path: Path, text: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text)
-
-
-def make_board(root: Path, soc: str, driver: str | None = "RKNPU driver: v0.9.8\n") -> Path:
-    """A fake / with the sysfs, procfs and debugfs nodes the scripts read."""
-    board = BOARDS[soc]
-    _put(root / "proc/device-tree/compatible", board["compatible"])
-    for policy, (freqs, cpus) in board["policies"].items():
-        node = root / "sys/devices/system/cpu/cpufreq" / policy
-        top = freqs.split()[-1]
-        _put(node / "scaling_available_frequencies", freqs + " \n")
-        _put(node / "scaling_available_governors", CPU_GOVERNORS + " \n")
-        _put(node / "scaling_governor", "schedutil\n")
-        _put(node / "scaling_setspeed", "<unsupported>\n")
-        _put(node / "scaling_cur_freq", "1008000\n")
-        _put(node / "scaling_min_freq", "408000\n")
-        _put(node / "scaling_max_freq", top + "\n")
-        _put(node / "affected_cpus", " ".join(str(c) for c in cpus) + "\n")
-        for c in cpus:
-            _put(root / f"sys/devices/system/cpu/cpu{c}/cpuidle/state0/disable", "0\n")
-            _put(root / f"sys/devices/system/cpu/cpu{c}/cpuidle/state1/disable", "0\n")
-    npu_name, npu_freqs = board["npu"]
-    for name, freqs, governors, governor in (
-        (npu_name, npu_freqs, NPU_GOVERNORS, "rknpu_ondemand"),
-        ("dmc", board["dmc"], DMC_GOVERNORS, "dmc_ondemand"),
-    ):
-        node = root / "sys/class/devfreq" / name
-        _put(node / "available_frequencies", freqs + "\n")
-        _put(node / "available_governors", governors + "\n")
-        _put(node / "governor", governor + "\n")
-        _put(node / "cur_freq", freqs.split()[0] + "\n")
-        _put(node / "min_freq", freqs.split()[0] + "\n")
-        _put(node / "max_freq", freqs.split()[-1] + "\n")
-        (node / "userspace").mkdir()  # the kernel adds it when userspace starts
-    if driver is not None:
-        _put(root / "sys/kernel/debug/rknpu/version", driver)
-    _put(root / "sys/kernel/debug/rknpu/load", board["load"])
-    return root
-
 
 def tree_contents(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
@@ -144,17 +76,17 @@ def expected_lock_writes(root: Path, soc: str, cpu=None, npu=None, ddr=None) -> 
     ],
 )
 def test_detect_soc_from_nul_separated_compatible(tmp_path, compatible, soc):
-    _put(tmp_path / "proc/device-tree/compatible", compatible)
+    put(tmp_path / "proc/device-tree/compatible", compatible)
     assert lock_clocks.detect_soc(tmp_path) == soc
 
 
 def test_detect_soc_falls_back_to_sys_firmware(tmp_path):
-    _put(tmp_path / "sys/firmware/devicetree/base/compatible", b"rockchip,rk3576\0")
+    put(tmp_path / "sys/firmware/devicetree/base/compatible", b"rockchip,rk3576\0")
     assert lock_clocks.detect_soc(tmp_path) == "rk3576"
 
 
 def test_detect_soc_rejects_other_socs_and_lists_strings(tmp_path):
-    _put(tmp_path / "proc/device-tree/compatible", b"radxa,rock-3a\0rockchip,rk3568\0")
+    put(tmp_path / "proc/device-tree/compatible", b"radxa,rock-3a\0rockchip,rk3568\0")
     with pytest.raises(lock_clocks.ClockError, match=r"\['radxa,rock-3a', 'rockchip,rk3568'\].*--soc"):
         lock_clocks.detect_soc(tmp_path)
 
@@ -262,10 +194,10 @@ def test_unlock_restores_the_saved_state_exactly(tmp_path):
     root = make_board(tmp_path / "root", "rk3588")
     # A board that was not at defaults: one policy pinned by hand, DDR on a
     # different governor, cpu3 idle state already disabled.
-    _put(root / f"{CPUFREQ}/policy6/scaling_governor", "userspace\n")
-    _put(root / f"{CPUFREQ}/policy6/scaling_setspeed", "2016000\n")
-    _put(root / f"{DEVFREQ}/dmc/governor", "simple_ondemand\n")
-    _put(root / "sys/devices/system/cpu/cpu3/cpuidle/state1/disable", "1\n")
+    put(root / f"{CPUFREQ}/policy6/scaling_governor", "userspace\n")
+    put(root / f"{CPUFREQ}/policy6/scaling_setspeed", "2016000\n")
+    put(root / f"{DEVFREQ}/dmc/governor", "simple_ondemand\n")
+    put(root / "sys/devices/system/cpu/cpu3/cpuidle/state1/disable", "1\n")
     before = observable_state(root)
 
     assert run_lock(root, "--mode", "lock", "--disable-cpuidle").returncode == 0
@@ -306,12 +238,12 @@ def test_unlock_dry_run_changes_nothing(tmp_path):
 def test_unlock_without_state_file_restores_offered_defaults(tmp_path):
     root = make_board(tmp_path / "root", "rk3588")
     for policy in ("policy0", "policy4", "policy6"):
-        _put(root / f"{CPUFREQ}/{policy}/scaling_governor", "userspace\n")
+        put(root / f"{CPUFREQ}/{policy}/scaling_governor", "userspace\n")
     # This NPU node offers no rknpu_ondemand: the next default is used.
-    _put(root / f"{DEVFREQ}/fdab0000.npu/available_governors", "userspace powersave performance simple_ondemand\n")
-    _put(root / f"{DEVFREQ}/fdab0000.npu/governor", "userspace\n")
-    _put(root / f"{DEVFREQ}/dmc/governor", "userspace\n")
-    _put(root / "sys/devices/system/cpu/cpu5/cpuidle/state1/disable", "1\n")
+    put(root / f"{DEVFREQ}/fdab0000.npu/available_governors", "userspace powersave performance simple_ondemand\n")
+    put(root / f"{DEVFREQ}/fdab0000.npu/governor", "userspace\n")
+    put(root / f"{DEVFREQ}/dmc/governor", "userspace\n")
+    put(root / "sys/devices/system/cpu/cpu5/cpuidle/state1/disable", "1\n")
     proc = run_lock(root, "--mode", "unlock")
     assert proc.returncode == 0, proc.stderr
     assert "no state file" in proc.stdout
@@ -388,7 +320,7 @@ def test_missing_npu_devfreq_is_a_clear_error(tmp_path):
 
 def test_userspace_governor_not_offered(tmp_path):
     root = make_board(tmp_path / "root", "rk3588")
-    _put(root / f"{CPUFREQ}/policy4/scaling_available_governors", "ondemand performance schedutil\n")
+    put(root / f"{CPUFREQ}/policy4/scaling_available_governors", "ondemand performance schedutil\n")
     proc = run_lock(root, "--mode", "lock")
     assert proc.returncode == 1
     assert "cpu policy4: the userspace governor is not offered" in proc.stderr
@@ -430,22 +362,6 @@ def test_status_without_debugfs_says_it_is_not_readable(tmp_path):
 
 
 # ----------------------------------------------------------------------------- setup_board.sh
-
-
-def fake_elf(path: Path, machine: int = 0xB7, extra: bytes = b"") -> Path:
-    """A 64-bit little-endian ELF header with the given e_machine (0xB7 aarch64, 0x28 arm)."""
-    header = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x03\x00" + machine.to_bytes(2, "little") + bytes(44)
-    _put(path, header + extra)
-    return path
-
-
-def fake_python(path: Path, version: str, venv: bool = True) -> Path:
-    """An interpreter that prints ``version``; ``venv=False``: its ``import venv, ensurepip`` fails
-    (Debian's python3 without python3-venv)."""
-    no_venv = "" if venv else 'case "$2" in *ensurepip*) exit 1 ;; esac\n'
-    _put(path, f"#!/bin/sh\n{no_venv}echo {version}\n")
-    path.chmod(0o755)
-    return path
 
 
 def run_setup(root: Path, *args: str, arch: str = "aarch64", libdir: Path | None = None, euid: int = 1000,
@@ -537,7 +453,7 @@ def test_setup_detects_rk3576(tmp_path):
 
 def test_setup_old_driver_fails_with_upgrade_hint(board_ok):
     root, rkllm, python, venv = board_ok
-    _put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.9.6\n")
+    put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.9.6\n")
     proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
     assert proc.returncode == 1
     assert "[error] RKNPU driver: 0.9.6 is older than 0.9.8" in proc.stdout
@@ -548,7 +464,7 @@ def test_setup_old_driver_fails_with_upgrade_hint(board_ok):
 def test_setup_driver_version_via_procfs_when_debugfs_is_absent(board_ok):
     root, rkllm, python, venv = board_ok
     shutil.rmtree(root / "sys/kernel/debug")
-    _put(root / "proc/rknpu/version", "RKNPU driver: v0.9.10\n")
+    put(root / "proc/rknpu/version", "RKNPU driver: v0.9.10\n")
     proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
     assert proc.returncode == 0, proc.stdout
     assert "[ok]    RKNPU driver: 0.9.10 (>= 0.9.8)" in proc.stdout  # numeric, not string, comparison
@@ -602,7 +518,7 @@ def test_setup_on_other_aarch64_sets_up_the_cpu_backend(tmp_path, compatible, sh
     root = tmp_path / "root"
     root.mkdir()
     if compatible is not None:
-        _put(root / "proc/device-tree/compatible", compatible)
+        put(root / "proc/device-tree/compatible", compatible)
     fake_elf(root / "usr/lib/aarch64-linux-gnu/libportaudio.so.2")
     python = fake_python(tmp_path / "bin/python3", "3.11.2")
     venv = tmp_path / "venv"
@@ -631,7 +547,7 @@ def test_setup_off_a_board_still_checks_runtime_files_that_are_there(tmp_path):
 
 def test_setup_rejects_lfs_pointer_and_armhf_libraries(board_ok):
     root, rkllm, python, venv = board_ok
-    _put(rkllm, "version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 7340032\n")
+    put(rkllm, "version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 7340032\n")
     fake_elf(root / "usr/lib/librknnrt.so", machine=0x28)
     proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
     assert proc.returncode == 1
@@ -674,7 +590,7 @@ def test_setup_printed_commands_survive_spaces_and_quotes(board_ok):
 
 def test_setup_dry_run_prints_the_commands_even_after_errors(board_ok):
     root, rkllm, python, venv = board_ok
-    _put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.8.2\n")
+    put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.8.2\n")
     proc = run_setup(root, "--dry-run", "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(venv))
     assert proc.returncode == 1
     assert "Once the [error] lines above are fixed, this would run:" in proc.stdout
@@ -684,7 +600,7 @@ def test_setup_dry_run_prints_the_commands_even_after_errors(board_ok):
 
 def test_setup_with_errors_runs_nothing_and_prints_what_it_would_run(board_ok):
     root, rkllm, python, venv = board_ok
-    _put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.8.2\n")
+    put(root / "sys/kernel/debug/rknpu/version", "RKNPU driver: v0.8.2\n")
     proc = run_setup(root, "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(venv))
     assert proc.returncode == 1
     assert printed_commands(proc.stdout) == venv_commands(python, venv)
@@ -708,10 +624,7 @@ def test_setup_a_failing_command_is_an_error_with_the_summary(board_ok):
 def fake_apt(tmp_path):
     """``sudo`` and ``apt-get`` doubles first on PATH; each call is appended to the returned log."""
     bin_dir, log = tmp_path / "fake-bin", tmp_path / "apt-calls.log"
-    _put(bin_dir / "sudo", f'#!/bin/sh\necho "sudo $*" >> {log}\nexec "$@"\n')
-    _put(bin_dir / "apt-get", f'#!/bin/sh\necho "apt-get $*" >> {log}\n')
-    for f in bin_dir.iterdir():
-        f.chmod(0o755)
+    apt_doubles(bin_dir, log)
     return bin_dir, log
 
 
@@ -777,7 +690,7 @@ def test_setup_installs_the_server_extra_when_the_checkout_has_one(tmp_path, boa
         text = text.replace(where + "\n", where + '\nserver = ["anything>=1"]\n')
     else:
         text += f'\n{where}\nserver = ["anything>=1"]\n'
-    _put(repo / "pyproject.toml", text)
+    put(repo / "pyproject.toml", text)
     shutil.copy(REPO / "requirements-nodeps.txt", repo)
     proc = run_setup(root, "--dry-run", "--python", str(python), "--rkllm-lib", str(rkllm), "--venv", str(venv),
                      script=repo / "deploy/setup_board.sh")
@@ -804,7 +717,7 @@ def test_setup_help_shows_the_header_only():
 @pytest.mark.parametrize("line, ok", [("RKNPU driver: v1.0.0\n", True), ("RKNPU driver: v0.9.7\n", False)])
 def test_setup_driver_versions_compare_per_field(board_ok, line, ok):
     root, rkllm, python, _ = board_ok
-    _put(root / "sys/kernel/debug/rknpu/version", line)
+    put(root / "sys/kernel/debug/rknpu/version", line)
     proc = run_setup(root, "--check-only", "--python", str(python), "--rkllm-lib", str(rkllm))
     assert proc.returncode == (0 if ok else 1), proc.stdout
     assert ("[ok]    RKNPU driver: 1.0.0" in proc.stdout) == ok
@@ -843,7 +756,7 @@ def test_pyproject_limits_only_the_rk_extra_to_python_3_12():
 
 def test_corrupt_state_file_is_a_clear_error(tmp_path):
     root = make_board(tmp_path / "root", "rk3588")
-    _put(root / "run/qwen3asr-clocks.json", "{not json")
+    put(root / "run/qwen3asr-clocks.json", "{not json")
     proc = run_lock(root, "--mode", "unlock")
     assert proc.returncode == 1
     assert f"error: {root}/run/qwen3asr-clocks.json is not a valid state file" in proc.stderr

@@ -1,5 +1,6 @@
 """Engine API on a random-weight bundle: results, stats, streaming text, generation state,
-sampling options and error paths (the outputs are meaningless; the mechanics are not)."""
+sampling options and error paths (the outputs are meaningless; the mechanics are not); the
+engine's lifetime (close()) on the bundled default model."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import numpy as np
 import pytest
 
 from qwen3asr import TranscribeOptions, AudioError, BundleError, DecodingOptions, Qwen3ASREngine
+from qwen3asr import EngineClosed
+from qwen3asr import prepare_audio
 from qwen3asr.engine import TextStreamer
 from qwen3asr.languages import LanguageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIP = os.path.join(ROOT, "audio", "en_1.wav")
+EN2 = os.path.join(ROOT, "audio", "en_2.wav")
 
 
 def test_transcription_fields_and_stats(engine):
@@ -275,3 +279,17 @@ def test_one_pass_limit_is_read_and_checked(bundle_dir, tmp_path):
     man["limits"] = {"one_pass_seconds": 12}
     (dst / "model.json").write_text(json.dumps(man))
     assert Bundle.load(str(dst)).one_pass_seconds == 12.0
+
+
+# ------------------------------------------------------------------ lifetime
+
+def test_close_is_harmless_twice_and_use_after_close_is_a_clear_error():
+    with Qwen3ASREngine(backend="onnx", threads=1) as e:
+        assert e.transcribe(EN2).text
+        s = e.create_stream()
+    assert e.closed
+    e.close()
+    for call in (lambda: e.transcribe(EN2), lambda: e.create_stream(), lambda: s.feed_audio(prepare_audio(EN2)),
+                 lambda: e.start(EN2)):
+        with pytest.raises(EngineClosed, match=r"was closed \(engine.close\(\)\); create a new one"):
+            call()

@@ -14,6 +14,8 @@ import soundfile as sf
 
 from qwen3asr_tools import espeak_align as ea, make_dataset as md
 
+from doubles.tokenizer import CharTokenizer
+
 pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("espeak-ng", "sox")),
                                 reason="espeak-ng and sox are not installed (apt-get install $(cat scripts/apt-packages.txt))")
 
@@ -65,27 +67,13 @@ def test_words_lie_where_the_rendered_clip_has_speech(tmp_path, text, language, 
         assert seg.max() > 0.05 * env.max(), w
 
 
-class _CharTokenizer:
-    """Tokens of 1-2 characters, with the leading space of a word inside the token (as BPE)."""
-
-    def __init__(self, pieces):
-        self.pieces = pieces
-
-    def encode(self, text):
-        assert "".join(self.pieces) == text
-        return list(range(len(self.pieces)))
-
-    def decode(self, ids):
-        return "".join(self.pieces[i] for i in ids)
-
-
 def test_token_spans_share_words_by_characters():
     words = [ea.Word("ab", 0, 1.0, 2.0), ea.Word("cd", 3, 2.0, 3.0)]
-    tok = _CharTokenizer(["a", "b", " cd"])
+    tok = CharTokenizer(["a", "b", " cd"])
     assert ea.token_spans(tok, "ab cd", words) == [(0, 1.0, 1.5), (1, 1.5, 2.0), (2, 2.0, 3.0)]
     zh = [ea.Word("零", 0, 0.0, 0.2), ea.Word("四", 1, 0.2, 0.5), ea.Word("一", 2, 0.5, 0.6)]
-    assert ea.token_spans(_CharTokenizer(["零", "四一"]), "零四一", zh) == [(0, 0.0, 0.2), (1, 0.2, 0.6)]
-    lossy = _CharTokenizer(["ab", "cd"])  # drops the space
+    assert ea.token_spans(CharTokenizer(["零", "四一"]), "零四一", zh) == [(0, 0.0, 0.2), (1, 0.2, 0.6)]
+    lossy = CharTokenizer(["ab", "cd"])  # drops the space
     lossy.encode = lambda text: [0, 1]
     with pytest.raises(ValueError, match="do not decode piece by piece"):
         ea.token_spans(lossy, "ab cd", words)

@@ -1,5 +1,6 @@
 """scripts/export_rkllm.py: the plain Qwen3ForCausalLM directory against the official thinker,
-the calibration set against our engine, the rkllm-toolkit call contract and the error paths.
+the calibration set against our engine, the rkllm-toolkit call contract (doubles.rkllm_toolkit)
+and the error paths.
 
 The logits test feeds both models the same input embeddings: the official thinker's own
 (prompt embedded, audio from the OFFICIAL encoder spliced in, captured with a hook) and
@@ -14,10 +15,11 @@ import json
 import os
 import pickle
 import sys
-import types
 
 import numpy as np
 import pytest
+
+pytestmark = pytest.mark.slow  # the official torch model (thinker, encoder) in most tests
 
 torch = pytest.importorskip("torch", reason="the official reference needs torch (the dev extra: pip install -e '.[dev]')")
 if importlib.util.find_spec("qwen_asr") is None:
@@ -30,6 +32,7 @@ from qwen3asr_tools.official_ref import load_official_model, read_config  # noqa
 from qwen3asr import Qwen3ASREngine  # noqa: E402
 from qwen3asr.audio import prepare_audio  # noqa: E402
 from qwen3asr.encoder import tokens_for_frames  # noqa: E402
+from doubles import rkllm_toolkit  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUDIO = [os.path.join(ROOT, "audio", n) for n in ("en_1.wav", "zh_1.wav")]
@@ -175,39 +178,9 @@ def test_calibration_json_is_the_engines_spliced_embeddings(exported):
 
 # ------------------------------------------------------------------------ (c) build
 
-class FakeRKLLM:
-    """Stands in for rkllm.api.RKLLM: records calls, returns scripted codes, writes the file."""
-
-    calls: list = []
-    codes: dict = {}
-
-    def load_huggingface(self, **kw):
-        FakeRKLLM.calls.append(("load_huggingface", kw))
-        return FakeRKLLM.codes.get("load_huggingface", 0)
-
-    def build(self, **kw):
-        FakeRKLLM.calls.append(("build", kw))
-        return FakeRKLLM.codes.get("build", 0)
-
-    def export_rkllm(self, path):
-        FakeRKLLM.calls.append(("export_rkllm", path))
-        rc = FakeRKLLM.codes.get("export_rkllm", 0)
-        if rc == 0:
-            with open(path, "wb") as f:
-                f.write(b"RKLLM fake model")
-        return rc
-
-
 @pytest.fixture
 def fake_toolkit(monkeypatch):
-    api = types.ModuleType("rkllm.api")
-    api.RKLLM = FakeRKLLM
-    pkg = types.ModuleType("rkllm")
-    pkg.api = api
-    monkeypatch.setitem(sys.modules, "rkllm", pkg)
-    monkeypatch.setitem(sys.modules, "rkllm.api", api)
-    FakeRKLLM.calls, FakeRKLLM.codes = [], {}
-    return FakeRKLLM
+    return rkllm_toolkit.install(monkeypatch)
 
 
 @pytest.mark.parametrize("target,quant,cores,algo", [("rk3576", "w4a16_g128", 2, "grq"),

@@ -241,6 +241,7 @@ def _compare(odd, audio, **kw):
 
 
 @needs_official
+@pytest.mark.slow  # the official torch model
 @pytest.mark.parametrize("teacher", ["greedy", "sample"])
 def test_fp32_logits_match_official(odd, speech, teacher):
     s = _compare(odd, clip(speech, 9.5), max_new_tokens=32, decoder_dtype="fp32", teacher_mode=teacher,
@@ -251,6 +252,7 @@ def test_fp32_logits_match_official(odd, speech, teacher):
 
 
 @needs_official
+@pytest.mark.slow
 def test_int8_logits_match_official(odd, speech, record_property):
     """The tolerances of tests/test_numerics.py::test_int8_logits_teacher_forced."""
     s = _compare(odd, clip(speech, 4.0), max_new_tokens=40, decoder_dtype="int8")["summary"]
@@ -261,6 +263,7 @@ def test_int8_logits_match_official(odd, speech, record_property):
 
 
 @needs_official
+@pytest.mark.slow
 def test_int4_logits_match_official(odd, speech, record_property):
     """No int4 test exists for tiny-a/tiny-b; docs/conversion.md reports for them (greedy teacher,
     4 s, 40 steps) argmax 97.5-100 % and min cosine 0.977-0.984. Required here: argmax >= 95 %,

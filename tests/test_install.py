@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a fresh venv and pip install
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

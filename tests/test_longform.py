@@ -1,8 +1,11 @@
 """Long files: engine.transcribe with chunk_size/start/duration/max_chunks/vad, segments, srt/vtt,
-and the CLI flags (random-weight bundle: mechanics, not accuracy)."""
+and the CLI flags (random-weight bundle: mechanics, not accuracy); the long-audio policy inside
+transcribe() (VAD segments or chunks beyond the one-pass limit, API == CLI) on the bundled default
+model."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,6 +16,8 @@ import pytest
 import soundfile as sf
 
 from qwen3asr import Qwen3ASREngine
+from qwen3asr import TranscribeOptions
+from qwen3asr import prepare_audio
 from qwen3asr import mel as melmod
 from qwen3asr.longform import clip_ceiling, select_audio
 from qwen3asr.results import Segment
@@ -20,6 +25,7 @@ from qwen3asr.subtitles import to_srt, to_vtt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
+EN2 = os.path.join(ROOT, "audio", "en_2.wav")
 CLI = os.path.join(ROOT, "python", "transcribe.py")
 SR = 16000
 
@@ -104,6 +110,7 @@ def test_srt_and_vtt():
         to_srt([Segment(2.0, 1.0, "x")])
 
 
+@pytest.mark.slow  # three CLI subprocesses
 def test_cli_srt_and_vtt(bundle_dir):
     base = [sys.executable, CLI, "--audio", LONG, "--model", bundle_dir, "--chunk-size", "3", "--duration", "7",
             "--max-new-tokens", "2", "--language", "en", "--rollback-tokens", "0"]
@@ -128,3 +135,42 @@ def test_max_chunks_with_vad_decodes_exactly_that_many(engine):
     # The first speech segment is longer than one 2 s chunk: finish() must not decode its rest.
     r = engine.transcribe(LONG, vad=True, chunk_size=2.0, max_chunks=1, max_new_tokens=2)
     assert r.stats.encoder_calls == 1 and r.truncated
+
+
+# ------------------------------------------------------------------ the long-audio policy
+
+@pytest.mark.slow  # the CLI in a subprocess on the 77 s clip
+def test_api_and_cli_give_the_same_text_for_the_long_clip(default_engine):
+    mode, o = default_engine.plan(prepare_audio(LONG))
+    assert mode == "VAD segments" and o.chunk_size == 30.0  # the bundle's one-pass limit is 10 s
+    api = default_engine.transcribe(LONG)  # ITN is off by default in the API and the CLI alike
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+
+    def cli(*extra):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "python", "transcribe.py"), "--audio", LONG,
+                              "--backend", "onnx", "--threads", "2", "--format", "json", *extra],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    plain = cli()
+    assert plain["text"] == api.text and plain["token_ids"] == list(api.token_ids)
+    assert [s["start"] for s in plain["segments"]] == [s.start for s in api.segments]
+    # --itn is the API's itn=True; the clip's spoken numbers then read as digits
+    with_itn = default_engine.transcribe(LONG, itn=True)
+    assert cli("--itn")["text"] == with_itn.text != api.text
+    # one pass of the whole clip (what the API did before the policy moved in) is much worse
+    one = default_engine.transcribe(LONG, max_new_tokens=512, one_pass=True)
+    assert one.token_ids != api.token_ids
+
+
+def test_without_the_vad_model_long_audio_goes_in_chunks(default_engine, monkeypatch):
+    from qwen3asr import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "vad_available", lambda: False)
+    mode, o = default_engine.plan(prepare_audio(LONG))
+    assert (mode, o.chunk_size, o.rollback_tokens, o.vad_options) == ("chunks", 30.0, 5, None)
+    r = default_engine.transcribe(LONG)
+    assert r.stats.encoder_calls > 3 and len(r.segments) >= 3
+    assert default_engine.plan(prepare_audio(LONG), TranscribeOptions(vad=False))[0] == "chunks"
+    assert default_engine.plan(prepare_audio(EN2))[0] == "one pass"

@@ -152,6 +152,7 @@ def test_missing_device_is_explained(pulse):
     assert "error: no capture device matches 'no-such-mic'; run with --list-devices" in p.stderr
 
 
+@pytest.mark.slow
 def test_captions_from_device_until_max_seconds(pulse, bundle_dir):
     env, fifo = pulse
     samples = _pcm16(os.path.join(ROOT, "audio", "en_2.wav"), 1.624)  # 4.0 s in all
@@ -171,6 +172,7 @@ def test_captions_from_device_until_max_seconds(pulse, bundle_dir):
     assert re.search(r"4\.000 s audio, 4\.000 s encoded in 4 calls", "".join(err)), "".join(err)
 
 
+@pytest.mark.slow
 def test_ctrl_c_flushes_and_exits_zero(pulse, bundle_dir):
     env, fifo = pulse
     samples = _pcm16(os.path.join(ROOT, "audio", "en_3.wav"), 0.5)

@@ -18,6 +18,8 @@ import os
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # the official torch model in every test
+
 torch = pytest.importorskip("torch", reason="the official reference needs torch (the dev extra: pip install -e '.[dev]')")
 if importlib.util.find_spec("qwen_asr") is None:
     pytest.skip("the official code is missing: pip install --no-deps qwen-asr==0.0.6", allow_module_level=True)

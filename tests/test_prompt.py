@@ -1,5 +1,6 @@
 import dataclasses
 import math
+import os
 import random
 
 import numpy as np
@@ -15,15 +16,24 @@ from qwen3asr.languages import (
     resolve_language,
 )
 from qwen3asr.prompt import build_prompt, fix_repetitions, parse_asr_output, parse_language_header, prompt_text
+from qwen3asr.prompt import compact_savings
 from qwen3asr.tokenizer import Tokenizer
 
 PREFIX = [151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669]
 SUFFIX = [151670, 151645, 198, 151644, 77091, 198]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EN2 = os.path.join(ROOT, "audio", "en_2.wav")
 
 
 @pytest.fixture(scope="module")
 def tok():
     return Tokenizer.from_dir(tokenizer_dir())
+
+
+@pytest.fixture(scope="module")
+def engine(default_engine):
+    """The bundled default model (conftest's ``engine`` is a random-weight bundle)."""
+    return default_engine
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +259,22 @@ def test_unsupported_language_lists_accepted():
     assert "Macedonian (mk)" in msg and "Filipino (fil)" in msg
     with pytest.raises(ValueError):  # LanguageError is a ValueError
         language_code("zh-CN")
+
+
+# ------------------------------------------------------------------ compact prompt
+
+def test_compact_prompt_drops_the_system_turn_and_the_header(engine):
+    tok = engine.tokenizer
+    official = build_prompt(tok, 13)
+    compact = build_prompt(tok, 13, compact=True)
+    text = tok.decode(compact.ids.tolist(), skip_special_tokens=False)
+    assert text.startswith("<|im_start|>user\n<|audio_start|>") and text.endswith("<|im_start|>assistant\n<asr_text>")
+    assert "system" not in text
+    saved = compact_savings(tok)
+    assert len(official) - len(compact) == saved["system"] - 1
+    assert saved["total"] == saved["system"] + saved["header"] and saved["header"] >= 2
+    r_off = engine.transcribe(EN2)
+    r_cmp = engine.transcribe(EN2, compact_prompt=True)
+    assert r_cmp.stats.prefill_tokens == r_off.stats.prefill_tokens - (saved["system"] - 1)
+    assert r_cmp.language is None and "language" not in r_cmp.raw_text
+    assert engine.transcribe(EN2, compact_prompt=True, language="en").language == "English"

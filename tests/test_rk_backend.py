@@ -1,21 +1,17 @@
 """The engine with backend="rk" end to end on x86, with test doubles for the NPU parts only.
 
-- librkllmrt.so: the C double tests/c/fake_rkllm.c (see test_rkllm_protocol.py), linked with
-  a small shim whose ``rkllm_run`` keeps a copy of the embeddings it is handed, so the test
-  can compare them bit for bit with the ONNX engine's spliced prompt embeddings.
-- rknnlite: a fake ``rknnlite.api.RKNNLite`` that checks the call contract (load_rknn,
-  init_runtime with the SoC's core mask, inference(inputs=[...]) with the stored shapes,
-  release) and computes with our ONNX Runtime encoder runner on the bundle's graphs.
+- librkllmrt.so: the C double tests/c/fake_rkllm.c (doubles/rkllm_c.py), linked with a small
+  shim whose ``rkllm_run`` keeps a copy of the embeddings it is handed, so the test can compare
+  them bit for bit with the ONNX engine's spliced prompt embeddings.
+- rknnlite: doubles.rknnlite.BoardRKNNLite as ``rknnlite.api.RKNNLite``, which checks the call
+  contract (load_rknn, init_runtime with the SoC's core mask, inference(inputs=[...]) with the
+  stored shapes, release) and computes with our ONNX Runtime encoder runner on the bundle's graphs.
 """
 
 from __future__ import annotations
 
-import ctypes
-import importlib.machinery
-import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import types
@@ -36,223 +32,29 @@ from qwen3asr.backends.rk import options as rk_options  # noqa: E402
 from qwen3asr.backends.rk import rkllm  # noqa: E402
 from qwen3asr.audio import prepare_audio  # noqa: E402
 from qwen3asr.bundle import BundleError  # noqa: E402
-from qwen3asr.encoder import EncoderVariant, tokens_for_frames  # noqa: E402
-from qwen3asr.backends.onnx import OnnxEncoderRunner, make_session  # noqa: E402
-from test_rkllm_protocol import C_DIR, F, Fake, N, W  # noqa: E402
+from qwen3asr.encoder import tokens_for_frames  # noqa: E402
+from doubles import rkllm_c  # noqa: E402
+from doubles import rknnlite  # noqa: E402
+from doubles.rkllm_c import F, N, Shim, W  # noqa: E402
+from doubles.rknnlite import BoardRKNNLite, add_rk_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = str(ROOT / "audio" / "en_1.wav")
 SOC = "rk3588"
 CORE_MASK = {"rk3588": 7, "rk3576": 3}
 
-SHIM = r"""
-#define _POSIX_C_SOURCE 199309L
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#ifdef ABI_1_3
-#include "rkllm_layouts_1_3.h"
-#else
-#include "rkllm_layouts_1_2.h"
-#endif
-#define EXPORT __attribute__((visibility("default")))
-int fake_inner_rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *u);
-static float *cap;
-static size_t cap_n, hidden;
-static long delay_ns;
-EXPORT void shim_set_hidden(size_t h) { hidden = h; }
-EXPORT void shim_set_delay_ms(long ms) { delay_ns = ms * 1000000L; }
-EXPORT size_t shim_n_tokens(void) { return cap_n; }
-EXPORT const float *shim_embeds(void) { return cap; }
-EXPORT int rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *u) {
-    if (in && in->input_type == 2 && in->embed_input.embed && hidden) {
-        cap_n = in->embed_input.n_tokens;
-        cap = realloc(cap, cap_n * hidden * sizeof(float));
-        memcpy(cap, in->embed_input.embed, cap_n * hidden * sizeof(float));
-    }
-    if (delay_ns) {  /* a decoder that takes time, as on the board (ctypes releases the GIL) */
-        struct timespec t = {delay_ns / 1000000000L, delay_ns % 1000000000L};
-        nanosleep(&t, NULL);
-    }
-    return fake_inner_rkllm_run(h, in, ip, u);
-}
-"""
-
 
 @pytest.fixture(scope="session")
 def build_lib(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fake_rkllm_shim")
-    (out / "shim.c").write_text(SHIM)
-    built = {}
-
-    def build(abi: str) -> str:
-        if abi not in built:
-            flags = ["-DABI_1_3"] if abi == "1.3" else []
-            cc = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-fPIC", *flags, "-I", str(C_DIR)]
-            fake_o, shim_o, so = out / f"fake_{abi}.o", out / f"shim_{abi}.o", out / f"librkllmrt_{abi}.so"
-            subprocess.run([*cc, "-Drkllm_run=fake_inner_rkllm_run", "-c", str(C_DIR / "fake_rkllm.c"),
-                            "-o", str(fake_o)], check=True, capture_output=True)
-            subprocess.run([*cc, "-c", str(out / "shim.c"), "-o", str(shim_o)], check=True, capture_output=True)
-            subprocess.run(["gcc", "-shared", "-o", str(so), str(fake_o), str(shim_o)], check=True,
-                           capture_output=True)
-            built[abi] = str(so)
-        return built[abi]
-
-    return build
-
-
-class Shim(Fake):
-    def __init__(self, path: str, hidden: int):
-        super().__init__(path)
-        self.hidden = hidden
-        self.lib.shim_set_hidden.argtypes = [ctypes.c_size_t]
-        self.lib.shim_n_tokens.restype = ctypes.c_size_t
-        self.lib.shim_embeds.restype = ctypes.POINTER(ctypes.c_float)
-        self.lib.shim_set_hidden(hidden)
-        self.lib.shim_set_delay_ms.argtypes = [ctypes.c_long]
-        self.lib.shim_set_delay_ms(0)
-
-    def embeds(self) -> np.ndarray:
-        n = self.lib.shim_n_tokens()
-        return np.ctypeslib.as_array(self.lib.shim_embeds(), shape=(n, self.hidden)).copy()
-
-
-# ------------------------------------------------------------------ RKNNLite double
-
-class FakeRKNNLite:
-    """rknnlite.api.RKNNLite with the board's call contract; computes with ONNX Runtime."""
-
-    NPU_CORE_AUTO, NPU_CORE_0, NPU_CORE_1, NPU_CORE_2, NPU_CORE_0_1, NPU_CORE_0_1_2 = 0, 1, 2, 4, 3, 7
-    files: dict = {}        # .rknn path -> (part, onnx path, input names, input shapes)
-    frontend_onnx = None
-    expected_mask = None
-    delay = 0.0  # seconds each inference takes (overlap test)
-    intervals: list = []  # (start, end) perf_counter of every inference
-    instances: list = []
-    violations: list = []
-
-    def __init__(self, verbose=False):
-        self.state = "new"
-        self.file = None
-        self.core_mask = None
-        self.shapes_seen = []
-        FakeRKNNLite.instances.append(self)
-
-    def _bad(self, msg):
-        FakeRKNNLite.violations.append(msg)
-
-    def load_rknn(self, path):
-        if self.state != "new":
-            self._bad(f"load_rknn in state {self.state}")
-        with open(path, "rb") as f:
-            if f.read(4) != b"RKNN":
-                return -1
-        if path not in self.files:
-            self._bad(f"unknown model {path}")
-            return -1
-        self.file, self.state = path, "loaded"
-        return 0
-
-    def init_runtime(self, core_mask=NPU_CORE_AUTO, **kw):
-        if self.state != "loaded":
-            self._bad(f"init_runtime in state {self.state}")
-        if kw:
-            self._bad(f"init_runtime with {sorted(kw)}")
-        if core_mask != self.expected_mask:
-            self._bad(f"core_mask {core_mask}, expected {self.expected_mask}")
-        self.core_mask, self.state = core_mask, "ready"
-        return 0
-
-    def inference(self, inputs=None, data_type=None, data_format=None, inputs_pass_through=None):
-        t0 = time.perf_counter()
-        if self.delay:
-            time.sleep(self.delay)  # an encoder that takes time, as on the NPU
-        try:
-            return self._inference(inputs, data_format)
-        finally:
-            FakeRKNNLite.intervals.append((t0, time.perf_counter()))
-
-    def _inference(self, inputs, data_format):
-        if self.state != "ready":
-            self._bad(f"inference in state {self.state}")
-            return None
-        part, onnx_path, names, shapes = self.files[self.file]
-        if not isinstance(inputs, list) or len(inputs) != len(names):
-            self._bad(f"inputs must be a list of {len(names)} arrays")
-            return None
-        for a, shape, name in zip(inputs, shapes, names):
-            if not isinstance(a, np.ndarray) or a.dtype != np.float32 or list(a.shape) != shape:
-                self._bad(f"input {name}: {getattr(a, 'dtype', type(a))} {getattr(a, 'shape', '')}, want {shape}")
-                return None
-        if any(a.ndim == 4 for a in inputs) and data_format != "nchw":
-            self._bad(f"4-D inputs with data_format={data_format!r} (the toolkit default is NHWC)")
-        self.shapes_seen.append([list(a.shape) for a in inputs])
-        runner = OnnxEncoderRunner(self.frontend_onnx)
-        feeds = dict(zip(names, inputs))
-        if part == "frontend":
-            out = runner.run_frontend(feeds["mel"], feeds["conv_mask1"], feeds["conv_mask2"])
-        else:
-            v = EncoderVariant("merged" if part == "merged" else "split", 0, onnx_path)
-            out = runner.run_merged(v, **feeds) if part == "merged" else runner.run_backend(v, **feeds)
-        return [out]
-
-    def release(self):
-        if self.state == "released":
-            self._bad("release twice")
-        self.state = "released"
+    return rkllm_c.Builds(tmp_path_factory.mktemp("fake_rkllm_shim")).capturing
 
 
 @pytest.fixture
 def fake_rknnlite(monkeypatch):
-    api = types.ModuleType("rknnlite.api")
-    api.RKNNLite = FakeRKNNLite
-    pkg = types.ModuleType("rknnlite")
-    pkg.api = api
-    pkg.__spec__ = importlib.machinery.ModuleSpec("rknnlite", None)  # find_spec() sees it installed
-    monkeypatch.setitem(sys.modules, "rknnlite", pkg)
-    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
-    FakeRKNNLite.files, FakeRKNNLite.instances, FakeRKNNLite.violations = {}, [], []
-    FakeRKNNLite.delay, FakeRKNNLite.intervals = 0.0, []
-    FakeRKNNLite.expected_mask = CORE_MASK[SOC]
-    yield FakeRKNNLite
-    assert FakeRKNNLite.violations == []
-
-
-def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context: int = 1024) -> None:
-    """What onnx2rknn.py and export_rkllm.py add: fake .rknn files (magic + metadata) and a decoder file."""
-    from qwen3asr.backends.rk import rknn_meta
-
-    man_path = os.path.join(bundle_dir, "model.json")
-    man = json.load(open(man_path))
-    digest = rknn_meta.encoder_digest(man)
-    os.makedirs(os.path.join(bundle_dir, "rk"), exist_ok=True)
-    entries = []
-    frontend = None
-    for v in man["encoder"]["variants"]:
-        onnx_path = os.path.join(bundle_dir, v["file"])
-        sess = make_session(onnx_path)
-        names = [i.name for i in sess.get_inputs()]
-        shapes = [list(i.shape) for i in sess.get_inputs()]
-        meta = {"meta_version": rknn_meta.META_VERSION, "form": v["form"], "part": v["part"],
-                "n_chunks": v["n_chunks"], "target": soc, "encoder_sha256": digest, "inputs": names,
-                "input_shapes": dict(zip(names, shapes)), "output_shape": list(sess.get_outputs()[0].shape)}
-        rel = f"rk/{os.path.basename(v['file'])[:-5]}_{soc}.rknn"
-        with open(os.path.join(bundle_dir, rel), "wb") as f:
-            f.write(b"RKNN" + bytes(60) + rknn_meta.custom_string(meta).encode() + bytes(16))
-        entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel})
-        FakeRKNNLite.files[os.path.join(bundle_dir, rel)] = (v["part"], onnx_path, names, shapes)
-        if v["part"] == "frontend":
-            frontend = onnx_path
-    FakeRKNNLite.frontend_onnx = frontend
-    rk = man.setdefault("rk", {})
-    rk.setdefault("rknn", {})[soc] = entries
-    if decoder:
-        rel = f"rk/decoder_{soc}_w8a8.rkllm"
-        with open(os.path.join(bundle_dir, rel), "wb") as f:
-            f.write(b"not a real rkllm model: the runtime double does not read it")
-        rk.setdefault("rkllm", {})[soc] = {"file": rel, "quant": "w8a8", "sha256": "0" * 64,
-                                           "max_context": max_context}
-    json.dump(man, open(man_path, "w"), indent=2)
+    rknnlite.install(monkeypatch, BoardRKNNLite)
+    BoardRKNNLite.reset(expected_mask=CORE_MASK[SOC])
+    yield BoardRKNNLite
+    assert BoardRKNNLite.violations == []
 
 
 @pytest.fixture(scope="module")
@@ -527,12 +329,12 @@ def test_missing_sdks(rk_bundle, monkeypatch, build_lib, tmp_path):
         Qwen3ASREngine(rk_bundle, backend="rk")
     monkeypatch.setitem(sys.modules, "rknnlite", types.SimpleNamespace())
     api = types.ModuleType("rknnlite.api")
-    api.RKNNLite = FakeRKNNLite
+    api.RKNNLite = BoardRKNNLite
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
     monkeypatch.setenv(rkllm.ENV_LIB, str(tmp_path / "librkllmrt.so"))
     with pytest.raises(rkllm.RKLLMError, match="not a file.*airockchip/rknn-llm"):
         Qwen3ASREngine(rk_bundle, backend="rk")
-    assert all(m.state == "released" for m in FakeRKNNLite.instances)  # encoder freed on failure
+    assert all(m.state == "released" for m in BoardRKNNLite.instances)  # encoder freed on failure
 
 
 def test_stream_session_on_rk_backend(rk_bundle, shim, fake_rknnlite):

@@ -1,8 +1,8 @@
 """RKLLMRuntime against the C test double tests/c/fake_rkllm.c, for runtime ABI 1.2 and 1.3.
 
-The double is compiled with gcc once per variant and checks what the binding passes
-(params, chat template, EMBED input, embedding bits, call order); its report lists every
-call and every violation. The tests assert both the binding's results and an empty
+The double is compiled with gcc once per variant (tests/doubles/rkllm_c.py) and checks what
+the binding passes (params, chat template, EMBED input, embedding bits, call order); its report
+lists every call and every violation. The tests assert both the binding's results and an empty
 violation list.
 """
 
@@ -21,118 +21,17 @@ from qwen3asr.backends.rk import rkllm
 from qwen3asr.backends.rk.rkllm import (GenerationResult, RepetitionGuard, RKLLMError, RKLLMOptions,
                             RKLLMPerf, RKLLMRunError, RKLLMRuntime)
 
+from doubles import rkllm_c
+from doubles.rkllm_c import MODEL, F, Fake, N, W, pattern
+
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
-C_DIR = Path(__file__).resolve().parent / "c"
 ABIS = ["1.2", "1.3"]
-# variant -> gcc flags
-VARIANTS = {
-    "1.2": [],
-    "1.3": ["-DABI_1_3"],
-    "1.3-versioned": ["-DABI_1_3", '-DFAKE_VERSION_STRING="1.3.0"'],
-    "1.2-versioned": ['-DFAKE_VERSION_STRING="1.2.3"'],
-    "1.2-says-1.3": ['-DFAKE_VERSION_STRING="1.3.0"'],
-    "1.4": ["-DABI_1_3", '-DFAKE_VERSION_STRING="1.4.0"'],
-    "pre-1.2.1": ["-DFAKE_PRE_121"],
-}
-MODEL = "/models/decoder.rkllm"
 
 
 @pytest.fixture(scope="session")
 def build_fake(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("fake_rkllm")
-    built = {}
-
-    def build(variant: str) -> str:
-        if variant not in built:
-            so = out_dir / f"fake_rkllm_{variant}.so"
-            subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-shared",
-                            "-fPIC", *VARIANTS[variant], "-I", str(C_DIR), "-o", str(so),
-                            str(C_DIR / "fake_rkllm.c")], check=True, capture_output=True)
-            built[variant] = str(so)
-        return built[variant]
-
-    return build
-
-
-class Fake:
-    """Test-side handle on the double (same dlopen handle as the runtime's)."""
-
-    def __init__(self, path: str):
-        self.lib = ctypes.CDLL(path)
-        self.lib.fake_get_report.restype = ctypes.c_char_p
-        self.lib.fake_expect.argtypes = [ctypes.c_char_p, ctypes.c_double]
-        self.lib.fake_expect_model_path.argtypes = [ctypes.c_char_p]
-        self.lib.fake_expect_embed.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint]
-        self.lib.fake_set_script.argtypes = [ctypes.c_char_p]
-        self.lib.fake_set_option.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        self.lib.fake_pattern_bits.argtypes = [ctypes.c_uint, ctypes.c_uint]
-        self.lib.fake_pattern_bits.restype = ctypes.c_uint
-        self.lib.fake_abi.restype = ctypes.c_char_p
-        self.lib.fake_reset()
-
-    def expect(self, **fields):
-        for name, value in fields.items():
-            self.lib.fake_expect(name.encode(), float(value))
-
-    def expect_options(self, o: RKLLMOptions, model=MODEL):
-        self.lib.fake_expect_model_path(model.encode())
-        self.expect(max_context_len=o.max_context_len, max_new_tokens=o.max_new_tokens,
-                    top_k=o.top_k, top_p=o.top_p, temperature=o.temperature,
-                    repeat_penalty=o.repeat_penalty, frequency_penalty=o.frequency_penalty,
-                    presence_penalty=o.presence_penalty, mirostat=0,
-                    skip_special_token=o.skip_special_token, is_async=0,
-                    base_domain_id=o.base_domain_id, embed_flash=o.embed_flash, n_batch=1,
-                    use_cross_attn=0)
-
-    def expect_embed(self, n, hidden, seed):
-        self.lib.fake_expect_embed(n, hidden, seed)
-
-    def script(self, *items: str):
-        assert self.lib.fake_set_script(";".join(items).encode()) == 0, self.report
-
-    def option(self, **opts):
-        for name, value in opts.items():
-            self.lib.fake_set_option(name.encode(), value)
-
-    @property
-    def report(self) -> str:
-        return self.lib.fake_get_report().decode()
-
-    def lines(self, kind: str) -> list[str]:
-        return [ln[len(kind) + 1:] for ln in self.report.splitlines() if ln.startswith(kind + " ")]
-
-    @property
-    def violations(self):
-        return self.lines("VIOLATION")
-
-    @property
-    def calls(self):
-        return self.lines("CALL")
-
-
-def N(token_id: int, text: str) -> str:
-    return f"N {token_id} {text.encode().hex() or '-'}"
-
-
-def W(token_id: int, raw: bytes) -> str:
-    return f"W {token_id} {raw.hex() or '-'}"
-
-
-def F(prefill_ms=12.5, prefill_tokens=40, gen_ms=250.25, gen_tokens=5, mem_mb=512.75) -> str:
-    return f"F {prefill_ms} {prefill_tokens} {gen_ms} {gen_tokens} {mem_mb}"
-
-
-def pattern(n: int, hidden: int, seed: int) -> np.ndarray:
-    """The double's fake_pattern_bits() as a (n, hidden) float32 array."""
-    i = np.arange(n * hidden, dtype=np.uint32)
-    h = (i + np.uint32(seed)) * np.uint32(2654435761)
-    h ^= h >> np.uint32(15)
-    h *= np.uint32(2246822519)
-    h ^= h >> np.uint32(13)
-    exponent = np.uint32(112) + ((h >> np.uint32(23)) & np.uint32(15))
-    bits = (h & np.uint32(0x807FFFFF)) | (exponent << np.uint32(23))
-    return bits.view(np.float32).reshape(n, hidden)
+    return rkllm_c.Builds(tmp_path_factory.mktemp("fake_rkllm")).double
 
 
 @pytest.fixture(autouse=True)

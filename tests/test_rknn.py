@@ -18,9 +18,12 @@ from qwen3asr.audio import prepare_audio
 from qwen3asr.bundle import Bundle, BundleError
 from qwen3asr.encoder import AudioEncoder, tokens_for_frames
 from qwen3asr.mel import log_mel
-from qwen3asr.backends.onnx import OnnxEncoderRunner, make_session
+from qwen3asr.backends.onnx import OnnxEncoderRunner
 from qwen3asr.backends.rk import rknn, rknn_meta
 from qwen3asr.backends.rk import soc as rk_soc
+
+from doubles.rknn_toolkit import FailingRKNN
+from doubles.rknnlite import RecordingRKNNLite, write_rknn_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RKNN_PY = os.path.join(ROOT, ".venv-rknn", "bin", "python")
@@ -83,6 +86,7 @@ def converted(tmp_path_factory):
     return d, reports
 
 
+@pytest.mark.slow  # rknn-toolkit2 converts and simulates (the module fixture)
 @pytest.mark.parametrize("target", TARGETS)
 def test_simulator_matches_onnx_runtime(converted, target):
     _, reports = converted
@@ -97,6 +101,7 @@ def test_simulator_matches_onnx_runtime(converted, target):
     assert {r["tokens_onnx"] for r in res} == {18, 39}
 
 
+@pytest.mark.slow
 def test_metadata_in_custom_string_and_manifest(converted):
     d, _ = converted
     b = Bundle.load(d)
@@ -125,14 +130,7 @@ def test_metadata_in_custom_string_and_manifest(converted):
             assert meta["toolkit"] == "2.5.0"
 
 
-# --- the board runner, with a test double for rknnlite -------------------------------------------
-
-def _write_fake_rknn(path: str, meta: dict) -> None:
-    """A file laid out like a .rknn for the runner's checks: magic, filler, custom string."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(b"RKNN" + b"\0" * 60 + rknn_meta.custom_string(meta).encode() + b"\0" * 16)
-
+# --- the board runner, with a test double for rknnlite (doubles.rknnlite) -------------------------
 
 @pytest.fixture()
 def synthetic(tmp_path):
@@ -149,7 +147,7 @@ def synthetic(tmp_path):
                     "input_shapes": {k: shapes[k] for k in inputs}, "output_shape": out_shape,
                     "encoder_sha256": rknn_meta.encoder_digest(b.manifest)}
             rel = f"rknn/{target}/{onnx2rknn.graph_name(v)}.rknn"
-            _write_fake_rknn(os.path.join(d, rel), meta)
+            write_rknn_file(os.path.join(d, rel), meta)
             with open(os.path.join(d, rel), "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()
             entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel,
@@ -158,63 +156,11 @@ def synthetic(tmp_path):
     return d
 
 
-class FakeRKNNLite:
-    """Test double of rknnlite.api.RKNNLite: enforces load_rknn -> init_runtime(core_mask) ->
-    inference(inputs=[...]) -> release and checks inputs against the ONNX graph the file was made
-    from (count, order, shape, float32), then computes the output with ONNX Runtime."""
-
-    instances: list = []
-    fail: dict = {}  # call name -> return value to give instead of success
-    output_override = None  # if set, inference returns this
-
-    def __init__(self):
-        self.calls = []
-        self.onnx = None
-        FakeRKNNLite.instances.append(self)
-
-    def load_rknn(self, path):
-        assert self.calls == [], self.calls
-        self.calls.append(("load_rknn", path))
-        if "load_rknn" in self.fail:
-            return self.fail["load_rknn"]
-        bundle_dir = os.path.dirname(os.path.dirname(os.path.dirname(path)))
-        man = json.load(open(os.path.join(bundle_dir, "model.json")))
-        meta = rknn_meta.read_rknn_metadata(path)
-        src = next(v for v in man["encoder"]["variants"] if v["form"] == meta["form"]
-                   and v["part"] == meta["part"] and v["n_chunks"] == meta["n_chunks"])
-        self.names = man["encoder"]["inputs"][meta["part"]]  # the order onnx2rknn gave load_onnx
-        self.onnx = make_session(os.path.join(bundle_dir, src["file"]))
-        return 0
-
-    def init_runtime(self, core_mask=0):
-        assert [c[0] for c in self.calls] == ["load_rknn"], self.calls
-        self.calls.append(("init_runtime", core_mask))
-        return self.fail.get("init_runtime", 0)
-
-    def inference(self, inputs, data_format=None):
-        assert [c[0] for c in self.calls[:2]] == ["load_rknn", "init_runtime"], self.calls
-        assert isinstance(inputs, list) and len(inputs) == len(self.onnx.get_inputs()) == len(self.names)
-        assert data_format == "nchw"
-        feeds = {}
-        by_name = {i.name: i for i in self.onnx.get_inputs()}
-        for name, a in zip(self.names, inputs):
-            assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
-            assert list(a.shape) == list(by_name[name].shape), (name, a.shape, by_name[name].shape)
-            feeds[name] = a
-        self.calls.append(("inference", len(inputs)))
-        if self.output_override is not None:
-            return [self.output_override]
-        return self.onnx.run(None, feeds)
-
-    def release(self):
-        self.calls.append(("release",))
-
-
 @pytest.fixture()
 def fake_lite():
-    FakeRKNNLite.instances, FakeRKNNLite.fail, FakeRKNNLite.output_override = [], {}, None
-    yield FakeRKNNLite
-    FakeRKNNLite.instances, FakeRKNNLite.fail, FakeRKNNLite.output_override = [], {}, None
+    RecordingRKNNLite.reset()
+    yield RecordingRKNNLite
+    RecordingRKNNLite.reset()
 
 
 def _mel(seconds: float) -> np.ndarray:
@@ -249,6 +195,7 @@ def test_runner_contract_synthetic(synthetic, fake_lite, target, form):
     _check_runner_against_onnx(synthetic, fake_lite, target, form)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["merged", "split"])
 def test_runner_contract_converted_files(converted, fake_lite, form):
     _check_runner_against_onnx(converted[0], fake_lite, "rk3576", form)
@@ -414,48 +361,16 @@ def test_converter_unknown_size(tmp_path, capsys):
     assert "sizes [7] s not in the bundle's merged graphs (it has [2, 3, 4, 5, 8] s)" in capsys.readouterr().err
 
 
-class _FailingRKNN:
-    """Stand-in for rknn.api.RKNN whose ``failing`` call returns -1 (every call is logged)."""
-
-    failing = "build"
-    log: list = []
-
-    def __init__(self, verbose=False):
-        pass
-
-    def _ret(self, name):
-        self.log.append(name)
-        return -1 if name == self.failing else 0
-
-    def config(self, **kw):
-        return self._ret("config")
-
-    def load_onnx(self, **kw):
-        return self._ret("load_onnx")
-
-    def build(self, **kw):
-        return self._ret("build")
-
-    def export_rknn(self, path):
-        return self._ret("export_rknn")
-
-    def init_runtime(self, **kw):
-        return self._ret("init_runtime")
-
-    def release(self):
-        self.log.append("release")
-
-
 @pytest.mark.parametrize("failing", ["config", "load_onnx", "build", "export_rknn"])
 def test_converter_checks_every_return_code(tmp_path, monkeypatch, capsys, failing):
     d = _copy_encoder_bundle(str(tmp_path / "b"))
-    monkeypatch.setattr(_FailingRKNN, "failing", failing)
-    monkeypatch.setattr(_FailingRKNN, "log", [])
-    monkeypatch.setattr(onnx2rknn, "toolkit", lambda: _FailingRKNN)
+    monkeypatch.setattr(FailingRKNN, "failing", failing)
+    monkeypatch.setattr(FailingRKNN, "log", [])
+    monkeypatch.setattr(onnx2rknn, "toolkit", lambda: FailingRKNN)
     assert onnx2rknn.main(["--bundle", d, "--target", "rk3576", "--forms", "merged", "--sizes", "2"]) == 2
     err = capsys.readouterr().err
     assert f"rknn-toolkit2 {failing} failed (returned -1) for encoder/merged_2s.onnx (rk3576)" in err
-    assert _FailingRKNN.log[-1] == "release"
+    assert FailingRKNN.log[-1] == "release"
     assert "rk" not in json.load(open(os.path.join(d, "model.json")))
 
 

@@ -3,14 +3,19 @@ admission, cancellation; and the engine's Work hooks on real decoding."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from qwen3asr import prepare_audio
 from qwen3asr.server.scheduler import BULK, LIVE, QueueFull, Scheduler, SchedulerClosed
 from qwen3asr.work import Cancelled, Work
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EN2 = os.path.join(ROOT, "audio", "en_2.wav")
 
 
 def _wait_for(pred, timeout=10.0):
@@ -188,13 +193,6 @@ def test_cancel_all_stops_running_and_waiting_clients():
 
 # ------------------------------------------------------------------ the engine's hooks
 
-@pytest.fixture(scope="module")
-def default_engine():
-    from qwen3asr import Qwen3ASREngine
-
-    return Qwen3ASREngine(backend="onnx", threads=2)
-
-
 def test_work_units_are_one_pass_or_one_per_chunk(default_engine):
     units = []
     gate_lock = threading.Lock()
@@ -246,3 +244,18 @@ def test_a_cancelled_request_stops_and_the_engine_serves_the_next(default_engine
         default_engine.transcribe(long, chunk_size=2.0, progress=progress, work=Work(cancel=cancel))
     assert len(seen) == 1
     assert default_engine.transcribe("audio/en_1.wav").text == expected
+
+
+def test_a_cancel_stops_a_stream_chunk(default_engine):
+    import threading
+
+    from qwen3asr import Work
+
+    flag = threading.Event()
+    s = default_engine.create_stream(chunk_size=1.0, work=Work(cancel=flag))
+    pcm = prepare_audio(EN2)
+    s.feed_audio(pcm[:16000])
+    flag.set()
+    with pytest.raises(Cancelled):
+        s.feed_audio(pcm[16000:])
+    assert np.isfinite(default_engine.transcribe(EN2).stats.real_time_factor)

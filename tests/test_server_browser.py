@@ -27,8 +27,9 @@ pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '
 from server_proc import AUDIO, ROOT, ServerProcess, engine_stream, expected  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason="Debian's chromium is not installed (scripts/install_system_deps.sh)")
+pytestmark = [pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                 reason="Debian's chromium is not installed (scripts/install_system_deps.sh)"),
+              pytest.mark.slow]  # a browser per test
 SHOTS = os.path.join(ROOT, "build", "server-browser")
 
 

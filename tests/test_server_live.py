@@ -152,6 +152,7 @@ def test_context_and_vad_in_the_start_message_reach_the_session(server, engine):
     assert _segments(msgs[-1]["segments"]) == want
 
 
+@pytest.mark.slow
 def test_a_long_upload_does_not_starve_a_live_stream(server, engine, tmp_path):
     """A 5-minute upload runs unit by unit; a live stream that starts while it runs gets its
     turns between the upload's units and finishes long before the upload does (without fair

@@ -27,7 +27,7 @@ pytest.importorskip("wyoming", reason="the server extra is needed (pip install '
 from qwen3asr_tools.bench_server import CLIPS, LiveKind, UploadKind, WyomingKind, run_load, summarize  # noqa: E402
 from server_proc import ROOT, ServerProcess, free_port  # noqa: E402
 
-pytestmark = pytest.mark.load
+pytestmark = [pytest.mark.load, pytest.mark.slow]
 
 CLIENTS = 32
 SECONDS = float(os.environ.get("QWEN3ASR_LOAD_SECONDS", "120"))

@@ -24,8 +24,9 @@ from server_proc import AUDIO, ServerProcess, expected, free_port  # noqa: E402
 from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-pytestmark = pytest.mark.skipif(not os.path.exists(NGINX),
-                                reason="Debian's nginx is not installed (scripts/install_system_deps.sh)")
+pytestmark = [pytest.mark.skipif(not os.path.exists(NGINX),
+                                 reason="Debian's nginx is not installed (scripts/install_system_deps.sh)"),
+              pytest.mark.slow]  # nginx and two server processes
 
 # The upstream part is what docs/serving.md shows; the rest keeps nginx inside the tmp dir.
 CONF = """

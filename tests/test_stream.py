@@ -2,7 +2,7 @@
 language header, commit rules, VAD gating, accounting and every error path.
 
 The random-weight bundle runs the real encoder and decoder graphs; a scripted decoder
-(engine.generate replaced) checks the text bookkeeping with known tokens."""
+(doubles.decoder: engine.generate replaced) checks the text bookkeeping with known tokens."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 import soundfile as sf
 
 from qwen3asr import mel as melmod
-from qwen3asr.results import DecodeStats
 from qwen3asr.streaming import StreamOptions, StreamSession
 from qwen3asr.text import join_text
+
+from doubles.decoder import ScriptedDecoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
@@ -125,27 +126,6 @@ def engine_options(n):
 
 
 # ----------------------------------------------------------------------------- scripted decoder
-class Script:
-    """Replaces engine.generate (the decoder seam): returns scripted token lists and records the
-    assistant-turn tail of each prompt (the rows after the template)."""
-
-    def __init__(self, engine, outputs):
-        self.engine, self.outputs, self.prompts = engine, list(outputs), []
-
-    def __call__(self, x, options, on_token=None, prefix_len=None):
-        # every window shares the rows before the first audio pad (the decoder may reuse their KV)
-        assert prefix_len == self.engine.prefix_len(self.engine.options) > 0
-        assert np.array_equal(x[:prefix_len], self.engine.embeddings(
-            self.engine.request_prompt(1, self.engine.options).ids[:prefix_len]))
-        self.prompts.append(x)
-        out = self.outputs.pop(0) if self.outputs else []
-        return list(out), DecodeStats(len(x), 0.0, len(out), 0.0, "eos")
-
-    def tail_is(self, k, ids):
-        """Whether the last rows of prompt k are the embeddings of ``ids`` (the assistant-turn text)."""
-        return np.array_equal(self.prompts[k][len(self.prompts[k]) - len(ids):], self.engine.embeddings(ids))
-
-
 def _ids(engine, text):
     return engine.tokenizer.encode(text)
 
@@ -155,7 +135,7 @@ def test_prefix_rollback_commit_and_header(engine, pcm, monkeypatch):
     hdr = _ids(engine, "language English<asr_text>")
     a, c = _ids(engine, " open the"), _ids(engine, " and the")
     b = a[-1:] + _ids(engine, " back door")  # chunk 2 decodes chunk 1's rolled-back " the" again
-    script = Script(engine, [hdr + a, b, c])
+    script = ScriptedDecoder(engine, [hdr + a, b, c])
     monkeypatch.setattr(engine, "generate", script)
     committed = []
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=1, on_text=committed.append)
@@ -190,7 +170,7 @@ def test_tokens_carried_from_a_chunk_that_left_the_window_are_never_lost(engine,
     hdr = _ids(engine, "language English<asr_text>")
     zh = _ids(engine, "language Chinese<asr_text>")
     first, carried = _ids(engine, "call mom at"), _ids(engine, " ten forty")
-    script = Script(engine, [hdr + first + carried, carried, zh + _ids(engine, "六点半")])
+    script = ScriptedDecoder(engine, [hdr + first + carried, carried, zh + _ids(engine, "六点半")])
     monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=2)
     r = s.feed_audio(pcm[:3 * SR + 40])
@@ -207,7 +187,7 @@ def test_an_answer_begun_afresh_is_spaced_from_the_committed_text(engine, pcm, m
     zh = _ids(engine, "language Chinese<asr_text>")
     outputs = [hdr + _ids(engine, "start the rice cooker"), hdr + _ids(engine, "close the"),
                zh + _ids(engine, "六点半"), hdr + _ids(engine, "door"), hdr + _ids(engine, " open")]
-    monkeypatch.setattr(engine, "generate", Script(engine, outputs))
+    monkeypatch.setattr(engine, "generate", ScriptedDecoder(engine, outputs))
     committed = []
     s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, on_text=committed.append)
     r = _feed_random(s, pcm[:5 * SR + 40], 0)
@@ -219,7 +199,7 @@ def test_language_none_and_no_header_restart(engine, pcm, monkeypatch):
     none = _ids(engine, "language None<asr_text>")
     zh = _ids(engine, "language Chinese<asr_text>")
     text = _ids(engine, "六点半")
-    script = Script(engine, [none, zh + text, []])
+    script = ScriptedDecoder(engine, [none, zh + text, []])
     monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, rollback_tokens=0)
     s.feed_audio(pcm[:3 * SR])
@@ -233,7 +213,7 @@ def test_rollback_never_splits_a_character(engine, pcm, monkeypatch):
     assert len(ids) > 1
     # Rolling back 1 token would end the prefix inside the character: the cut grows to all of
     # it, the second run regenerates it whole, and no half character reaches the text.
-    script = Script(engine, [ids, ids, []])
+    script = ScriptedDecoder(engine, [ids, ids, []])
     monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, rollback_tokens=1, language="English")
     assert s.feed_audio(pcm[:2 * SR]).tail == "𝄞"  # chunk 1
@@ -247,7 +227,7 @@ def test_tail_completes_a_character_split_by_a_commit(engine, pcm, monkeypatch):
     assert len(engine.tokenizer.decode(ids[:1]).encode()) != 4  # the first token is part of "𝄞"
     # memory 1, no rollback: each chunk's tokens are committed when the next chunk arrives;
     # chunk 1 ends inside "𝄞", chunk 2 completes it.
-    script = Script(engine, [ids[:1], ids[1:], []])
+    script = ScriptedDecoder(engine, [ids[:1], ids[1:], []])
     monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, language="English")
     r = s.feed_audio(pcm[:2 * SR + 40])
@@ -257,7 +237,7 @@ def test_tail_completes_a_character_split_by_a_commit(engine, pcm, monkeypatch):
 
 def test_unfixed_chunks_decode_without_prefix(engine, pcm, monkeypatch):
     a, b = _ids(engine, " open"), _ids(engine, " open the door")
-    script = Script(engine, [a, b, []])
+    script = ScriptedDecoder(engine, [a, b, []])
     monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=3, unfixed_chunks=2, rollback_tokens=0, language="en")
     s.feed_audio(pcm[:3 * SR])
@@ -347,7 +327,7 @@ def test_a_looping_chunk_is_collapsed_when_committed_and_never_changes_after(eng
     hdr = _ids(engine, "language English<asr_text>")
     loop = _ids(engine, " open the") + _ids(engine, " door") * (REPEAT_THRESHOLD + 5)
     end = _ids(engine, " now")
-    script = Script(engine, [hdr + loop, end, []])
+    script = ScriptedDecoder(engine, [hdr + loop, end, []])
     monkeypatch.setattr(engine, "generate", script)
     committed = []
     s = engine.create_stream(chunk_size=1.0, memory_num=1, rollback_tokens=0, on_text=committed.append)
@@ -365,7 +345,7 @@ def test_a_fresh_window_does_not_read_the_carried_words_again(engine, pcm, monke
     hdr = _ids(engine, "language English<asr_text>")
     first, carried = _ids(engine, "call mom at"), _ids(engine, " ten forty")
     again = _ids(engine, "forty six")  # the window's fresh answer repeats the end of the carried text
-    script = Script(engine, [hdr + first + carried, carried, hdr + again])
+    script = ScriptedDecoder(engine, [hdr + first + carried, carried, hdr + again])
     monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=2)
     s.feed_audio(pcm[:3 * SR + 40])
@@ -377,7 +357,7 @@ def test_a_rollback_leaves_at_least_one_token_of_the_older_text(engine, pcm, mon
     emptied by the rollback (an empty prefix has the window decoded afresh)."""
     hdr = _ids(engine, "language English<asr_text>")
     a = _ids(engine, "open the")
-    script = Script(engine, [hdr + a, a[1:] + _ids(engine, " door")])
+    script = ScriptedDecoder(engine, [hdr + a, a[1:] + _ids(engine, " door")])
     monkeypatch.setattr(engine, "generate", script)
     s = engine.create_stream(chunk_size=1.0, memory_num=2, rollback_tokens=len(a) + 3)
     r = s.feed_audio(pcm[:2 * SR + 40])
@@ -397,7 +377,7 @@ def test_a_boundary_in_a_pause_ends_the_window(engine, monkeypatch, gap, pause_d
     model, five long clips, rollback 2 without VAD: 9.1 -> 4.7 % MER at 1.5 s chunks)."""
     hdr = _ids(engine, "language English<asr_text>")
     a, b = _ids(engine, " open the"), _ids(engine, " back door")
-    script = Script(engine, [hdr + a, hdr + b if fresh else a[-1:] + b])
+    script = ScriptedDecoder(engine, [hdr + a, hdr + b if fresh else a[-1:] + b])
     monkeypatch.setattr(engine, "generate", script)
     x = (0.3 * np.random.default_rng(0).standard_normal(2 * SR + 40)).astype(np.float32)
     if gap:
@@ -424,7 +404,7 @@ def test_a_click_does_not_make_speech_look_like_a_pause_for_long(engine, monkeyp
     still a pause. Against the stream's peak every later boundary would be a "pause"."""
     hdr = _ids(engine, "language English<asr_text>")
     a = _ids(engine, " open the")
-    script = Script(engine, [hdr + a] + [a[-1:]] * 5)
+    script = ScriptedDecoder(engine, [hdr + a] + [a[-1:]] * 5)
     monkeypatch.setattr(engine, "generate", script)
     x = (0.01 * np.random.default_rng(1).standard_normal(6 * SR + 40)).astype(np.float32)
     x[3200:3680] = np.sign(np.sin(np.arange(480) * 0.3)).astype(np.float32) * 0.99  # 30 ms click at 0.2 s
@@ -447,7 +427,7 @@ def test_a_chunk_ends_early_at_a_pause(engine, monkeypatch, chunk_size, pause_db
     """Gaps at 0.1-0.4 s (inside the first quarter: not used) and 1.2-1.5 s: the chunk ends at
     the last point with 60 ms of quiet on both sides, 1.44 s; the next chunk starts afresh."""
     hdr = _ids(engine, "language English<asr_text>")
-    script = Script(engine, [hdr + _ids(engine, " open the")] + [_ids(engine, " door")] * 3)
+    script = ScriptedDecoder(engine, [hdr + _ids(engine, " open the")] + [_ids(engine, " door")] * 3)
     monkeypatch.setattr(engine, "generate", script)
     x = (0.3 * np.random.default_rng(2).standard_normal(4 * SR)).astype(np.float32)
     for a, b in gaps:

@@ -1,5 +1,6 @@
 /*
- * Test double of librkllmrt.so for tests/test_rkllm_protocol.py.
+ * Test double of librkllmrt.so, built and driven by tests/doubles/rkllm_c.py
+ * (tests/test_rkllm_protocol.py, tests/test_rk_backend.py).
  *
  * Exports the runtime's symbols with the struct layouts of one ABI
  * (build with -DABI_1_3 for 1.3.x, default 1.2.1-1.2.3), checks everything the
