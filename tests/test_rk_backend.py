@@ -578,12 +578,7 @@ def test_the_real_rknnlite_is_not_called_without_its_runtime_library(rk_bundle, 
             calls.append("created")
 
     RKNNLite.__module__ = "rknnlite.api.rknn_lite"
-    api = types.ModuleType("rknnlite.api")
-    api.RKNNLite = RKNNLite
-    pkg = types.ModuleType("rknnlite")
-    pkg.api = api
-    monkeypatch.setitem(sys.modules, "rknnlite", pkg)
-    monkeypatch.setitem(sys.modules, "rknnlite.api", api)
+    rknnlite.install(monkeypatch, RKNNLite)
     missing = tmp_path / "librknnrt.so"
     monkeypatch.setattr(rknn, "RKNN_RUNTIME", str(missing))
     monkeypatch.setattr(rknn.check_rknn_runtime, "__defaults__", (str(missing),))
