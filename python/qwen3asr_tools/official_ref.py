@@ -11,6 +11,9 @@ Helpers:
 - ``official_features(ckpt_dir_or_none, wav16k)``: log-mel (128, T) float32 as the official
   processor computes it.
 - ``official_prompt_text(processor, context, language)``: the official prompt string.
+- ``official_text_utils()``: the official text helpers of ``inference/utils.py``.
+- ``official_aligner_text()``: the official ``Qwen3ForceAlignProcessor`` (word units, repair),
+  compiled from source without torch.
 """
 
 from __future__ import annotations
@@ -229,3 +232,60 @@ def official_text_utils() -> types.SimpleNamespace:
         raise RuntimeError(f"{path} no longer defines {sorted(missing)}")
     _text_utils = types.SimpleNamespace(**{k: ns[k] for k in wanted_funcs | wanted_vars})
     return _text_utils
+
+
+_ALIGNER_MODULE = "inference/qwen3_forced_aligner.py"
+_aligner_text: Optional[types.SimpleNamespace] = None
+
+
+def _module_without(name: str, reason: str) -> types.ModuleType:
+    """A stand-in module whose every attribute raises: it lets an official module that imports
+    ``name`` at the top load when only its other parts are used."""
+    mod = types.ModuleType(name)
+
+    def missing(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise RuntimeError(f"{name} is not installed ({reason}); '{name}.{attr}' cannot be used")
+
+    mod.__getattr__ = missing  # type: ignore[attr-defined]
+    return mod
+
+
+def official_aligner_text() -> types.SimpleNamespace:
+    """The official ``Qwen3ForceAlignProcessor`` (word units, repair) without importing its module.
+
+    ``qwen_asr/inference/qwen3_forced_aligner.py`` imports nagisa, torch and transformers at the
+    top; the class itself needs only ``os``, ``unicodedata``, nagisa (Japanese) and soynlp
+    (Korean, imported inside ``encode_timestamp``). It is compiled from the module's source
+    with ``__file__`` set to that module, so it reads the official Korean word list from the
+    installed package. When nagisa is not installed, Japanese raises RuntimeError on use.
+    Returns a namespace with ``cls`` (the class), ``processor`` (an instance), ``path`` and
+    ``has_nagisa``.
+    """
+    global _aligner_text
+    if _aligner_text is not None:
+        return _aligner_text
+    import ast
+    import typing
+    import unicodedata
+
+    path = os.path.join(_package_root(), *_ALIGNER_MODULE.split("/"))
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    body = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Qwen3ForceAlignProcessor"]
+    if not body:
+        raise RuntimeError(f"{path} no longer defines Qwen3ForceAlignProcessor")
+    try:
+        import nagisa
+        has_nagisa = True
+    except ImportError:
+        nagisa = _module_without("nagisa", "the official Japanese word units need it")
+        has_nagisa = False
+    ns: dict = {"__file__": path, "__name__": "qwen_asr_official_aligner_text", "os": os,
+                "unicodedata": unicodedata, "nagisa": nagisa}
+    ns.update({name: getattr(typing, name) for name in ("Any", "Dict", "List", "Optional", "Union")})
+    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
+    cls = ns["Qwen3ForceAlignProcessor"]
+    _aligner_text = types.SimpleNamespace(cls=cls, processor=cls(), path=path, has_nagisa=has_nagisa)
+    return _aligner_text

@@ -1,0 +1,428 @@
+"""The aligner's text rules, input layout and repair against the official code (qwen-asr 0.0.6).
+
+Word units and the repair are compared with the official ``Qwen3ForceAlignProcessor`` (compiled
+from its source by ``official_ref.official_aligner_text``) on thousands of random inputs; the
+token ids with the official processor's tokenizer; the whole chain with the official
+``Qwen3ForcedAligner.align()`` on random-weight aligner checkpoints.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import random
+import sys
+
+import numpy as np
+import pytest
+
+from qwen3asr.aligner.timing import SEGMENT_TIME_MS, Span, _kept_subsequence, repair, slot_milliseconds, word_spans
+from qwen3asr.aligner.words import (
+    ALIGNER_LANGUAGES,
+    IDEOGRAPH_RANGES,
+    OptionalDependencyError,
+    align_words,
+    korean_word_list,
+    slot_text,
+)
+from qwen3asr.errors import Qwen3ASRError
+from qwen3asr.languages import SUPPORTED_LANGUAGES, LanguageError
+
+N_REPAIR = 6000  # random slot-time sequences
+N_SPANS = 2000  # random class sequences through word_spans
+N_WORDS = 6000  # random texts through the whitespace path
+N_KOREAN = 3000
+N_JAPANESE = 400
+
+KOREAN_DICT_SHA256 = "cc157a9ab78f92bf11ed98a69b285768d6627cf5cd57a581e6c06693effce37d"
+AUDIO_BLOCK = "<|audio_start|><|audio_pad|><|audio_end|>"  # the official input text before the words
+SPACE_LANGUAGES = [n for n in SUPPORTED_LANGUAGES if n not in ("Japanese", "Korean")]
+
+
+@pytest.fixture(scope="module")
+def official():
+    from qwen3asr_tools.official_ref import official_aligner_text
+
+    try:
+        return official_aligner_text().processor
+    except RuntimeError as exc:
+        pytest.skip(f"the official qwen-asr source is not installed: {exc}")
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+# ------------------------------------------------------------------ random inputs
+
+def _ideograph_edges():
+    """Each official ideograph range's ends and middle, and the code points just outside."""
+    codes = []
+    for lo, hi in IDEOGRAPH_RANGES:
+        codes += [lo, hi, (lo + hi) // 2, lo - 1, hi + 1]
+    # letters and numbers near the ideographs that are not among them: Extension F and G, the
+    # Compatibility Supplement, 〇 (Nl), 々 (Lm), a Hangzhou numeral (Nl), Yi, radicals (So)
+    codes += [0x2CEB0, 0x2EBE0, 0x30000, 0x2F800, 0x3007, 0x3005, 0x3021, 0xA000, 0x2E80, 0x2F00]
+    return [chr(c) for c in codes]
+
+
+IDEOGRAPH_EDGES = _ideograph_edges()
+ATOMS = [
+    "Hello", "world", "It's", "don't", "don’t", "rock'n'roll", "'90s", "state-of-the-art", "e-mail", "U.S.A.",
+    "3.14", "1,000", "50%", "C++", "#tag", "@user", "https://x.y/z?a=1", "iPhone", "McDonald", "O'Neil",
+    "naïve", "nai\u0308ve", "café", "cafe\u0301", "Straße", "ǅemal", "ʰ", "ʼ", "Ⅻ", "²", "½", "①", "٣٤", "३",
+    "Ａｂｃ", "１２３", "ｶﾀｶﾅ", "<timestamp>", "<|audio_pad|>", "<asr_text>", "Привет", "мир", "Γειά", "สวัสดี",
+    "नमस्ते", "مرحبا", "שלום", "你好", "世界", "こんにちは", "カタカナ", "안녕하세요", "😀", "👍🏽", "👨‍👩‍👧",
+    "🇯🇵", "❤️", "™", "©", "°C", "$5", "€", "¥100", "…", "—", "–", "‐", "−", "'", "’", "‘", "＇", '"', "«»",
+    "「", "」", "。", "、", "，", "！", "？", "(", ")", "[", "]", "/", "\\", "_", "*", "&", "a", "I", "x",
+]
+# what str.split() splits on, and look-alikes it does not (ZWSP, BOM, MVS, ZWJ)
+WHITESPACE = [" ", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c", "\u3000", "\u00a0", "\u2003", "\u2028", "\u2029",
+              "\x85", "\x1c", "\x1f", "\u200b", "\ufeff", "\u180e", "\u200d"]
+_BLOCKS = [(0x20, 0x7E), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x52F), (0x590, 0x6FF), (0x900, 0x97F),
+           (0xE00, 0xE7F), (0x1100, 0x11FF), (0x2000, 0x206F), (0x2150, 0x218F), (0x2460, 0x24FF),
+           (0x3000, 0x30FF), (0x3400, 0x4DFF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0xF900, 0xFB4F),
+           (0xFE00, 0xFE0F), (0xFF00, 0xFFEF), (0x1F300, 0x1FAFF), (0x20000, 0x2A6FF), (0x2A700, 0x2CEBF),
+           (0x2F800, 0x2FA1F), (0x30000, 0x3134F), (0xE0000, 0xE007F)]
+
+
+def _random_char(rng: random.Random, surrogates: bool) -> str:
+    r = rng.random()
+    if r < 0.25:
+        return rng.choice(IDEOGRAPH_EDGES)
+    if surrogates and r < 0.27:
+        return chr(rng.randint(0xD800, 0xDFFF))
+    lo, hi = rng.choice(_BLOCKS)
+    return chr(rng.randint(lo, hi))
+
+
+def random_text(rng: random.Random, surrogates: bool = False, atoms=ATOMS) -> str:
+    parts = []
+    for _ in range(rng.randint(0, 12)):
+        r = rng.random()
+        if r < 0.45:
+            parts.append(rng.choice(atoms))
+        elif r < 0.8:
+            parts.append("".join(_random_char(rng, surrogates) for _ in range(rng.randint(1, 6))))
+        else:
+            parts.append(rng.choice(WHITESPACE))
+        if rng.random() < 0.5:
+            parts.append(rng.choice(WHITESPACE))
+    return "".join(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def _korean_entries():
+    return sorted(korean_word_list()[0])
+
+
+def random_korean(rng: random.Random) -> str:
+    entries = _korean_entries()
+    endings = ["은", "는", "이", "가", "을", "를", "에서", "으로", "하다", "합니다", "입니다", "요", "했다"]
+    pieces = []
+    for _ in range(rng.randint(0, 8)):
+        r = rng.random()
+        if r < 0.5:
+            piece = rng.choice(entries) + (rng.choice(endings) if rng.random() < 0.7 else "")
+        elif r < 0.75:
+            piece = "".join(chr(rng.randint(0xAC00, 0xD7A3)) for _ in range(rng.randint(1, 6)))
+        else:
+            piece = random_text(rng)
+        if rng.random() < 0.3:
+            piece += rng.choice([".", ",", "!", "?", "…", "'", "’", "~"])
+        pieces.append(piece)
+    return "".join(p + rng.choice([" ", " ", " ", "\n", "\u3000", ""]) for p in pieces)
+
+
+def random_japanese(rng: random.Random) -> str:
+    kana = [chr(c) for c in range(0x3041, 0x3097)] + [chr(c) for c in range(0x30A1, 0x30FB)]
+    kanji = "日本語東京行来見食話書読今年時間会社学生先生大小上下中国人手気出入"
+    atoms = ["です", "ます", "でした", "ました", "これは", "テスト", "。", "、", "「", "」", "！", "？", "ｶﾀｶﾅ",
+             "ＡＢＣ", "１２３", "2026年", "Hello", "iPhone", "😀", " ", "\u3000", "\n", "ー", "々", "〇"]
+    out = []
+    for _ in range(rng.randint(0, 15)):
+        r = rng.random()
+        if r < 0.35:
+            out.append("".join(rng.choice(kana) for _ in range(rng.randint(1, 4))))
+        elif r < 0.6:
+            out.append("".join(rng.choice(kanji) for _ in range(rng.randint(1, 3))))
+        elif r < 0.9:
+            out.append(rng.choice(atoms))
+        else:
+            out.append(random_text(rng))
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ word units
+
+@pytest.mark.parametrize("text, language, expected", [
+    ("Hello, world! It's 2026 打开灯.", "English", ["Hello", "world", "It's", "2026", "打", "开", "灯"]),
+    ("state-of-the-art don’t e\u0301te", "en", ["stateoftheart", "dont", "ete"]),
+    ("Hello世界ok 〇々", "Chinese", ["Hello", "世", "界", "ok", "〇々"]),
+    ("  \t\n", "French", []),
+    ("!!! — …", "German", []),
+])
+def test_word_units_examples(text, language, expected):
+    assert align_words(text, language) == expected
+
+
+def test_whitespace_words_equal_the_official_on_random_texts(official):
+    rng = random.Random(24)
+    mismatches = []
+    for n in range(N_WORDS):
+        text = random_text(rng, surrogates=True)
+        language = rng.choice(SPACE_LANGUAGES)
+        want, want_text = official.encode_timestamp(text, language)
+        got = align_words(text, language)
+        if got != want or AUDIO_BLOCK + slot_text(got) != want_text:
+            mismatches.append((text, language, got, want))
+    assert mismatches == []
+
+
+def test_every_ideograph_range_and_its_neighbours(official):
+    """Each official range's ends are one word each; the code points just outside stay in runs."""
+    for lo, hi in IDEOGRAPH_RANGES:
+        for code in (lo, hi, lo - 1, hi + 1):
+            text = f"a{chr(code)}{chr(code)}b"
+            assert align_words(text, "Chinese") == official.encode_timestamp(text, "Chinese")[0]
+    assert align_words("a\u4e00\u4e00b", "zh") == ["a", "\u4e00", "\u4e00", "b"]
+    assert align_words("a\U0002ceb0\U0002ceb0b", "zh") == ["a\U0002ceb0\U0002ceb0b"]  # Extension F
+
+
+def test_korean_word_list_is_the_official_file(official):
+    from qwen3asr_tools.official_ref import official_aligner_text
+
+    ours = os.path.join(os.path.dirname(sys.modules["qwen3asr"].__file__), "data", "korean_dict_jieba.dict")
+    theirs = os.path.join(os.path.dirname(official_aligner_text().path), "assets", "korean_dict_jieba.dict")
+    with open(ours, "rb") as f:
+        data = f.read()
+    assert hashlib.sha256(data).hexdigest() == KOREAN_DICT_SHA256
+    with open(theirs, "rb") as f:
+        assert f.read() == data
+    entries, longest = korean_word_list()
+    assert entries == frozenset(official.ko_score) and longest == max(map(len, official.ko_score))
+
+
+def test_korean_words_equal_the_official_on_random_texts(official):
+    pytest.importorskip("soynlp", reason="the official Korean word units need soynlp (dev extra)")
+    rng = random.Random(82)
+    mismatches = []
+    for _ in range(N_KOREAN):
+        text = random_korean(rng)
+        want, want_text = official.encode_timestamp(text, "Korean")
+        got = align_words(text, "ko")
+        if got != want or AUDIO_BLOCK + slot_text(got) != want_text:
+            mismatches.append((text, got, want))
+    assert mismatches == []
+
+
+def test_korean_needs_no_extra_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "soynlp", None)
+    monkeypatch.setitem(sys.modules, "soynlp.tokenizer", None)
+    # 학생 is the longest entry that starts 학생입니다; no entry starts 콯콯콯: whole
+    assert align_words("저는 학생입니다. 콯콯콯!", "Korean") == ["저는", "학생", "입니다", "콯콯콯"]
+
+
+def test_japanese_words_equal_the_official_on_random_texts(official):
+    pytest.importorskip("nagisa", reason="Japanese word units need nagisa (the ja and dev extras)")
+    rng = random.Random(81)
+    mismatches = []
+    for _ in range(N_JAPANESE):
+        text = random_japanese(rng)
+        want, _ = official.encode_timestamp(text, "Japanese")
+        got = align_words(text, "ja")
+        if got != want:
+            mismatches.append((text, got, want))
+    assert mismatches == []
+    assert align_words("東京タワーに行きました。", "Japanese") == ["東京", "タワー", "に", "行き", "まし", "た"]
+
+
+def test_japanese_without_nagisa_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nagisa", None)
+    with pytest.raises(OptionalDependencyError, match=r"pip install 'qwen3asr-rk\[ja\]'") as info:
+        align_words("東京", "Japanese")
+    assert isinstance(info.value, ImportError) and isinstance(info.value, Qwen3ASRError)
+
+
+@pytest.mark.parametrize("language", [None, "", "  "])
+def test_the_language_is_required(language):
+    with pytest.raises(LanguageError, match="the aligner needs the language"):
+        align_words("hello", language)
+
+
+def test_unknown_language_lists_the_accepted_ones():
+    with pytest.raises(LanguageError, match=r"unsupported language 'Klingon'; accepted: Chinese \(zh\)"):
+        align_words("hello", "klingon")
+
+
+def test_text_must_be_str():
+    with pytest.raises(TypeError, match="text must be str, got bytes"):
+        align_words(b"hello", "English")
+
+
+def test_aligner_languages_are_the_real_configs():
+    assert ALIGNER_LANGUAGES == ("Chinese", "Cantonese", "English", "German", "Spanish", "French", "Italian",
+                                 "Portuguese", "Russian", "Korean", "Japanese")
+    assert set(ALIGNER_LANGUAGES) <= set(SUPPORTED_LANGUAGES)
+
+
+# ------------------------------------------------------------------ the repair
+
+def _other_choice(values):
+    """The repair with the LATEST predecessor and the LAST chain end instead of the official
+    earliest ones: where it differs, the subsequence choice matters."""
+    n = len(values)
+    dp, parent = [1] * n, [-1] * n
+    for i in range(n):
+        for j in range(i):
+            if values[j] <= values[i] and dp[j] + 1 >= dp[i]:
+                dp[i], parent[i] = dp[j] + 1, j
+    i = max(range(n), key=lambda k: (dp[k], k))
+    kept = set()
+    while i != -1:
+        kept.add(i)
+        i = parent[i]
+    return kept
+
+
+def _random_sequence(rng: random.Random):
+    n = rng.choice([1, 2, 3, 4, 5, 8, 12, 20, 40, 64]) if rng.random() < 0.97 else rng.randint(100, 300)
+    kind = rng.randrange(7)
+    if kind == 0:  # small alphabet: ties and plateaus
+        return [rng.randint(0, rng.choice([1, 2, 3, 5])) for _ in range(n)]
+    if kind == 1:  # what the aligner gives: rising bins x 80 with outliers
+        t, out = 0, []
+        for _ in range(n):
+            t += rng.choice([0, 0, 1, 1, 2, 3])
+            out.append((rng.randint(0, 200) if rng.random() < 0.2 else t) * 80)
+        return out
+    if kind == 2:  # bursts of outliers (runs of 3 and more)
+        out, t = [], 0
+        while len(out) < n:
+            t += rng.randint(0, 5)
+            if rng.random() < 0.25:
+                out += [rng.randint(0, 400) for _ in range(rng.randint(1, 6))]
+            else:
+                out.append(t)
+        return out[:n]
+    if kind == 3:
+        return [rng.randint(0, 4999) * 80 for _ in range(n)]
+    if kind == 4:
+        v = rng.randint(0, 100)
+        return [v] * n
+    if kind == 5:
+        return sorted((rng.randint(0, 50) for _ in range(n)), reverse=rng.random() < 0.5)
+    return [rng.randint(-5, 5) + 0.5 * rng.randint(0, 3) for _ in range(n)]  # negatives, fractions
+
+
+def _runs(values):
+    """(length, has left neighbour, has right neighbour) of each run off the kept subsequence."""
+    kept, out, i, n = _kept_subsequence([float(v) for v in values]), [], 0, len(values)
+    while i < n:
+        if kept[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and not kept[j]:
+            j += 1
+        out.append((j - i, i > 0, j < n))
+        i = j
+    return out
+
+
+def test_repair_equals_the_official_on_random_sequences(official):
+    rng = random.Random(7)
+    mismatches, choice_matters = [], 0
+    branches = dict.fromkeys(["1 both", "2 both", "short left edge", "short right edge", "long both",
+                              "long left edge", "long right edge"], 0)
+    for _ in range(N_REPAIR):
+        values = _random_sequence(rng)
+        want = official.fix_timestamp(np.asarray(values, dtype=np.float64))
+        got = repair(values)
+        if got != want:
+            mismatches.append((values, got, want))
+        kept = {i for i, k in enumerate(_kept_subsequence([float(v) for v in values])) if k}
+        choice_matters += kept != _other_choice(values)
+        for length, left, right in _runs(values):
+            size = "long" if length > 2 else "short"
+            if left and right:
+                branches["long both" if size == "long" else f"{length} both"] += 1
+            else:
+                branches[f"{size} {'right' if left else 'left'} edge"] += 1
+    assert mismatches == []
+    assert choice_matters > N_REPAIR // 10  # many inputs have several longest subsequences
+    assert min(branches.values()) > 50, branches
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([0, 80, 4000, 160, 240], [0, 80, 80, 160, 240]),  # one outlier, tie between neighbours: the left
+    ([0, 80, 4000, 4000, 240, 320, 400], [0, 80, 80, 240, 240, 320, 400]),  # two: each takes the nearer
+    # two longest chains (0 80 4000 4000 and 0 80 240 320): the one that ends first is kept
+    ([0, 80, 4000, 4000, 240, 320], [0, 80, 4000, 4000, 4000, 4000]),
+    ([0, 80, 9000, 8000, 7000, 400, 480], [0, 80, 160, 240, 320, 400, 480]),  # three: interpolated
+    ([0, 100, 900, 800, 700, 200, 300], [0, 100, 125, 150, 175, 200, 300]),
+    ([0, 100, 900, 800, 700, 201, 301], [0, 100, 125, 150, 175, 201, 301]),  # 125.25 150.5 175.75 truncated
+    ([0, 100, 900, 800, 700, 200], [0, 100, 900, 900, 900, 900]),  # right edge copies its neighbour
+    ([5000, 5000, 5000, 0, 80, 160, 240], [0, 0, 0, 0, 80, 160, 240]),  # left edge copies its neighbour
+    ([7], [7]),
+])
+def test_repair_examples(official, values, expected):
+    assert repair(values) == expected == official.fix_timestamp(np.asarray(values, dtype=np.float32))
+
+
+def test_repair_of_nothing_is_nothing(official):
+    assert repair([]) == []
+    with pytest.raises(ValueError):  # the official max() of an empty list; align() never gets there
+        official.fix_timestamp(np.zeros(0, dtype=np.float32))
+
+
+def test_repair_is_not_quadratic():
+    rng = random.Random(3)
+    values = [rng.randint(0, 5000) * 80 for _ in range(200_000)]
+    out = repair(values)
+    assert len(out) == len(values) and all(a <= b for a, b in zip(out, out[1:]))
+
+
+# ------------------------------------------------------------------ spans
+
+def test_word_spans_equal_the_official_chain_on_random_classes(official):
+    rng = random.Random(11)
+    mismatches = []
+    for _ in range(N_SPANS):
+        n_words = rng.randint(1, 30)
+        t, classes = 0, []
+        for _ in range(2 * n_words):
+            t += rng.choice([0, 1, 2, 4])
+            classes.append(rng.randint(0, 4999) if rng.random() < 0.15 else min(t, 4999))
+        ms = np.asarray(classes, dtype=np.int64).astype(np.float32) * np.float32(80.0)
+        want = [(round(it["start_time"] / 1000.0, 3), round(it["end_time"] / 1000.0, 3))
+                for it in official.parse_timestamp([f"w{i}" for i in range(n_words)], ms)]
+        got = [(s.start, s.end) for s in word_spans(classes, n_words)]
+        if got != want:
+            mismatches.append((classes, got, want))
+    assert mismatches == []
+
+
+@pytest.mark.parametrize("segment_time", [80, 80.3, 7.77, 12.5, 1000 / 12.5])
+def test_slot_milliseconds_are_the_official_float32_product(segment_time):
+    torch = pytest.importorskip("torch", reason="the official product is a torch op")
+    classes = list(range(0, 5000, 7)) + [4999]
+    want = (torch.tensor(classes, dtype=torch.int64) * float(segment_time)).numpy().tolist()
+    assert slot_milliseconds(classes, segment_time) == want
+
+
+def test_word_spans_shapes_and_errors():
+    assert word_spans([3, 5], 0) == [] and word_spans([], 0) == []
+    assert word_spans([1, 2, 2, 3], 2) == [Span(0.08, 0.16), Span(0.16, 0.24)]
+    assert word_spans(np.array([12, 25]), 1, segment_time=SEGMENT_TIME_MS) == [Span(0.96, 2.0)]
+    with pytest.raises(ValueError, match="2 words need 4 slot classes, got 3"):
+        word_spans([1, 2, 3], 2)
+    with pytest.raises(ValueError, match="classes must be a 1-D sequence of ints"):
+        word_spans([1.5, 2.0], 1)
+    with pytest.raises(ValueError, match="n_words must be >= 0"):
+        word_spans([], -1)
