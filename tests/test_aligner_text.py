@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import random
 import sys
@@ -21,21 +22,27 @@ from qwen3asr.aligner.timing import SEGMENT_TIME_MS, Span, _kept_subsequence, re
 from qwen3asr.aligner.words import (
     ALIGNER_LANGUAGES,
     IDEOGRAPH_RANGES,
+    TIMESTAMP,
     OptionalDependencyError,
     align_words,
+    aligner_text,
+    encode_words,
     korean_word_list,
     slot_text,
 )
 from qwen3asr.errors import Qwen3ASRError
 from qwen3asr.languages import SUPPORTED_LANGUAGES, LanguageError
+from qwen3asr.tokenizer import Tokenizer, TokenizerError
 
 N_REPAIR = 6000  # random slot-time sequences
 N_SPANS = 2000  # random class sequences through word_spans
 N_WORDS = 6000  # random texts through the whitespace path
 N_KOREAN = 3000
 N_JAPANESE = 400
+N_IDS = 1500  # random texts through the tokenizer
 
 KOREAN_DICT_SHA256 = "cc157a9ab78f92bf11ed98a69b285768d6627cf5cd57a581e6c06693effce37d"
+AUDIO_START, AUDIO_END, AUDIO_PAD, TIMESTAMP_ID = 151669, 151670, 151676, 151705
 AUDIO_BLOCK = "<|audio_start|><|audio_pad|><|audio_end|>"  # the official input text before the words
 SPACE_LANGUAGES = [n for n in SUPPORTED_LANGUAGES if n not in ("Japanese", "Korean")]
 
@@ -426,3 +433,198 @@ def test_word_spans_shapes_and_errors():
         word_spans([1.5, 2.0], 1)
     with pytest.raises(ValueError, match="n_words must be >= 0"):
         word_spans([], -1)
+
+
+# ------------------------------------------------------------------ token ids
+
+@pytest.fixture(scope="module")
+def aligner_ckpt():
+    pytest.importorskip("torch", reason="random checkpoints are built with the official code (torch)")
+    from fixtures import aligner_checkpoint
+
+    return aligner_checkpoint("fa-tiny-a")
+
+
+@pytest.fixture(scope="module")
+def aligner_tok(aligner_ckpt):
+    return Tokenizer.from_dir(aligner_ckpt)
+
+
+@pytest.fixture(scope="module")
+def processor(aligner_ckpt):
+    from qwen3asr_tools.official_ref import official_processor
+
+    return official_processor(aligner_ckpt)
+
+
+def test_slot_layout(aligner_tok):
+    t = encode_words(aligner_tok, ["Hello", "It's", "打"])
+    ts = aligner_tok.token_id(TIMESTAMP)
+    assert ts == TIMESTAMP_ID
+    assert t.ids.tolist() == [9707, ts, ts, 2132, 594, ts, ts, 75437, ts, ts]
+    assert t.slots.tolist() == [1, 2, 5, 6, 8, 9] and t.n_slots == 6 and t.words == ("Hello", "It's", "打")
+    assert t.ids.dtype == np.int64 and not t.ids.flags.writeable and not t.slots.flags.writeable
+    empty = encode_words(aligner_tok, [])
+    assert empty.ids.tolist() == [ts, ts] and empty.slots.tolist() == [0, 1] and empty.words == ()
+    assert aligner_text(aligner_tok, "Hello, world!", "en").words == ("Hello", "world")
+
+
+def test_slot_layout_needs_an_aligner_tokenizer():
+    from fixtures import tokenizer_dir
+
+    with pytest.raises(TokenizerError, match="has no <timestamp> token: it is not a Qwen3-ForcedAligner tokenizer"):
+        encode_words(Tokenizer.from_dir(tokenizer_dir()), ["Hello"])
+
+
+def test_a_word_may_not_hold_a_slot(aligner_tok):
+    with pytest.raises(ValueError, match="1 words should give 2 <timestamp> slots, got 3"):
+        encode_words(aligner_tok, ["a<timestamp>b"])
+
+
+def test_ids_equal_the_official_processor_on_random_texts(official, aligner_tok, processor):
+    rng = random.Random(5)
+    mismatches = []
+    for n in range(N_IDS):
+        if n % 10 == 9 and _has("soynlp"):
+            text, language = random_korean(rng), "Korean"
+        else:
+            text, language = random_text(rng), rng.choice(SPACE_LANGUAGES)
+        words, input_text = official.encode_timestamp(text, language)
+        want = processor.tokenizer(input_text)["input_ids"]
+        got = encode_words(aligner_tok, align_words(text, language))
+        if [AUDIO_START, AUDIO_PAD, AUDIO_END] + got.ids.tolist() != want or list(got.words) != words:
+            mismatches.append((text, got.ids.tolist(), want))
+    assert mismatches == []
+
+
+def test_ids_after_the_audio_block_with_real_audio(official, aligner_tok, processor):
+    rng = np.random.default_rng(0)
+    for seconds, text in [(0.7, "Hello, world!"), (2.3, "iPhone 打开灯 it's"), (1.0, "")]:
+        wav = (rng.standard_normal(int(16000 * seconds)) * 0.1).astype(np.float32)
+        _, input_text = official.encode_timestamp(text, "English")
+        want = processor(text=[input_text], audio=[wav], return_tensors="np", padding=True)["input_ids"][0].tolist()
+        n_audio = want.count(AUDIO_PAD)
+        ours = encode_words(aligner_tok, align_words(text, "English")).ids.tolist()
+        assert want == [AUDIO_START] + [AUDIO_PAD] * n_audio + [AUDIO_END] + ours
+
+
+def test_the_official_local_directory_path_tokenizes_with_the_mistral_regex(aligner_ckpt, aligner_tok):
+    """Qwen3ForcedAligner.from_pretrained(local_dir) passes fix_mistral_regex=True; transformers
+    4.57.6 then swaps in a Mistral pre-tokenizer regex (config.json written by 4.57.6). Our ids are
+    those of the Qwen2 regex (hub-name loading); words with a lower-to-upper case change differ."""
+    from qwen3asr_tools.official_ref import official_modules
+    from transformers import AutoProcessor
+
+    official_modules()
+    patched = AutoProcessor.from_pretrained(aligner_ckpt, fix_mistral_regex=True).tokenizer
+    assert patched("iPhone")["input_ids"] == [72, 6939]
+    assert encode_words(aligner_tok, ["iPhone"]).ids.tolist()[:-2] == [44740]
+    assert patched("Hello")["input_ids"] == encode_words(aligner_tok, ["Hello"]).ids.tolist()[:-2]
+
+
+# ------------------------------------------------------------------ the official aligner on random weights
+
+def _read_config(ckpt):
+    with open(os.path.join(ckpt, "config.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_random_aligner_checkpoint_config(aligner_ckpt, processor):
+    cfg = _read_config(aligner_ckpt)
+    th = cfg["thinker_config"]
+    assert th["model_type"] == "qwen3_forced_aligner" and th["classify_num"] == 50
+    assert th["text_config"]["vocab_size"] == 152064 and th["text_config"]["tie_word_embeddings"] is False
+    assert (cfg["timestamp_token_id"], cfg["timestamp_segment_time"]) == (151705, 80)
+    assert cfg["support_languages"] == list(ALIGNER_LANGUAGES)
+    assert processor.tokenizer.convert_tokens_to_ids("<timestamp>") == TIMESTAMP_ID
+
+
+ALIGN_CASES = [
+    ("Hello, world! It's 2026 打开灯. iPhone", "English"),
+    ("我们今天去北京，好吗？", "Chinese"),
+    ("저는 학생입니다.", "Korean"),
+    ("東京タワーに行きました。", "Japanese"),
+    ("", "English"),
+]
+
+
+@pytest.mark.parametrize("preset, classify_num", [("fa-tiny-a", 50), ("fa-tiny-odd", 37)])
+def test_the_official_aligner_runs_on_a_random_checkpoint(preset, classify_num):
+    pytest.importorskip("torch", reason="the official aligner needs torch")
+    from fixtures import aligner_checkpoint
+    from qwen3asr_tools.official_ref import official_align, official_aligner
+
+    ckpt = aligner_checkpoint(preset)
+    aligner = official_aligner(ckpt)
+    tok = Tokenizer.from_dir(ckpt)
+    rng = np.random.default_rng(1)
+    for text, language in ALIGN_CASES:
+        if language == "Japanese" and not _has("nagisa"):
+            continue
+        if language == "Korean" and not _has("soynlp"):
+            continue
+        wav = (rng.standard_normal(16000 * 2) * 0.1).astype(np.float32)
+        got = official_align(aligner, wav, text, language)
+        ours = encode_words(tok, align_words(text, language))
+        assert [it[0] for it in got.items] == list(ours.words)
+        n_audio = got.input_ids.tolist().count(AUDIO_PAD)
+        assert got.input_ids.tolist() == [AUDIO_START] + [AUDIO_PAD] * n_audio + [AUDIO_END] + ours.ids.tolist()
+        assert got.slot_logits.shape == (ours.n_slots, classify_num) and got.slot_logits.dtype == np.float32
+        spans = word_spans(got.slot_logits.argmax(-1), len(ours.words))
+        assert [(s.start, s.end) for s in spans] == [(it[1], it[2]) for it in got.items]
+        times = [t for it in got.items for t in it[1:]]
+        assert times == sorted(times)
+        for t in times:  # a bin (multiple of 80 ms) or a value the repair interpolated between two
+            assert round(t * 1000) % 80 == 0 or any(a < t < b for a, b in zip(times, times[1:]))
+
+
+def test_fa_0_6b_has_the_real_aligner_shapes():
+    torch = pytest.importorskip("torch", reason="the official classes need torch")
+    from qwen3asr_tools.make_random_checkpoint import aligner_config_dict
+    from qwen3asr_tools.official_ref import official_modules
+
+    cfg = aligner_config_dict("fa-0.6b")
+    th = cfg["thinker_config"]
+    a, t = th["audio_config"], th["text_config"]
+    assert (a["d_model"], a["encoder_layers"], a["encoder_attention_heads"], a["encoder_ffn_dim"], a["output_dim"],
+            a["n_window"], a["n_window_infer"], a["downsample_hidden_size"]) == (1024, 24, 16, 4096, 1024, 50, 800, 480)
+    assert (t["hidden_size"], t["num_hidden_layers"], t["num_attention_heads"], t["num_key_value_heads"],
+            t["head_dim"], t["intermediate_size"], t["vocab_size"], t["max_position_embeddings"]) == (
+        1024, 28, 16, 8, 128, 3072, 152064, 8192)
+    assert t["rope_scaling"]["mrope_section"] == [24, 20, 20] and th["classify_num"] == 5000
+    mods = official_modules()
+    with torch.device("meta"):
+        model = mods.Qwen3ASRForConditionalGeneration(mods.Qwen3ASRConfig(**cfg))
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    thinker = model.thinker
+    assert tuple(thinker.lm_head.weight.shape) == (5000, 1024)
+    assert round(count(thinker.audio_tower) / 1e6, 1) == 316.4
+    assert round(count(thinker.model) / 1e6, 1) == 596.2
+
+
+def test_aligner_tokenizer_files_add_the_timestamp_token():
+    from qwen3asr_tools.make_tokenizer_files import tokenizer_config
+
+    asr, fa = tokenizer_config()["added_tokens_decoder"], tokenizer_config(aligner=True)["added_tokens_decoder"]
+    assert "151705" not in asr
+    assert (fa["151705"]["content"], fa["151705"]["special"]) == ("<timestamp>", False)
+    assert (fa["151675"]["content"], fa["151675"]["special"]) == ("<non_speech>", False)
+    assert [fa[str(i)]["content"] for i in (151677, 151703)] == ["<blank1>", "<blank27>"]
+    assert all(fa[str(i)]["special"] for i in range(151677, 151704))
+    assert {k: v for k, v in fa.items() if k not in asr} == {"151705": fa["151705"]}
+
+
+def test_aligner_presets_and_their_errors(tmp_path):
+    from fixtures import aligner_checkpoint
+    from qwen3asr_tools.make_random_checkpoint import ALIGNER_PRESETS, aligner_config_dict, restore_aligner_type
+
+    assert {p: a.classify_num for p, a in ALIGNER_PRESETS.items()} == {
+        "fa-tiny-a": 50, "fa-tiny-b": 63, "fa-tiny-odd": 37, "fa-0.6b": 5000}
+    with pytest.raises(ValueError, match="unknown aligner preset 'tiny-a'; accepted: fa-tiny-a, fa-tiny-b"):
+        aligner_config_dict("tiny-a")
+    with pytest.raises(ValueError, match="unknown aligner preset 'tiny-a'"):
+        aligner_checkpoint("tiny-a")
+    (tmp_path / "config.json").write_text(json.dumps({"thinker_config": {"model_type": "qwen3_asr_thinker"}}))
+    with pytest.raises(RuntimeError, match=r"dropped \['timestamp_token_id', 'timestamp_segment_time', "
+                                           r"'thinker_config.classify_num'\]"):
+        restore_aligner_type(str(tmp_path))
