@@ -167,6 +167,28 @@ def random_japanese(rng: random.Random) -> str:
 
 # ------------------------------------------------------------------ word units
 
+def test_the_aligner_stages_use_numpy_and_the_stdlib_only():
+    """No torch, transformers or official code at run time; nagisa is the one optional import."""
+    import ast
+
+    allowed = set(sys.stdlib_module_names) | {"numpy", "nagisa", "qwen3asr", ""}
+    pkg = os.path.join(os.path.dirname(sys.modules["qwen3asr"].__file__), "aligner")
+    offenders = []
+    for name in sorted(os.listdir(pkg)):
+        if name.endswith(".py"):
+            with open(os.path.join(pkg, name), encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    mods = [node.module]
+                else:
+                    continue
+                offenders += [f"{name}:{node.lineno} {m}" for m in mods if m.split(".")[0] not in allowed]
+    assert offenders == []
+
+
 @pytest.mark.parametrize("text, language, expected", [
     ("Hello, world! It's 2026 打开灯.", "English", ["Hello", "world", "It's", "2026", "打", "开", "灯"]),
     ("state-of-the-art don’t e\u0301te", "en", ["stateoftheart", "dont", "ete"]),
