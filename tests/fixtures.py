@@ -158,3 +158,17 @@ def checkpoint(preset: str = "tiny-a", seed: int = 0, dtype: str = "float32") ->
     gen = _generator_hash("qwen3asr_tools.make_random_checkpoint")
     key = f"ckpt-{preset}-s{seed}-{dtype}-{gen}"
     return _cached_dir(key, lambda d: make_checkpoint(preset, d, seed=seed, dtype=dtype))
+
+
+def aligner_checkpoint(preset: str = "fa-tiny-a", seed: int = 0, dtype: str = "float32") -> str:
+    """A random-weight official Qwen3-ForcedAligner checkpoint directory for ``preset`` (an
+    ``ALIGNER_PRESETS`` name of python/qwen3asr_tools/make_random_checkpoint.py), with the
+    aligner's tokenizer files. Needs torch, transformers and qwen-asr."""
+    from qwen3asr_tools.make_random_checkpoint import ALIGNER_PRESETS, make_checkpoint
+
+    if preset not in ALIGNER_PRESETS:
+        raise ValueError(f"unknown aligner preset {preset!r}; accepted: {', '.join(ALIGNER_PRESETS)}")
+    gen = _generator_hash("qwen3asr_tools.make_random_checkpoint", "qwen3asr_tools.make_tokenizer_files",
+                          "qwen3asr_tools.official_ref", "qwen3asr.tokenizer", "qwen3asr.aligner.words")
+    key = f"ckpt-{preset}-s{seed}-{dtype}-{gen}"
+    return _cached_dir(key, lambda d: make_checkpoint(preset, d, seed=seed, dtype=dtype))

@@ -11,6 +11,15 @@ preprocessor_config.json (WhisperFeatureExtractor) and the tokenizer files.
 Presets: tiny-a, tiny-b (small, different widths/heads/layers/GQA ratios, for tests),
 tiny-odd (small, no width a multiple of 32), 0.6b and 1.7b (real shapes).
 
+Qwen3-ForcedAligner presets (``ALIGNER_PRESETS``): fa-tiny-a, fa-tiny-b, fa-tiny-odd (the tiny
+shapes with 50, 63 and 37 time classes) and fa-0.6b (the real aligner's shapes, 5000 classes).
+The aligner is the same model class with thinker ``model_type`` "qwen3_forced_aligner": its
+head is an untied ``Linear(hidden, classify_num)``, its vocabulary 152064 rows, and the config
+carries ``timestamp_token_id`` 151705 and ``timestamp_segment_time`` 80 at the top level.
+``save_pretrained`` writes the thinker's class ``model_type`` ("qwen3_asr_thinker") into
+config.json, which would reload with a vocabulary-sized head; ``make_checkpoint`` writes the
+aligner's type back. Its tokenizer files have ``<timestamp>`` at 151705.
+
 Usage: python scripts/make_random_checkpoint.py --preset tiny-a --out DIR [--seed N]
            [--dtype bfloat16|float32]
 """
@@ -24,9 +33,10 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Union
 
+from qwen3asr.aligner.words import ALIGNER_LANGUAGES
 from qwen3asr.languages import SUPPORTED_LANGUAGES
 
-from .make_tokenizer_files import write_json, write_tokenizer_files
+from .make_tokenizer_files import TIMESTAMP_TOKEN_ID, write_json, write_tokenizer_files
 from .official_ref import FEATURE_EXTRACTOR_SETTINGS, official_modules
 
 logger = logging.getLogger(__name__)
@@ -75,6 +85,29 @@ PRESETS: Dict[str, Preset] = {
     "1.7b": Preset(1024, 24, 16, 4096, 480, 2048, 28, 16, 8, 128, 6144, (24, 20, 20)),
 }
 DTYPES = ("bfloat16", "float32")
+
+ALIGNER_MODEL_TYPE = "qwen3_forced_aligner"  # thinker_config.model_type of the real aligner
+ALIGNER_VOCAB_SIZE = 152064  # the aligner's embedding rows (the ASR models': 151936)
+ALIGNER_MAX_POSITIONS = 8192  # max_position_embeddings of the real aligner's text config
+TIMESTAMP_SEGMENT_TIME = 80  # milliseconds per time class
+
+
+@dataclass(frozen=True)
+class AlignerPreset:
+    """A Qwen3-ForcedAligner: a model shape and the number of time classes of its head."""
+
+    shape: Preset
+    classify_num: int  # head rows: class k means k x TIMESTAMP_SEGMENT_TIME ms
+
+
+ALIGNER_PRESETS: Dict[str, AlignerPreset] = {
+    "fa-tiny-a": AlignerPreset(PRESETS["tiny-a"], 50),
+    "fa-tiny-b": AlignerPreset(PRESETS["tiny-b"], 63),
+    "fa-tiny-odd": AlignerPreset(PRESETS["tiny-odd"], 37),
+    # Qwen3-ForcedAligner-0.6B: the 1.7B ASR encoder's trunk with output_dim 1024, a Qwen3-0.6B
+    # text model, 5000 classes (400 s)
+    "fa-0.6b": AlignerPreset(Preset(1024, 24, 16, 4096, 480, 1024, 28, 16, 8, 128, 3072, (24, 20, 20)), 5000),
+}
 
 
 def config_dict(preset: Union[str, Preset], vocab_size: int = VOCAB_SIZE,
@@ -160,6 +193,54 @@ def config_dict(preset: Union[str, Preset], vocab_size: int = VOCAB_SIZE,
     }
 
 
+def aligner_config_dict(preset: Union[str, AlignerPreset]) -> dict:
+    """config.json content of a Qwen3-ForcedAligner (the values of the real one's config.json
+    where the preset does not set them)."""
+    if isinstance(preset, AlignerPreset):
+        p = preset
+    elif preset in ALIGNER_PRESETS:
+        p = ALIGNER_PRESETS[preset]
+    else:
+        raise ValueError(f"unknown aligner preset {preset!r}; accepted: {', '.join(ALIGNER_PRESETS)}")
+    if p.classify_num < 2:
+        raise ValueError(f"classify_num must be >= 2, got {p.classify_num}")
+    cfg = config_dict(p.shape, vocab_size=ALIGNER_VOCAB_SIZE)
+    thinker = cfg["thinker_config"]
+    thinker["model_type"] = ALIGNER_MODEL_TYPE
+    thinker["classify_num"] = p.classify_num
+    thinker["tie_word_embeddings"] = False
+    thinker["text_config"]["tie_word_embeddings"] = False
+    thinker["text_config"]["max_position_embeddings"] = ALIGNER_MAX_POSITIONS
+    cfg["tie_word_embeddings"] = False
+    cfg["timestamp_token_id"] = TIMESTAMP_TOKEN_ID
+    cfg["timestamp_segment_time"] = TIMESTAMP_SEGMENT_TIME
+    cfg["support_languages"] = list(ALIGNER_LANGUAGES)
+    return cfg
+
+
+def is_aligner_preset(preset: str) -> bool:
+    return preset in ALIGNER_PRESETS
+
+
+def restore_aligner_type(ckpt_dir: str) -> None:
+    """Write thinker_config.model_type "qwen3_forced_aligner" back into a saved aligner's config.json.
+
+    ``save_pretrained`` writes the thinker config class's own model_type; reloading that
+    would build a vocabulary-sized head and fail on the saved (classify_num, hidden) one.
+    """
+    path = os.path.join(ckpt_dir, "config.json")
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    thinker = cfg["thinker_config"]
+    missing = [k for k in ("timestamp_token_id", "timestamp_segment_time") if k not in cfg]
+    if "classify_num" not in thinker:
+        missing.append("thinker_config.classify_num")
+    if missing:
+        raise RuntimeError(f"{path}: save_pretrained dropped {missing}; the aligner cannot be reloaded")
+    thinker["model_type"] = ALIGNER_MODEL_TYPE
+    write_json(path, cfg)
+
+
 def _perturb(model, seed: int) -> None:
     """Seeded weights: default init, then every parameter gets a small seeded offset.
 
@@ -188,11 +269,11 @@ def _perturb(model, seed: int) -> None:
 
 
 def build_model(preset: str, seed: int = 0):
-    """The official model for ``preset`` with seeded, perturbed float32 weights."""
+    """The official model for ``preset`` (ASR or aligner) with seeded, perturbed float32 weights."""
     import torch
 
     mods = official_modules()
-    config = mods.Qwen3ASRConfig(**config_dict(preset))
+    config = mods.Qwen3ASRConfig(**(aligner_config_dict(preset) if is_aligner_preset(preset) else config_dict(preset)))
     torch.manual_seed(seed)
     model = mods.Qwen3ASRForConditionalGeneration(config)
     model.to(torch.float32)
@@ -237,6 +318,7 @@ def write_side_files(out_dir: str, dtype: str, provenance: dict, eos_token_ids: 
 def make_checkpoint(preset: str, out_dir: str, seed: int = 0, dtype: str = "float32") -> str:
     """Write a complete checkpoint directory; returns ``out_dir``.
 
+    preset: a name of ``PRESETS`` (ASR model) or ``ALIGNER_PRESETS`` (forced aligner).
     dtype: storage dtype of model.safetensors ("bfloat16" like the real checkpoints, or
     "float32").
     """
@@ -252,14 +334,17 @@ def make_checkpoint(preset: str, out_dir: str, seed: int = 0, dtype: str = "floa
     # Keep config.json's dtype honest and the checkpoint self-describing.
     write_side_files(out_dir, dtype, {"qwen3asr_random": {"preset": preset, "seed": seed}},
                      EOS_TOKEN_IDS, PAD_TOKEN_ID, max_new_tokens=512)
-    write_tokenizer_files(out_dir)
+    aligner = is_aligner_preset(preset)
+    if aligner:
+        restore_aligner_type(out_dir)
+    write_tokenizer_files(out_dir, aligner=aligner)
     logger.info("wrote %s checkpoint (seed %d, %s) to %s", preset, seed, dtype, out_dir)
     return out_dir
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    ap.add_argument("--preset", required=True, choices=sorted(PRESETS) + sorted(ALIGNER_PRESETS))
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="float32", choices=DTYPES)

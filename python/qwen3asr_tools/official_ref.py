@@ -11,10 +11,16 @@ Helpers:
 - ``official_features(ckpt_dir_or_none, wav16k)``: log-mel (128, T) float32 as the official
   processor computes it.
 - ``official_prompt_text(processor, context, language)``: the official prompt string.
+- ``official_text_utils()``: the official text helpers of ``inference/utils.py``.
+- ``official_aligner_text()``: the official ``Qwen3ForceAlignProcessor`` (word units, repair),
+  compiled from source without torch.
+- ``official_aligner(ckpt_dir)`` / ``official_align(aligner, wav, text, language)``: the official
+  ``Qwen3ForcedAligner`` and one ``align()`` call with the slot logits it computed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -229,3 +235,153 @@ def official_text_utils() -> types.SimpleNamespace:
         raise RuntimeError(f"{path} no longer defines {sorted(missing)}")
     _text_utils = types.SimpleNamespace(**{k: ns[k] for k in wanted_funcs | wanted_vars})
     return _text_utils
+
+
+_ALIGNER_MODULE = "inference/qwen3_forced_aligner.py"
+_aligner_text: Optional[types.SimpleNamespace] = None
+
+
+def _module_without(name: str, reason: str) -> types.ModuleType:
+    """A stand-in module whose every attribute raises: it lets an official module that imports
+    ``name`` at the top load when only its other parts are used."""
+    mod = types.ModuleType(name)
+
+    def missing(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise RuntimeError(f"{name} is not installed ({reason}); '{name}.{attr}' cannot be used")
+
+    mod.__getattr__ = missing  # type: ignore[attr-defined]
+    return mod
+
+
+def official_aligner_text() -> types.SimpleNamespace:
+    """The official ``Qwen3ForceAlignProcessor`` (word units, repair) without importing its module.
+
+    ``qwen_asr/inference/qwen3_forced_aligner.py`` imports nagisa, torch and transformers at the
+    top; the class itself needs only ``os``, ``unicodedata``, nagisa (Japanese) and soynlp
+    (Korean, imported inside ``encode_timestamp``). It is compiled from the module's source
+    with ``__file__`` set to that module, so it reads the official Korean word list from the
+    installed package. When nagisa is not installed, Japanese raises RuntimeError on use.
+    Returns a namespace with ``cls`` (the class), ``processor`` (an instance), ``path`` and
+    ``has_nagisa``.
+    """
+    global _aligner_text
+    if _aligner_text is not None:
+        return _aligner_text
+    import ast
+    import typing
+    import unicodedata
+
+    path = os.path.join(_package_root(), *_ALIGNER_MODULE.split("/"))
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    body = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Qwen3ForceAlignProcessor"]
+    if not body:
+        raise RuntimeError(f"{path} no longer defines Qwen3ForceAlignProcessor")
+    try:
+        import nagisa
+        has_nagisa = True
+    except ImportError:
+        nagisa = _module_without("nagisa", "the official Japanese word units need it")
+        has_nagisa = False
+    ns: dict = {"__file__": path, "__name__": "qwen_asr_official_aligner_text", "os": os,
+                "unicodedata": unicodedata, "nagisa": nagisa}
+    ns.update({name: getattr(typing, name) for name in ("Any", "Dict", "List", "Optional", "Union")})
+    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
+    cls = ns["Qwen3ForceAlignProcessor"]
+    _aligner_text = types.SimpleNamespace(cls=cls, processor=cls(), path=path, has_nagisa=has_nagisa)
+    return _aligner_text
+
+
+_aligner_module: Optional[types.ModuleType] = None
+
+
+def official_aligner_module() -> types.ModuleType:
+    """``qwen_asr.inference.qwen3_forced_aligner``, imported for real (once).
+
+    It is imported without the package ``__init__`` (as ``official_modules`` does for the
+    transformers backend). Its imports that the dev venv may lack are replaced while it
+    loads, and only then: ``librosa`` (imported by ``inference/utils.py``; used there only
+    to read audio files and to resample, so pass ``(wav, 16000)`` arrays) and ``nagisa``
+    (Japanese words; with the stand-in a Japanese ``align()`` raises RuntimeError). Each
+    stand-in is removed from ``sys.modules`` after the import, so later imports of the real
+    package are unaffected. Needs torch and transformers.
+    """
+    global _aligner_module
+    if _aligner_module is not None:
+        return _aligner_module
+    mods = official_modules()
+    backend = sys.modules[_BACKEND]
+    for name in ("Qwen3ASRConfig", "Qwen3ASRForConditionalGeneration", "Qwen3ASRProcessor"):
+        if not hasattr(backend, name):  # what the real package __init__ exports
+            setattr(backend, name, getattr(mods, name))
+    _bare_package("qwen_asr.inference", os.path.join(_package_root(), "inference"))
+    stand_ins = {}
+    for name, reason in (("librosa", "the official code reads audio files and resamples with it"),
+                         ("nagisa", "the official Japanese word units need it")):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            stand_ins[name] = sys.modules[name] = _module_without(name, reason)
+    try:
+        _aligner_module = importlib.import_module("qwen_asr.inference.qwen3_forced_aligner")
+    finally:
+        for name, mod in stand_ins.items():
+            if sys.modules.get(name) is mod:
+                del sys.modules[name]
+    return _aligner_module
+
+
+def official_aligner(ckpt_dir: str, mistral_regex: bool = False, dtype=None):
+    """The official ``Qwen3ForcedAligner`` on a checkpoint directory, loaded by its own
+    ``from_pretrained`` (float32 and eager attention unless ``dtype`` says otherwise).
+
+    mistral_regex: keep the tokenizer that ``from_pretrained`` builds for a local directory.
+    It passes ``fix_mistral_regex=True``, and transformers 4.57.6 then replaces the Qwen2
+    pre-tokenizer regex with a Mistral one whenever the directory's config.json was written by
+    transformers 4.57.3 to 4.x (the real aligner's says 4.57.6): "iPhone" becomes "i" + "Phone".
+    Loading by hub name (online) keeps the Qwen2 regex. False (default) puts the Qwen2 regex
+    processor in its place (``official_processor``), which is what ``qwen3asr.tokenizer`` does.
+    """
+    import torch
+
+    mod = official_aligner_module()
+    aligner = mod.Qwen3ForcedAligner.from_pretrained(
+        ckpt_dir, dtype=torch.float32 if dtype is None else dtype, attn_implementation="eager")
+    if not mistral_regex:
+        aligner.processor = official_processor(ckpt_dir)
+    return aligner
+
+
+@dataclasses.dataclass(frozen=True)
+class OfficialAlignment:
+    """What the official ``align()`` returned for one input, and what it computed on the way."""
+
+    items: tuple  # ((text, start_time, end_time), ...): the ForcedAlignItem fields (seconds)
+    input_ids: np.ndarray  # (L,) int64: the processor's input_ids
+    slot_logits: np.ndarray  # (n_slots, classify_num) float32: thinker logits at the <timestamp> positions
+
+
+def official_align(aligner, wav16k: np.ndarray, text: str, language: str) -> OfficialAlignment:
+    """Run ``aligner.align`` on one input and capture the thinker's logits of that very call.
+
+    wav16k: (samples,) float32 at 16 kHz. The logits come from a forward hook on
+    ``aligner.model.thinker`` (``align()`` calls it once), so they are the ones its argmax used.
+    """
+    captured = {}
+
+    def hook(module, args, kwargs, output):
+        captured["input_ids"] = kwargs["input_ids"].detach()
+        captured["logits"] = output.logits.detach()
+
+    handle = aligner.model.thinker.register_forward_hook(hook, with_kwargs=True)
+    try:
+        results = aligner.align(audio=(np.asarray(wav16k, dtype=np.float32), 16000), text=text, language=language)
+    finally:
+        handle.remove()
+    ids = captured["input_ids"][0].cpu().numpy().astype(np.int64)
+    logits = captured["logits"][0].float().cpu().numpy()
+    slots = ids == aligner.timestamp_token_id
+    items = tuple((it.text, it.start_time, it.end_time) for it in results[0])
+    return OfficialAlignment(items=items, input_ids=ids, slot_logits=np.ascontiguousarray(logits[slots]))
