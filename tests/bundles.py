@@ -22,3 +22,17 @@ def bundle(preset: str = "tiny-a", dtype: str = "bfloat16", decoders=("fp32", "i
     key = f"bundle-{os.path.basename(ck)}-{'-'.join(decoders)}-{gen}"
     out = fixtures._cached_dir(key, lambda d: export_onnx.export(ck, d, decoder_dtypes=tuple(decoders)))
     return ck, out
+
+
+def aligner_bundle(preset: str = "fa-tiny-a", dtype: str = "float32", decoders=("fp32", "int8", "int4"),
+                   forms=("merged", "split")) -> tuple[str, str]:
+    """(checkpoint_dir, bundle_dir) of a random-weight official Qwen3-ForcedAligner, exported by
+    the real exporter as an aligner bundle."""
+    from qwen3asr_tools import export_onnx
+
+    ck = fixtures.aligner_checkpoint(preset, dtype=dtype)
+    gen = fixtures._generator_hash("qwen3asr_tools.export_onnx")
+    key = f"aligner-{os.path.basename(ck)}-{'-'.join(decoders)}-{'-'.join(forms)}-{gen}"
+    out = fixtures._cached_dir(key, lambda d: export_onnx.export(ck, d, forms=tuple(forms),
+                                                                  decoder_dtypes=tuple(decoders)))
+    return ck, out

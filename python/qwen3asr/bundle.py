@@ -18,6 +18,7 @@ from .errors import Qwen3ASRError
 logger = logging.getLogger(__name__)
 
 BUNDLE_FORMAT = "qwen3asr-rk-bundle/1"
+BUNDLE_KINDS = ("asr", "aligner")
 _LFS_MAGIC = b"version https://git-lfs.github.com/spec/"
 DEFAULT_MODEL_ENV = "QWEN3ASR_MODEL"
 
@@ -131,10 +132,36 @@ class Bundle:
                               f"Re-export with this version's scripts/export_onnx.py.")
         bundle = cls(path, manifest)
         bundle.one_pass_seconds  # a malformed limit is refused at load, not mid-job
+        bundle.kind
         return bundle
 
     def file(self, rel: str, what: str = "model file") -> str:
         return check_file(os.path.join(self.path, rel), what)
+
+    @property
+    def kind(self) -> str:
+        """"asr" (a Qwen3-ASR model) or "aligner" (Qwen3-ForcedAligner: word timestamps); bundles
+        written before aligners existed are "asr"."""
+        kind = self.manifest.get("kind", "asr")
+        if kind not in BUNDLE_KINDS:
+            raise BundleError(f"{self.path}/model.json: kind {kind!r} is not one of {', '.join(BUNDLE_KINDS)}; "
+                              "this bundle needs a newer qwen3asr-rk")
+        return kind
+
+    def require_kind(self, kind: str) -> None:
+        """BundleError unless this is a ``kind`` bundle, saying where the bundle belongs instead."""
+        if self.kind != kind:
+            what = {"asr": "a speech recognition model", "aligner": "a forced aligner (word timestamps)"}
+            where = ("give it as the aligner (aligner=DIR, --aligner DIR)" if self.kind == "aligner" else
+                     "give it as the model (model_dir, --model DIR)")
+            raise BundleError(f"{self.path} is {what[self.kind]}, not {what[kind]}: {where}")
+
+    @property
+    def aligner(self) -> dict:
+        """An aligner bundle's settings (classify_num, timestamp_token_id, timestamp_segment_ms,
+        languages, head, norm)."""
+        self.require_kind("aligner")
+        return dict(self.manifest["aligner"])
 
     @property
     def audio_config(self) -> dict:

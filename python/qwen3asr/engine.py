@@ -116,6 +116,7 @@ class Qwen3ASREngine:
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine
         self.bundle = Bundle.load(model_dir or default_model_dir())
+        self.bundle.require_kind("asr")
         self.tokenizer = Tokenizer.from_dir(self.bundle.path)
         self._check_specials()
         self.embeddings = EmbeddingTable(self.bundle)

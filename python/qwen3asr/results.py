@@ -37,6 +37,22 @@ class TranscriptionStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class Word:
+    """One word unit of a transcript and when it was said (forced alignment, qwen3asr.aligner).
+
+    ``word`` is the aligner's unit, not the transcript's spelling: a whitespace word with
+    everything but letters, digits and the apostrophe dropped, or one CJK character.
+    """
+
+    word: str
+    start: float  # seconds from the start of the input audio (its ``start_second`` included)
+    end: float  # seconds; end >= start (the aligner's 80 ms bins, repaired to be monotonic)
+
+    def to_dict(self) -> dict:
+        return {"word": self.word, "start": self.start, "end": self.end}
+
+
+@dataclasses.dataclass(frozen=True)
 class Segment:
     """A piece of a transcript with its place in the audio."""
 
@@ -44,9 +60,13 @@ class Segment:
     end: float  # seconds, exclusive
     text: str  # transcript of this piece (stripped)
     language: Optional[str] = None  # language name the model wrote for it, None if unknown
+    words: tuple[Word, ...] = ()  # its words with times, when word timestamps were asked for
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = {"start": self.start, "end": self.end, "text": self.text, "language": self.language}
+        if self.words:
+            d["words"] = [w.to_dict() for w in self.words]
+        return d
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,10 +95,18 @@ class Transcription:
     stats: TranscriptionStats
     segments: tuple[Segment, ...] = ()  # timed pieces in order (one for a single-pass clip with text)
 
+    @property
+    def words(self) -> tuple[Word, ...]:
+        """Every segment's words in order (empty unless word timestamps were asked for)."""
+        return tuple(w for seg in self.segments for w in seg.words)
+
     def to_dict(self) -> dict:
-        return {"text": self.text, "language": self.language, "language_code": self.language_code,
-                "truncated": self.truncated, "token_ids": list(self.token_ids), "raw_text": self.raw_text,
-                "stats": self.stats.to_dict(), "segments": [seg.to_dict() for seg in self.segments]}
+        d = {"text": self.text, "language": self.language, "language_code": self.language_code,
+             "truncated": self.truncated, "token_ids": list(self.token_ids), "raw_text": self.raw_text,
+             "stats": self.stats.to_dict(), "segments": [seg.to_dict() for seg in self.segments]}
+        if self.words:
+            d["words"] = [w.to_dict() for w in self.words]
+        return d
 
     def __getitem__(self, key: str):
         """Read-only mapping access like the dict results of the reference design

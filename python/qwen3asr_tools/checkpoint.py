@@ -101,12 +101,30 @@ class TextConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class AlignerConfig:
+    """What makes a checkpoint Qwen3-ForcedAligner (thinker model_type "qwen3_forced_aligner"): its
+    head classifies each ``<timestamp>`` slot into ``classify_num`` time bins of
+    ``timestamp_segment_time`` ms."""
+
+    classify_num: int
+    timestamp_token_id: int
+    timestamp_segment_time: float  # ms per class
+    support_languages: tuple
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     audio: AudioConfig
     text: TextConfig
     audio_token_id: int
     audio_start_token_id: int
     raw: dict
+    aligner: AlignerConfig | None = None  # set for a forced-aligner checkpoint
+
+    @property
+    def head_rows(self) -> int:
+        """Rows of the output head: the vocabulary, or an aligner's time classes."""
+        return self.aligner.classify_num if self.aligner else self.text.vocab_size
 
 
 def _pick(d: dict, cls):
@@ -138,7 +156,30 @@ def read_config(ckpt_dir: str) -> ModelConfig:
         audio_token_id=int(thinker.get("audio_token_id")),
         audio_start_token_id=int(thinker.get("audio_start_token_id")),
         raw=raw,
+        aligner=_aligner_config(raw, thinker),
     )
+
+
+def _aligner_config(raw: dict, thinker: dict) -> AlignerConfig | None:
+    """The aligner settings of a forced-aligner checkpoint (None for an ASR one). The official
+    config carries them as extra keys: ``classify_num`` in the thinker config, the timestamp
+    token and bin length at the top level (either place is accepted)."""
+    if "forced_aligner" not in str(thinker.get("model_type", "")):
+        return None
+
+    def find(key):
+        for d in (thinker, raw):
+            if key in d:
+                return d[key]
+        raise CheckpointError(f"config.json of a forced aligner lacks {key}")
+
+    n, tid, seg = find("classify_num"), find("timestamp_token_id"), find("timestamp_segment_time")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise CheckpointError(f"classify_num must be an integer >= 2, got {n!r}")
+    if isinstance(seg, bool) or not isinstance(seg, (int, float)) or not seg > 0:
+        raise CheckpointError(f"timestamp_segment_time must be a positive number of ms, got {seg!r}")
+    langs = raw.get("support_languages") or thinker.get("support_languages") or ()
+    return AlignerConfig(int(n), int(tid), float(seg), tuple(str(x) for x in langs))
 
 
 def open_weights(ckpt_dir: str) -> SafeTensors:

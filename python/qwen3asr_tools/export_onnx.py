@@ -12,6 +12,12 @@ The bundle holds:
   vocab.json, merges.txt, tokenizer_config.json, ...   tokenizer files
   model.json                    manifest: config, special ids, variants, dtypes, checksums
 
+A Qwen3-ForcedAligner checkpoint (thinker model_type "qwen3_forced_aligner") gives an aligner
+bundle (``"kind": "aligner"``): the same encoder graphs, its decoder graphs score ``<timestamp>``
+slots (the head has ``classify_num`` time classes instead of the vocabulary), and
+aligner_head.npy / aligner_norm.npy hold the head and the final norm for backends that apply
+them on the host.
+
 Needs numpy and onnx only (no torch). Every encoder graph uses opset 17 (RKNN takes <= 19).
 """
 
@@ -40,6 +46,7 @@ TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "tokeniz
                    "preprocessor_config.json", "generation_config.json", "special_tokens_map.json")
 SPECIAL_NAMES = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>",
                  "<|audio_pad|>", "<asr_text>")
+ALIGNER_SPECIAL_NAMES = ("<timestamp>",)  # the slot token of a forced aligner's input
 LARGE_MODEL_BYTES = 1_800_000_000  # protobuf limit is 2 GiB: store weights beside larger graphs
 
 log = logging.getLogger("export_onnx")
@@ -123,8 +130,8 @@ def default_quant_block(bits: int, text_cfg) -> int:
     return 32
 
 
-def special_token_ids(ckpt_dir: str) -> dict[str, int]:
-    """Special ids resolved by name from the checkpoint's tokenizer files."""
+def special_token_ids(ckpt_dir: str, names=SPECIAL_NAMES) -> dict[str, int]:
+    """Special ids ``names`` resolved by name from the checkpoint's tokenizer files."""
     ids: dict[str, int] = {}
     cfg_path = os.path.join(ckpt_dir, "tokenizer_config.json")
     if os.path.isfile(cfg_path):
@@ -136,7 +143,7 @@ def special_token_ids(ckpt_dir: str) -> dict[str, int]:
         with open(tok_json, encoding="utf-8") as f:
             for meta in json.load(f).get("added_tokens", []):
                 ids.setdefault(meta["content"], int(meta["id"]))
-    missing = [n for n in SPECIAL_NAMES if n not in ids]
+    missing = [n for n in names if n not in ids]
     if missing:
         vocab = os.path.join(ckpt_dir, "vocab.json")
         if os.path.isfile(vocab):
@@ -145,11 +152,11 @@ def special_token_ids(ckpt_dir: str) -> dict[str, int]:
             for n in missing:
                 if n in v:
                     ids[n] = int(v[n])
-        missing = [n for n in SPECIAL_NAMES if n not in ids]
+        missing = [n for n in names if n not in ids]
     if missing:
         raise ckpt.CheckpointError(
             f"tokenizer files of {ckpt_dir} do not define {', '.join(missing)}; is this a Qwen3-ASR checkpoint?")
-    return {n: ids[n] for n in SPECIAL_NAMES}
+    return {n: ids[n] for n in names}
 
 
 def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("merged", "split"),
@@ -157,7 +164,11 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
     t_start = time.time()
     cfg = ckpt.read_config(ckpt_dir)
     W = ckpt.open_weights(ckpt_dir)
-    specials = special_token_ids(ckpt_dir)
+    al = cfg.aligner  # a Qwen3-ForcedAligner checkpoint: an aligner bundle
+    specials = special_token_ids(ckpt_dir, SPECIAL_NAMES + (ALIGNER_SPECIAL_NAMES if al else ()))
+    if al and specials["<timestamp>"] != al.timestamp_token_id:
+        raise ckpt.CheckpointError(f"config timestamp_token_id {al.timestamp_token_id} != tokenizer's <timestamp> "
+                                   f"{specials['<timestamp>']}")
     if specials["<|audio_pad|>"] != cfg.audio_token_id:
         raise ckpt.CheckpointError(
             f"config audio_token_id {cfg.audio_token_id} != tokenizer's <|audio_pad|> {specials['<|audio_pad|>']}")
@@ -217,6 +228,17 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
     emb_dtype = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[W.dtype_of(emb_name)]
     np.save(os.path.join(out_dir, "embed_tokens.npy"), np.ascontiguousarray(raw))
     files.append(os.path.join(out_dir, "embed_tokens.npy"))
+    aligner = None
+    if al:  # the head and the final norm for backends that score slots on the host (RKLLM hidden states)
+        head = W.raw("thinker.lm_head.weight")
+        head_dtype = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[W.dtype_of("thinker.lm_head.weight")]
+        np.save(os.path.join(out_dir, "aligner_head.npy"), np.ascontiguousarray(head))
+        np.save(os.path.join(out_dir, "aligner_norm.npy"), W.get("thinker.model.norm.weight"))
+        files += [os.path.join(out_dir, "aligner_head.npy"), os.path.join(out_dir, "aligner_norm.npy")]
+        aligner = {"classify_num": al.classify_num, "timestamp_token_id": al.timestamp_token_id,
+                   "timestamp_segment_ms": al.timestamp_segment_time, "languages": list(al.support_languages),
+                   "head": {"file": "aligner_head.npy", "dtype": head_dtype, "shape": list(head.shape)},
+                   "norm": {"file": "aligner_norm.npy", "eps": t.rms_norm_eps}}
     for name in TOKENIZER_FILES:
         src = os.path.join(ckpt_dir, name)
         if os.path.isfile(src):
@@ -225,6 +247,7 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
     eos = [specials["<|im_end|>"], specials["<|endoftext|>"]]
     manifest = {
         "format": BUNDLE_FORMAT,
+        "kind": "aligner" if al else "asr",
         "exporter_version": EXPORTER_VERSION,
         "created_unix": int(time.time()),
         "source": {"checkpoint_name": os.path.basename(os.path.normpath(ckpt_dir)),
@@ -244,6 +267,8 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         "embed_tokens": {"file": "embed_tokens.npy", "dtype": emb_dtype, "shape": list(raw.shape)},
         "files": {},
     }
+    if aligner:
+        manifest["aligner"] = aligner
     for path in files:
         manifest["files"][os.path.relpath(path, out_dir).replace(os.sep, "/")] = sha256_file(path)
     with open(os.path.join(out_dir, "model.json"), "w", encoding="utf-8") as f:

@@ -366,6 +366,6 @@ def decoder(W, cfg, bits: int | None = None, block_size: int = 32,
     x = g.rms_norm(x, W.get(P + "norm.weight"), "final_norm", t.rms_norm_eps)
     head = "thinker.lm_head.weight"
     lm = W.get(head) if head in W else W.get(P + "embed_tokens.weight")
-    logits = lin.linear(x, lm, "lm_head")
-    g.output(logits, "logits", TensorProto.FLOAT, [B, "K", t.vocab_size])
+    logits = lin.linear(x, lm, "lm_head")  # an aligner's head: its time classes instead of the vocabulary
+    g.output(logits, "logits", TensorProto.FLOAT, [B, "K", cfg.head_rows])
     return g.build(extra_domains=("com.microsoft",))

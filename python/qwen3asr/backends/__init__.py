@@ -22,6 +22,7 @@ import os
 from typing import Optional, Tuple
 
 from ..bundle import Bundle
+from ..aligner.scoring import SlotScorer
 from ..decoding import DecodingOptions, TextDecoder
 from ..encoder import AudioEncoder
 from .prefix_cache import PrefixCacheOptions
@@ -139,6 +140,57 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
     return Backend("onnx", encoder, decoder)
 
 
+@dataclasses.dataclass(frozen=True)
+class AlignerBackend:
+    """What a backend loaded for a forced aligner: its encoder and its slot scorer."""
+
+    name: str  # "onnx" or "rk"
+    encoder: AudioEncoder
+    scorer: SlotScorer
+    soc: Optional[str] = None
+
+    def close(self) -> None:
+        self.scorer.close()
+        self.encoder.close()
+
+
+def create_aligner_backend(name: str, bundle: Bundle, options: BackendOptions = BackendOptions()) -> AlignerBackend:
+    """Load backend ``name`` for an aligner ``bundle`` (the same names and fallbacks as
+    create_backend: ``auto`` takes the NPU when the bundle has Rockchip models for this board)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    bundle.require_kind("aligner")
+    o = options
+    if name == "auto":
+        soc, reason = _board_soc(bundle, o.rk)
+        name = "onnx"
+        if soc is not None:
+            try:
+                return _create_rk_aligner(bundle, dataclasses.replace(o, rk=dataclasses.replace(o.rk, soc=soc)))
+            except (RuntimeError, OSError, ValueError) as exc:
+                logger.warning("the aligner cannot start on this %s board's NPU (%s); using the CPU", soc, exc)
+        elif reason:
+            logger.warning("%s; the aligner uses the CPU backend (ONNX Runtime)", reason)
+    if name == "rk":
+        return _create_rk_aligner(bundle, o)
+    from .onnx import create_onnx_encoder, create_onnx_scorer
+
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait)
+    try:
+        scorer = create_onnx_scorer(bundle, o.decoder_dtype, o.threads, o.spin_wait)
+    except BaseException:
+        encoder.close()
+        raise
+    return AlignerBackend("onnx", encoder, scorer)
+
+
+def _create_rk_aligner(bundle: Bundle, o: BackendOptions) -> AlignerBackend:
+    from .rk.aligner import create_rk_aligner
+
+    encoder, scorer = create_rk_aligner(bundle, o.encoder_form, o.encoder_sizes, o.rk)
+    return AlignerBackend("rk", encoder, scorer, scorer.soc)
+
+
 def _create_rk(bundle: Bundle, o: BackendOptions, decoding: Optional[DecodingOptions]) -> Backend:
     from .rk.backend import create_rk_backend
 
@@ -170,4 +222,5 @@ def _board_soc(bundle: Bundle, rk: RKOptions) -> Tuple[Optional[str], Optional[s
     return soc, None
 
 
-__all__ = ["BACKENDS", "Backend", "BackendOptions", "PrefixCacheOptions", "RKOptions", "create_backend"]
+__all__ = ["BACKENDS", "AlignerBackend", "Backend", "BackendOptions", "PrefixCacheOptions", "RKOptions",
+           "create_aligner_backend", "create_backend"]

@@ -305,17 +305,62 @@ class OnnxTextDecoder:
         self.prefixes.clear()
 
 
+class OnnxSlotScorer:
+    """An aligner's scorer on the CPU (the SlotScorer seam, qwen3asr.aligner.model): one prefill of
+    the whole input through the aligner's decoder graph, whose head gives time classes, with a
+    fresh KV cache that is dropped afterwards; logits only at the asked rows."""
+
+    name = "onnx"
+
+    def __init__(self, kv: OnnxDecoder):
+        self.kv = kv
+        self.max_positions = kv.max_positions
+
+    def score(self, embeds: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``embeds`` (L, hidden) float32, ``rows`` (K,) indices into them -> (K, classes) float32."""
+        if self.kv is None:
+            raise RuntimeError("this scorer was closed")
+        try:
+            logits, _ = self.kv.forward(np.ascontiguousarray(embeds, dtype=np.float32), self.kv.new_cache(),
+                                        np.asarray(rows, dtype=np.int64))
+        finally:
+            self.kv.release_binding()  # the cache of this one call is not kept
+        return logits
+
+    def close(self) -> None:
+        if self.kv is not None:
+            self.kv.release_binding()
+        self.kv = None
+
+
+def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, spin_wait: bool = False):
+    """The ONNX slot scorer of an aligner ``bundle``: its decoder graph of ``dtype`` ("auto": int8
+    if present, else fp32), whose logits are the aligner's time classes."""
+    dtype = _pick_dtype(bundle, dtype)
+    t = bundle.text_config
+    kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait)
+    scorer = OnnxSlotScorer(kv)
+    scorer.dtype = dtype
+    return scorer
+
+
+def _pick_dtype(bundle, dtype: str) -> str:
+    dtypes = bundle.decoder_dtypes()
+    if dtype == "auto":
+        dtype = "int8" if "int8" in dtypes else "fp32"
+    if dtype not in ("fp32", "int8", "int4"):
+        raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {dtype!r}")
+    return dtype
+
+
 def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
                         eos_ids, prefix_cache: PrefixCacheOptions | None = None,
                         spin_wait: bool = False) -> OnnxTextDecoder:
     """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32), "fp32",
     "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end;
     ``prefix_cache`` the prompt-prefix reuse (default PrefixCacheOptions())."""
-    dtypes = bundle.decoder_dtypes()
-    if dtype == "auto":
-        dtype = "int8" if "int8" in dtypes else "fp32"
-    if dtype not in ("fp32", "int8", "int4"):
-        raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {dtype!r}")
+    dtype = _pick_dtype(bundle, dtype)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
                      threads, max_positions=bundle.max_context, spin_wait=spin_wait)
