@@ -17,7 +17,6 @@ head_dim / 2 that gives the same rotation for text-only positions (all three pos
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
