@@ -27,6 +27,17 @@ class BundleError(Qwen3ASRError, RuntimeError):
     """A bundle that is missing, incomplete or from an incompatible exporter."""
 
 
+BUNDLED_ALIGNER = "default-aligner"  # the demo aligner next to the bundled default model (models/)
+
+
+def bundled_model_dir() -> str | None:
+    """``models/default`` of the source checkout this package runs from, or None (an installed
+    package carries no model)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    checkout = os.path.normpath(os.path.join(here, "..", "..", "models", "default"))
+    return checkout if os.path.isdir(checkout) else None
+
+
 def default_model_dir() -> str:
     """``$QWEN3ASR_MODEL``, else ``models/default`` of the source checkout this package runs
     from; BundleError saying how to name a model when neither exists (an installed package
@@ -34,9 +45,8 @@ def default_model_dir() -> str:
     env = os.environ.get(DEFAULT_MODEL_ENV)
     if env:
         return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    checkout = os.path.normpath(os.path.join(here, "..", "..", "models", "default"))
-    if os.path.isdir(checkout):
+    checkout = bundled_model_dir()
+    if checkout is not None:
         return checkout
     raise BundleError(f"no model given: pass a model directory (--model DIR, or Qwen3ASREngine(model_dir)) or set "
                       f"{DEFAULT_MODEL_ENV}. The bundled demo model is models/default in the source checkout; "

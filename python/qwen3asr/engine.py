@@ -87,6 +87,9 @@ class Qwen3ASREngine:
         (qwen3asr.PrefixCacheOptions: entries and bytes kept; max_entries=0 turns it off; default
         8 prefixes, 128 MiB). The rk backend prefills the whole prompt every time (why:
         docs/rkllm_abi.md).
+      aligner: a forced-aligner bundle for word timestamps (docs/aligner.md); default
+        ``$QWEN3ASR_ALIGNER``, else, with the bundled default model, the bundled demo aligner.
+        Loaded on the first request that asks for words, with this engine's backend settings.
       platform / enabled_cpus / repeat_penalty: the spellings of ``rk.soc``, ``rk.cpus`` and
         ``options.repetition_penalty`` in the reference design (docs/reference_design.md).
 
@@ -98,7 +101,7 @@ class Qwen3ASREngine:
                  encoder_sizes=None, decoder_dtype: str = "auto", threads: Optional[int] = None, rk=None,
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
                  enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
-                 spin_wait: bool = False):
+                 spin_wait: bool = False, aligner: Optional[str] = None):
         from .backends import RKOptions
 
         if backend not in BACKENDS:
@@ -131,6 +134,9 @@ class Qwen3ASREngine:
         self.soc = loaded.soc  # the board's SoC with the rk backend, else None
         self.max_context = int(self.decoder.max_context)  # the decoder's own (an .rkllm model's KV length)
         self._pool = None  # one background thread for encoder work overlapping the decoder (qwen3asr.streaming)
+        self._backend_request = (backend, backend_options)
+        self._aligner_dir = _aligner_dir(aligner, self.bundle.path)
+        self._aligner = None  # the ForcedAligner, loaded on first use
         self._closed = False
         logger.info("loaded %s (backend %s)", self.bundle.path, self.backend)
 
@@ -157,6 +163,9 @@ class Qwen3ASREngine:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._aligner is not None:
+            self._aligner.close()
+            self._aligner = None
         self._backend.close()
         logger.info("closed %s", self.bundle.path)
 
@@ -342,21 +351,98 @@ class Qwen3ASREngine:
 
             pcm = select_audio(pcm, start_second, duration)
         mode, o = self.plan(pcm, o)
+        offset = float(start_second)
         if mode != "one pass":
             from .longform import transcribe_long
 
-            return transcribe_long(self, pcm, o, offset=float(start_second), on_text=on_text, progress=progress,
-                                   work=work)
+            result = transcribe_long(self, pcm, o, offset=offset, on_text=on_text, progress=progress, work=work)
+            return self._with_words(result, pcm, o, offset, work) if o.word_timestamps else result
         with work.unit():
             result = self._transcribe_one(pcm, o, on_text, work)
-        text = result.text
-        if o.itn and text:
+        raw = result.text
+        end = offset + pcm.shape[0] / SAMPLE_RATE
+        segments = (Segment(offset, end, raw, result.language),) if raw else ()
+        result = dataclasses.replace(result, segments=segments)
+        if o.word_timestamps:  # on the raw text, before ITN, as the official chain
+            result = self._with_words(result, pcm, o, offset, work)
+        if o.itn and raw:
             from .itn import inverse_normalize
 
-            text = inverse_normalize(text, result.language)
-        end = float(start_second) + pcm.shape[0] / SAMPLE_RATE
-        segments = (Segment(float(start_second), end, text, result.language),) if text else ()
-        return dataclasses.replace(result, text=text, segments=segments)
+            text = inverse_normalize(raw, result.language)
+            result = dataclasses.replace(result, text=text, segments=tuple(
+                dataclasses.replace(seg, text=text) for seg in result.segments))
+        return result
+
+    # ------------------------------------------------------------------ word timestamps
+    @property
+    def aligner(self):
+        """The forced aligner (qwen3asr.aligner.ForcedAligner), loaded on first use with this
+        engine's backend settings; AlignmentError when none was given or found."""
+        self.check_open()
+        if self._aligner is None:
+            from .aligner import AlignmentError, ForcedAligner
+            from .aligner.model import DEFAULT_ALIGNER_ENV
+
+            if self._aligner_dir is None:
+                raise AlignmentError(
+                    f"word timestamps need a forced aligner: pass Qwen3ASREngine(aligner=DIR) (CLI --aligner DIR) or "
+                    f"set {DEFAULT_ALIGNER_ENV}; docs/aligner.md converts Qwen3-ForcedAligner-0.6B into one")
+            t0 = time.perf_counter()
+            name, options = self._backend_request
+            self._aligner = ForcedAligner(self._aligner_dir, backend=name, options=options)
+            logger.info("loaded the aligner %s in %.0f ms", self._aligner_dir, (time.perf_counter() - t0) * 1000)
+        return self._aligner
+
+    @property
+    def aligner_dir(self) -> Optional[str]:
+        """The aligner bundle this engine uses for word timestamps (None: none available)."""
+        return self._aligner_dir
+
+    def align(self, audio: AudioInput, text: str, language: Optional[str] = None, *,
+              sample_rate: Optional[int] = None, start_second: float = 0.0) -> list:
+        """Forced alignment of a given transcript: the Words of ``text`` (the aligner's word units,
+        in order) with start and end in seconds of ``audio``.
+
+        language: a name or code the aligner covers; None detects it with the ASR model first.
+        start_second: the input's time of the audio's first sample (added to every time).
+        Audio longer than the aligner's pass (60 s) is refused: transcribe(word_timestamps=True)
+        splits long audio. AlignmentError when no aligner is available or the language is not
+        covered.
+        """
+        self.check_open()
+        pcm = prepare_audio(audio, sample_rate)
+        if language is None:
+            detected = self.transcribe(pcm, language=None, one_pass=True, word_timestamps=False).language
+            if detected is None:
+                from .aligner import AlignmentError
+
+                raise AlignmentError("the ASR model heard no language in this audio; give language=")
+            language = detected
+        return list(self.aligner.align(pcm, text, language, offset=start_second))
+
+    def _with_words(self, result: Transcription, pcm: np.ndarray, o: TranscribeOptions, offset: float,
+                    work: Work) -> Transcription:
+        """``result`` with every segment's words: each segment's audio (``pcm`` holds the audio from
+        ``offset`` on) aligned with its raw text, in the segment's language. A segment in a language
+        the aligner does not cover keeps no words (logged once per language)."""
+        aligner = self.aligner
+        out, skipped = [], set()
+        for seg in result.segments:
+            lang = o.language or seg.language or result.language
+            if not seg.text or not aligner.supports(lang):
+                if seg.text:
+                    skipped.add(lang)
+                out.append(seg)
+                continue
+            a = max(0, int(round((seg.start - offset) * SAMPLE_RATE)))
+            b = min(pcm.shape[0], int(round((seg.end - offset) * SAMPLE_RATE)))
+            with work.unit():
+                words = aligner.align(pcm[a:b], seg.text, lang, offset=offset + a / SAMPLE_RATE)
+            out.append(dataclasses.replace(seg, words=words))
+        for lang in skipped:
+            logger.warning("no word timestamps for %s text: the aligner covers %s", lang or "undetected",
+                           ", ".join(aligner.languages))
+        return dataclasses.replace(result, segments=tuple(out))
 
     def plan(self, pcm: np.ndarray, options: Optional[TranscribeOptions] = None) -> tuple[str, TranscribeOptions]:
         """How ``transcribe`` decodes (n,) 16 kHz audio: ("one pass" | "VAD segments" | "chunks",
@@ -366,10 +452,14 @@ class Qwen3ASREngine:
             return "one pass", o
         if not o.wants_chunks():
             limit = self.bundle.one_pass_seconds
+            if o.word_timestamps:  # each segment is aligned in one aligner pass
+                from .aligner.model import MAX_ALIGN_SECONDS
+
+                limit = MAX_ALIGN_SECONDS if limit is None else min(limit, MAX_ALIGN_SECONDS)
             fits = self.fits_one_pass(pcm, o)
             if fits and (limit is None or pcm.shape[0] / SAMPLE_RATE <= limit):
                 return "one pass", o
-            why = "the decoder context" if not fits else f"the model's one-pass limit of {limit:g} s"
+            why = "the decoder context" if not fits else f"the one-pass limit of {limit:g} s"
             if o.vad is None and vad_available():
                 resolved = self._fitting_chunks(o.for_file_chunks(vad=dataclasses.replace(o, vad=True).vad_options))
                 logger.info("%.1f s of audio is over %s: decoding VAD speech segments (vad=False for chunks)",
@@ -429,6 +519,27 @@ class Qwen3ASREngine:
         return Transcription(text=text, language=lang, language_code=language_code(lang) if lang else None,
                              token_ids=tuple(int(t) for t in tokens), raw_text=raw,
                              truncated=ds.finish_reason == "length", stats=stats)
+
+
+def _aligner_dir(given: Optional[str], model_dir: str) -> Optional[str]:
+    """The aligner bundle to use: ``given``, else ``$QWEN3ASR_ALIGNER``, else the bundled demo
+    aligner when ``model_dir`` is the bundled default model; None when there is none."""
+    import os
+
+    from .aligner.model import DEFAULT_ALIGNER_ENV
+    from .bundle import BUNDLED_ALIGNER, bundled_model_dir
+
+    if given is not None:
+        return os.fspath(given)
+    env = os.environ.get(DEFAULT_ALIGNER_ENV)
+    if env:
+        return env
+    default = bundled_model_dir()
+    if default is not None and os.path.realpath(model_dir) == os.path.realpath(default):
+        demo = os.path.join(os.path.dirname(default), BUNDLED_ALIGNER)
+        if os.path.isdir(demo):
+            return demo
+    return None
 
 
 def vad_available() -> bool:

@@ -92,6 +92,10 @@ class TranscribeOptions:
     # by default everywhere (API, CLI, servers): the text stays the model's own, as the official
     # toolkit returns it, and a file and a live stream of the same audio read the same.
     itn: bool = False
+    # Word timestamps (the forced aligner, qwen3asr.aligner): every segment with text gets its
+    # words with start and end times, aligned on the segment's raw text (before ITN) as the
+    # official chain does. Files longer than the aligner's pass are decoded in segments.
+    word_timestamps: bool = False
     # The compact prompt of the reference design (docs/reference_design.md): no system turn, the
     # answer starting at <asr_text> (no "language X" header, so no language detection). Off by default: it departs
     # from the official template. Saves the system turn and header tokens per decoder run.
@@ -130,7 +134,7 @@ class TranscribeOptions:
                             "pass a loaded SileroVAD model to create_stream(vad=...) instead")
         if self.overlap is not None and not isinstance(self.overlap, bool):
             problems.append(f"overlap must be True, False or None (got {self.overlap!r})")
-        for name in ("itn", "compact_prompt", "one_pass"):
+        for name in ("itn", "compact_prompt", "one_pass", "word_timestamps"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be True or False (got {getattr(self, name)!r})")
         if self.one_pass is True and (self.chunk_size is not None or self.vad not in (None, False)
