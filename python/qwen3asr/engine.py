@@ -318,6 +318,8 @@ class Qwen3ASREngine:
         if isinstance(kw.get("vad"), SileroVAD):
             vad_model, kw["vad"] = kw["vad"], True
         o = build_options(options or self.options, kw, "create_stream")
+        if o.word_timestamps:
+            self._check_words(o)
         return StreamSession(self, o, on_text=on_text, vad_model=vad_model, work=work)
 
     def transcribe(self, audio: AudioInput, options: Optional[TranscribeOptions] = None, *,
@@ -350,13 +352,15 @@ class Qwen3ASREngine:
             from .longform import select_audio
 
             pcm = select_audio(pcm, start_second, duration)
+        if o.word_timestamps:
+            self._check_words(o)
         mode, o = self.plan(pcm, o)
         offset = float(start_second)
         if mode != "one pass":
             from .longform import transcribe_long
 
-            result = transcribe_long(self, pcm, o, offset=offset, on_text=on_text, progress=progress, work=work)
-            return self._with_words(result, pcm, o, offset, work) if o.word_timestamps else result
+            # with word_timestamps the session aligns each segment as it commits it
+            return transcribe_long(self, pcm, o, offset=offset, on_text=on_text, progress=progress, work=work)
         with work.unit():
             result = self._transcribe_one(pcm, o, on_text, work)
         raw = result.text
@@ -419,6 +423,12 @@ class Qwen3ASREngine:
                 raise AlignmentError("the ASR model heard no language in this audio; give language=")
             language = detected
         return list(self.aligner.align(pcm, text, language, offset=start_second))
+
+    def _check_words(self, o: TranscribeOptions) -> None:
+        """Before any decoding: an aligner is there (loaded now) and covers a forced language."""
+        aligner = self.aligner  # loads it: a missing aligner is an error before the audio is decoded
+        if o.language is not None:
+            aligner.check_language(o.language)
 
     def _with_words(self, result: Transcription, pcm: np.ndarray, o: TranscribeOptions, offset: float,
                     work: Work) -> Transcription:

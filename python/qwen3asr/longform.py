@@ -27,7 +27,7 @@ import numpy as np
 from . import mel as melmod
 from .audio import SAMPLE_RATE
 from .languages import language_code
-from .results import Segment, Transcription, TranscriptionStats
+from .results import Segment, Transcription, TranscriptionStats, Word
 from .options import TranscribeOptions
 from .streaming import StreamSession
 from .work import NO_WORK, Work
@@ -98,7 +98,9 @@ def transcribe_long(engine, pcm: np.ndarray, options: TranscribeOptions = Transc
             stopped = True  # the session decodes nothing more: no need to feed the rest
             break
     r = session.finish()
-    segments = tuple(Segment(s.start + offset, s.end + offset, s.text, s.language) for s in r.segments)
+    segments = tuple(Segment(s.start + offset, s.end + offset, s.text, s.language,
+                             tuple(Word(w.word, round(w.start + offset, 3), round(w.end + offset, 3)) for w in s.words))
+                     for s in r.segments)
     lang = _main_language(segments) or r.language
     s = r.stats
     stats = TranscriptionStats(

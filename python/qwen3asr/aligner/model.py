@@ -126,17 +126,21 @@ class ForcedAligner:
         audio: a file path or an array (any rate with ``sample_rate``, any channels).
         language: a name or code of one of ``self.languages`` (AlignmentError otherwise).
         An empty or wordless text gives ``()``. Audio longer than ``max_seconds`` is refused.
+        Times are the official ones (its 80 ms bins, repaired), clipped to the audio: the model
+        can place a slot past the end of a clip, where no word was said.
         """
         if not (isinstance(offset, (int, float)) and not isinstance(offset, bool) and math.isfinite(offset)):
             raise ValueError(f"offset must be a finite number of seconds, got {offset!r}")
         t0 = time.perf_counter()
-        layout, logits = self.slot_logits(audio, text, language, sample_rate=sample_rate)
+        pcm = prepare_audio(audio, sample_rate)
+        layout, logits = self.slot_logits(pcm, text, language)
         if not layout.words:
             return ()
         classes = [int(c) for c in np.argmax(logits, axis=-1)]
         spans = word_spans(classes, len(layout.words), self.segment_ms)
         logger.debug("aligned %d words in %.0f ms", len(layout.words), (time.perf_counter() - t0) * 1000)
-        return tuple(Word(w, round(s.start + offset, 3), round(s.end + offset, 3))
+        cap = math.floor((pcm.shape[0] / SAMPLE_RATE + offset) * 1000) / 1000  # the audio's end, in whole ms
+        return tuple(Word(w, min(round(s.start + offset, 3), cap), min(round(s.end + offset, 3), cap))
                      for w, s in zip(layout.words, spans))
 
     def slot_logits(self, audio: AudioInput, text: str, language: str, *,

@@ -91,5 +91,10 @@ class StreamResult:
     def text(self) -> str:
         return join_text(self.committed, self.tail) if self.tail else self.committed
 
+    @property
+    def words(self) -> tuple:
+        """Every committed segment's words (with word timestamps on; the tail has none yet)."""
+        return tuple(w for seg in self.segments for w in seg.words)
+
 
 __all__ = ["ChunkStats", "StreamResult", "StreamStats", "SUMMED"]

@@ -23,6 +23,7 @@ older chunks and the new chunk starts a fresh window. Rules and measurements: do
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -84,6 +85,10 @@ class StreamSession:
                 logger.warning("VADOptions.max_speech_s splits segments at pauses found after the fact; in a stream "
                                "a split can come after its chunk was cut (chunk_size already bounds the work)")
         self._prefix_len = engine.prefix_len(o)  # prompt rows before the audio: the same in every window
+        # word timestamps: each committed segment is aligned on its audio (the aligner loads now,
+        # so a missing one is an error here rather than at the first commit)
+        self._aligner = engine.aligner if o.word_timestamps else None
+        self._unaligned: set = set()  # languages warned about (no words for them)
         self._window = DecoderWindow(engine.tokenizer, o.memory_num, o.rollback_tokens, o.unfixed_chunks)
         self._text = CommittedText(engine.tokenizer, on_text)
         self._pauses = PauseDetector(o.pause_db, o.chunk_size)
@@ -173,6 +178,8 @@ class StreamSession:
             keep = max(self._seg_start, self._next - LEFT_CONTEXT)
         else:
             keep = self._pos - int(PREROLL_SECONDS * SAMPLE_RATE)
+        if self._aligner is not None and len(self._window):  # its chunks are aligned when committed
+            keep = min(keep, self._window.chunks[0].start)
         keep = max(keep, self._buf_start)
         if keep > self._buf_start:
             self._buf = self._buf[keep - self._buf_start:].copy()
@@ -220,11 +227,31 @@ class StreamSession:
         if n > 0 and self._room():
             self._run([self._prepare(self._next, self._next + n, last=True, right_edge=end)])
         self._next = end
-        for c in self._window.clear():
-            self._text.commit(c)
+        self._commit(self._window.clear())
         self._text.close_segment(self.options.itn, self._language)
         self._window.new_segment()
         self._seg_start = None if self._vad is not None else end
+
+    def _commit(self, chunks) -> None:
+        """Commit chunks that left the window; with word timestamps, align each new segment (a
+        committed chunk with text) on its own audio, which _trim keeps until then."""
+        first = len(self._text.segments)
+        for c in chunks:
+            self._text.commit(c)
+        if self._aligner is None:
+            return
+        for i in range(first, len(self._text.segments)):
+            seg = self._text.segments[i]
+            lang = self.options.language or seg.language
+            if not self._aligner.supports(lang):
+                if lang not in self._unaligned:
+                    self._unaligned.add(lang)
+                    logger.warning("no word timestamps for %s text: the aligner covers %s", lang or "undetected",
+                                   ", ".join(self._aligner.languages))
+                continue
+            a, b = int(round(seg.start * SAMPLE_RATE)), int(round(seg.end * SAMPLE_RATE))
+            words = self._aligner.align(self._audio(a, b), seg.text, lang, offset=seg.start)
+            self._text.segments[i] = dataclasses.replace(seg, words=words)
 
     def _full(self) -> bool:
         """True once max_chunks chunks are cut: no more audio is decoded."""
@@ -286,13 +313,11 @@ class StreamSession:
         """Put the encoded chunk in the window and decode the window."""
         eng, o, window = self.engine, self.options, self._window
         self._encoded += chunk.end - chunk.start
-        for c in window.append(chunk):
-            self._text.commit(c)
+        self._commit(window.append(chunk))
         if len(window) >= 2:
             before = window.chunks[-2]
             if self._pauses.between(before.tail_db, chunk.head_db, chunk.speech_db):
-                for c in window.end_at_newest():
-                    self._text.commit(c)
+                self._commit(window.end_at_newest())
         prefix = window.prefix()
         window.roll_back(prefix)
         in_text = o.language is not None or o.compact_prompt  # no language header to keep or split off
