@@ -109,7 +109,10 @@ def test_unknown_response_format_and_bad_fields(server):
                                 ({"stream": "true", "response_format": "srt"}, "invalid_response_format",
                                  "response_format"),
                                 ({"colour": "red"}, "unknown_field", "colour"),
-                                ({"timestamp_granularities[]": "word"}, "unsupported_value",
+                                ({"timestamp_granularities[]": "char"}, "unsupported_value",
+                                 "timestamp_granularities[]"),
+                                # words need verbose_json, as OpenAI's API
+                                ({"timestamp_granularities[]": "word"}, "invalid_response_format",
                                  "timestamp_granularities[]"),
                                 ({"include[]": "logprobs"}, "unsupported_value", "include[]"),
                                 ({"chunking_strategy": "server_vad"}, "unsupported_value", "chunking_strategy")]:

@@ -22,9 +22,18 @@ BIAS_CLIP = "zh_2.wav"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def aligner():
+    """The aligner the server and the reference use: a random-weight official one (the words are
+    compared with the engine's own, not with the speech)."""
+    bundles = pytest.importorskip("bundles")
+    pytest.importorskip("torch", reason="the random aligner checkpoint is built with the official code (torch)")
+    return bundles.aligner_bundle()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, aligner):
     log = str(tmp_path_factory.mktemp("server") / "server.log")
-    with ServerProcess("--api-key", KEY, log_path=log) as s:
+    with ServerProcess("--api-key", KEY, "--aligner", aligner, log_path=log) as s:
         yield s
 
 
@@ -34,16 +43,17 @@ def client(server):
 
 
 @pytest.fixture(scope="module")
-def reference():
+def reference(aligner):
     """The engine's own results, in this process (what the server must reproduce)."""
     from qwen3asr import Qwen3ASREngine
     from qwen3asr.audio import prepare_audio
 
-    engine = Qwen3ASREngine(MODEL, backend="onnx")
+    engine = Qwen3ASREngine(MODEL, backend="onnx", aligner=aligner)
     out = {}
     for name in CLIPS + ("long_mixed.wav", BIAS_CLIP):
         pcm = prepare_audio(os.path.join(AUDIO, name))
         out[name] = engine.transcribe(pcm)
+        out[name, "words"] = engine.transcribe(pcm, word_timestamps=True)
     out["biased"] = engine.transcribe(prepare_audio(os.path.join(AUDIO, BIAS_CLIP)), context=BIAS)
     engine.close()
     return out
@@ -86,6 +96,25 @@ def test_segment_timestamps_and_auto_chunking_are_accepted(client, reference):
         r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
                                                timestamp_granularities=["segment"], chunking_strategy="auto")
     assert r.text == reference["en_1.wav"].text and len(r.segments) == 1
+
+
+@pytest.mark.parametrize("name", CLIPS + ("long_mixed.wav",))
+def test_word_timestamps_with_verbose_json(client, reference, name):
+    with _open(name) as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
+                                               timestamp_granularities=["word", "segment"])
+    ref = reference[name, "words"]
+    assert ref.words, "the reference has words to compare"
+    assert [(w.word, w.start, w.end) for w in r.words] == [(w.word, w.start, w.end) for w in ref.words]
+    assert r.text == ref.text and [s.start for s in r.segments] == [round(s.start, 3) for s in ref.segments]
+
+
+def test_words_need_verbose_json_as_openai_says(client):
+    for fmt in ("json", "text", "srt"):
+        with _open("en_1.wav") as f, pytest.raises(openai.BadRequestError) as exc:
+            client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format=fmt,
+                                               timestamp_granularities=["word"])
+        assert exc.value.body["code"] == "invalid_response_format" and "verbose_json" in exc.value.body["message"]
 
 
 def test_verbose_json_long_file_has_the_long_path_segments(client, reference):

@@ -13,6 +13,9 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default=None, help="model bundle directory (default: $QWEN3ASR_MODEL or models/default)")
     ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"],
                     help="auto: the NPU on a Rockchip board with its runtimes, else the CPU (default)")
+    ap.add_argument("--aligner", default=None,
+                    help="forced-aligner bundle for word timestamps (default: $QWEN3ASR_ALIGNER, else the bundled "
+                         "demo aligner with the bundled model; loaded when words are first asked for)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads for ONNX Runtime")
     ap.add_argument("--spin-wait", action="store_true",
                     help="ONNX Runtime's idle threads spin before sleeping: faster on a quiet machine, "
@@ -66,7 +69,7 @@ def engine_from_args(args):
                    abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
     return Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads, rk=rk, spin_wait=args.spin_wait,
                           encoder_form=getattr(args, "encoder_form", "merged"),  # qwen3asr-mic has no such flags
-                          decoder_dtype=getattr(args, "decoder_dtype", "auto"))
+                          decoder_dtype=getattr(args, "decoder_dtype", "auto"), aligner=args.aligner)
 
 
 def options_from_args(args, **extra) -> TranscribeOptions:

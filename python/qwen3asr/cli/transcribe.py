@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ONNX decoder weights (auto: int8 when the bundle has it)")
     add_decoding_args(ap)
     ap.add_argument("--format", default="text", choices=["text", "json", "srt", "vtt"], help="output format")
+    ap.add_argument("--word-timestamps", action="store_true",
+                    help="when each word was said (the forced aligner, --aligner): json gains \"words\", srt/vtt "
+                         "cues are cut at words and vtt cues carry every word's time")
     ap.add_argument("--start", type=float, default=0.0, help="start at this second")
     ap.add_argument("--duration", type=float, default=None, help="transcribe only this many seconds")
     ap.add_argument("--vad", dest="vad", action="store_const", const=True, default=None,
@@ -66,7 +69,8 @@ def main(argv=None) -> int:
     from ..bundle import BundleError
 
     try:
-        options = options_from_args(args, vad=args.vad, itn=args.itn and not (args.no_itn or args.stream))
+        options = options_from_args(args, vad=args.vad, itn=args.itn and not (args.no_itn or args.stream),
+                                    word_timestamps=args.word_timestamps)
         engine = engine_from_args(args)
         on_text = _write_piece if args.stream and args.format == "text" else None
         progress = _progress_bar if sys.stderr.isatty() and not args.stream else None
@@ -81,9 +85,10 @@ def main(argv=None) -> int:
     if args.format == "json":
         print(json.dumps(result.to_dict(), ensure_ascii=False))
     elif args.format in ("srt", "vtt"):
-        from ..subtitles import to_srt, to_vtt
+        from ..subtitles import to_srt, to_vtt, word_cues
 
-        sys.stdout.write((to_srt if args.format == "srt" else to_vtt)(result.segments))
+        cues = word_cues(result.segments) if args.word_timestamps else result.segments
+        sys.stdout.write(to_srt(cues) if args.format == "srt" else to_vtt(cues, inline_words=args.word_timestamps))
     elif args.stream:
         print()
     else:

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..aligner.model import AlignmentError
 from ..audio import SAMPLE_RATE, AudioError, prepare_audio
 from ..results import Transcription
 from ..work import Work
@@ -52,11 +53,15 @@ def decode_upload(data: bytes, filename: str, max_seconds: float) -> np.ndarray:
 
 def transcribe_file(engine, pcm: np.ndarray, *, language: Optional[str], context: str, temperature: float,
                     work: Work, on_text: Optional[Callable[[str], None]] = None,
-                    max_new_tokens: int = 256) -> Transcription:
+                    max_new_tokens: int = 256, word_timestamps: bool = False) -> Transcription:
     """One uploaded file through the engine (its long-audio policy: one pass when the audio fits,
     else VAD speech segments or chunks, as the CLI); raises qwen3asr.work.Cancelled."""
     try:
         return engine.transcribe(pcm, language=language, context=context, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, on_text=on_text, work=work)
+                                 max_new_tokens=max_new_tokens, on_text=on_text, work=work,
+                                 word_timestamps=word_timestamps)
+    except AlignmentError as exc:
+        raise ApiError(400, f"no word timestamps: {exc}", code="unsupported_value",
+                       param="timestamp_granularities[]") from None
     except AudioError as exc:
         raise ApiError(400, f"cannot transcribe this audio: {exc}", code="invalid_audio", param="file") from None

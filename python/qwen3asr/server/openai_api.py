@@ -44,6 +44,7 @@ class TranscriptionRequest:
     response_format: str  # one of RESPONSE_FORMATS
     temperature: float  # 0 = greedy
     stream: bool  # Server-Sent Events
+    words: bool = False  # timestamp_granularities[] has "word": verbose_json gains "words"
 
 
 class _BodyTooLarge(Exception):
@@ -104,13 +105,24 @@ def _field(form, name: str) -> Optional[str]:
     return v
 
 
+GRANULARITIES = ("segment", "word")
+
+
+def _granularities(form) -> set:
+    """The timestamp_granularities[] asked for (OpenAI: "segment", "word")."""
+    asked = set()
+    for name in ("timestamp_granularities[]", "timestamp_granularities"):
+        for v in form.getlist(name):
+            if v not in GRANULARITIES:
+                raise ApiError(400, f"{name} {v!r} is not supported; accepted: {', '.join(GRANULARITIES)}",
+                               code="unsupported_value", param=name)
+            asked.add(v)
+    return asked
+
+
 def _check_unsupported(form) -> None:
     """OpenAI fields this server accepts only with the value it really implements."""
-    for name in ("timestamp_granularities[]", "timestamp_granularities"):
-        bad = [v for v in form.getlist(name) if v != "segment"]
-        if bad:
-            raise ApiError(400, f"{name} {bad[0]!r} is not supported; this server gives segment timestamps "
-                                f"only (verbose_json segments)", code="unsupported_value", param=name)
+    _granularities(form)
     if form.getlist("include[]"):
         raise ApiError(400, "include[] is not supported (no log probabilities are computed)",
                        code="unsupported_value", param="include[]")
@@ -162,13 +174,21 @@ async def _fields(form, rt) -> TranscriptionRequest:
     if stream and fmt not in ("json", "text"):
         raise ApiError(400, f"stream=true sends text events; response_format {fmt!r} cannot be streamed "
                             f"(use json or text)", code="invalid_response_format", param="response_format")
+    words = "word" in _granularities(form)
+    if words and fmt != "verbose_json":
+        raise ApiError(400, f"timestamp_granularities[]=word needs response_format verbose_json (got {fmt!r}), as "
+                            f"OpenAI's API", code="invalid_response_format", param="timestamp_granularities[]")
+    if words and rt.engine is not None and rt.engine.aligner_dir is None:
+        raise ApiError(400, "this server has no forced aligner, so no word timestamps: start it with --aligner DIR "
+                            "(docs/aligner.md)", code="unsupported_value", param="timestamp_granularities[]")
     context = _field(form, "prompt") or ""
     if len(context) > MAX_PROMPT_CHARS:
         raise ApiError(400, f"prompt is {len(context)} characters, over the limit of {MAX_PROMPT_CHARS}",
                        code="prompt_too_long", param="prompt")
     data = await upload.read()
     return TranscriptionRequest(data=data, filename=upload.filename or "file", language=language,
-                                context=context, response_format=fmt, temperature=temperature, stream=stream)
+                                context=context, response_format=fmt, temperature=temperature, stream=stream,
+                                words=words)
 
 
 # ---------------------------------------------------------------------- responses
@@ -198,11 +218,14 @@ def format_result(engine, result: Transcription, req: TranscriptionRequest, dura
     usage = {"type": "duration", "seconds": round(duration, 3)}
     if fmt == "json":
         return JSONResponse({"text": result.text, "usage": usage})
-    return JSONResponse({
+    body = {
         "task": "transcribe", "language": (result.language or "").lower(), "language_code": result.language_code,
         "duration": round(duration, 3), "text": result.text, "segments": _segments(engine, result, req.temperature),
         "usage": usage,
-    })
+    }
+    if req.words:  # OpenAI's TranscriptionVerbose.words
+        body["words"] = [w.to_dict() for w in result.words]
+    return JSONResponse(body)
 
 
 async def _wait_disconnect(receive) -> None:
@@ -306,7 +329,7 @@ async def transcriptions(request: Request) -> Response:
         try:
             result = await _run_watched(request, client, lambda: rt.run(
                 transcribe_file, engine, pcm, language=req.language, context=req.context,
-                temperature=req.temperature, work=client.work))
+                temperature=req.temperature, work=client.work, word_timestamps=req.words))
         except Cancelled:  # not the client's doing: the scheduler closed (shutdown)
             raise rt.shutting_down() from None
         if result is None:
