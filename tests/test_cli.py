@@ -120,3 +120,29 @@ def test_every_program_takes_the_engine_flags():
     args = parsers["serve"].parse_args(["--model", MODEL, "--backend", "onnx", "--threads", "1", "--spin-wait"])
     with engine_from_args(args) as e:  # the real engine the server would load
         assert e.decoder.kv.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "1"
+
+
+def test_word_timestamps_in_json_and_subtitles():
+    """--word-timestamps with --aligner: json words and vtt cues equal the engine's own."""
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.subtitles import to_srt, to_vtt, word_cues
+
+    _, aligner = bundles.aligner_bundle()
+    model = os.path.join(ROOT, "models", "default")
+    clip = os.path.join(ROOT, "audio", "long_mixed.wav")
+    with Qwen3ASREngine(model, backend="onnx", aligner=aligner) as engine:
+        ref = engine.transcribe(clip, word_timestamps=True, duration=20)
+    base = ("--audio", clip, "--model", model, "--aligner", aligner, "--backend", "onnx", "--duration", "20",
+            "--word-timestamps")
+    p = run(*base, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["words"] == [w.to_dict() for w in ref.words] and len(d["words"]) > 10
+    assert [s["words"] for s in d["segments"]] == [[w.to_dict() for w in s.words] for s in ref.segments]
+    for fmt, write in (("vtt", lambda c: to_vtt(c, inline_words=True)), ("srt", to_srt)):
+        p = run(*base, "--format", fmt)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == write(word_cues(ref.segments))
+    p = run("--audio", clip, "--model", model, "--backend", "onnx", "--aligner", aligner, "--word-timestamps",
+            "--language", "Swedish", "--duration", "3")
+    assert p.returncode == 2 and p.stderr.startswith("error: the forced aligner covers") and "Traceback" not in p.stderr
