@@ -34,8 +34,16 @@ SHOTS = os.path.join(ROOT, "build", "server-browser")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ServerProcess(log_path=str(tmp_path_factory.mktemp("browser") / "server.log")) as s:
+def aligner():
+    """A random-weight official aligner for the word times (compared with the engine's own)."""
+    bundles = pytest.importorskip("bundles")
+    pytest.importorskip("torch", reason="the random aligner checkpoint is built with the official code (torch)")
+    return bundles.aligner_bundle()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, aligner):
+    with ServerProcess("--aligner", aligner, log_path=str(tmp_path_factory.mktemp("browser") / "server.log")) as s:
         yield s
 
 
@@ -66,9 +74,11 @@ WebSocket.prototype.send = function (d) {
 """
 
 
-def _run_page(server, wav: str, user_dir: str, shot: str, chunk: str = "2.0") -> tuple[str, list, np.ndarray]:
-    """Open the page, start the microphone, let the clip play, stop; returns (captions, tails
-    seen, the 16 kHz int16 samples the page sent)."""
+def _run_page(server, wav: str, user_dir: str, shot: str, chunk: str = "2.0", words: bool = False,
+              after=None) -> tuple[str, list, np.ndarray]:
+    """Open the page, start the microphone (with word times if ``words``), let the clip play,
+    stop; returns (captions, tails seen, the 16 kHz int16 samples the page sent).
+    ``after(page)`` runs once the stream is done, before the browser closes."""
     with sync_api.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             user_dir, executable_path=CHROMIUM, headless=True,
@@ -83,6 +93,8 @@ def _run_page(server, wav: str, user_dir: str, shot: str, chunk: str = "2.0") ->
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(server.url + "/")
             page.fill("#chunk-size", chunk)
+            if words:
+                page.check("#words-live")
             page.click("#start")
             page.wait_for_function("document.getElementById('status').textContent === 'listening'", timeout=30000)
             # the clip plays in real time; the captions fill in as chunks are decoded
@@ -103,18 +115,48 @@ def _run_page(server, wav: str, user_dir: str, shot: str, chunk: str = "2.0") ->
             assert colours[0] != colours[1]  # the tail is greyed
             assert not errors, errors
             sent = np.array([v for f in page.evaluate("window.__sent") for v in f], np.int16)
+            if after is not None:
+                after(page)
             return page.inner_text("#committed"), tails, sent
         finally:
             ctx.close()
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(aligner):
     from qwen3asr import Qwen3ASREngine
     from server_proc import MODEL
 
-    with Qwen3ASREngine(MODEL, backend="onnx") as e:
+    with Qwen3ASREngine(MODEL, backend="onnx", aligner=aligner) as e:
         yield e
+
+
+WORDS_JS = ("(id) => Array.from(document.querySelectorAll('#' + id + ' .word'))"
+            ".map(e => [e.textContent, parseFloat(e.dataset.start), parseFloat(e.dataset.end)])")
+
+
+def test_live_word_times_and_clicking_a_word_plays_it(server, engine, tmp_path):
+    seen = {}
+
+    def after(page):
+        seen["words"] = page.evaluate(WORDS_JS, "words")
+        page.click("#words .word >> nth=1")
+        page.wait_for_function("document.getElementById('words').dataset.played !== undefined", timeout=10000)
+        seen["played"] = page.evaluate("document.getElementById('words').dataset.played")
+        page.screenshot(path=str(tmp_path / "words_live.png"))
+
+    wav = _fake_mic_wav(tmp_path, "en_1.wav", 16000, 1)
+    text, _, sent = _run_page(server, wav, str(tmp_path / "chromium-profile"), str(tmp_path / "words.png"),
+                              words=True, after=after)
+    from server_proc import engine_stream_result
+
+    ref = engine_stream_result(engine, sent, 2.0, word_timestamps=True)
+    assert text == ref.text and ref.words
+    assert seen["words"] == [[w.word, w.start, w.end] for w in ref.words]
+    w = ref.words[1]
+    assert seen["played"] == f"{w.start:g}-{w.end:g}"
+    os.makedirs(SHOTS, exist_ok=True)
+    shutil.copy(str(tmp_path / "words_live.png"), SHOTS)
 
 
 def _alignment(sent: np.ndarray, clip: np.ndarray) -> tuple[int, float]:
@@ -163,7 +205,7 @@ def test_live_captions_in_chromium(server, engine, tmp_path, name, rate, channel
     assert any(t for _, t in tails), "the tail (greyed, unstable text) never showed"
 
 
-def test_file_form(server, tmp_path):
+def test_file_form(server, engine, tmp_path):
     with sync_api.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
@@ -184,6 +226,18 @@ def test_file_form(server, tmp_path):
             page.wait_for_function(f"document.getElementById('file-result').textContent === {want!r}",
                                    timeout=30000)
             page.screenshot(path=str(tmp_path / "file_form.png"))
+            # word times of an upload: verbose_json with words, each word plays its part of the file
+            page.uncheck("#stream")
+            page.check("#words-file")
+            page.set_input_files("#file", os.path.join(AUDIO, "en_1.wav"))
+            page.click("#submit")
+            page.wait_for_function("document.querySelectorAll('#file-words .word').length > 0", timeout=30000)
+            got = page.evaluate(WORDS_JS, "file-words")
+            assert got == [[w.word, w.start, w.end] for w in engine.transcribe(os.path.join(AUDIO, "en_1.wav"),
+                                                                               word_timestamps=True).words]
+            page.click("#file-words .word >> nth=0")
+            page.wait_for_function("document.getElementById('file-words').dataset.played !== undefined",
+                                   timeout=10000)
             os.makedirs(SHOTS, exist_ok=True)
             shutil.copy(str(tmp_path / "file_form.png"), SHOTS)
         finally:

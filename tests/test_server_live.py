@@ -17,8 +17,16 @@ from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ServerProcess(log_path=str(tmp_path_factory.mktemp("live") / "server.log")) as s:
+def aligner():
+    """A random-weight official aligner for the word messages (compared with the engine's own)."""
+    bundles = pytest.importorskip("bundles")
+    pytest.importorskip("torch", reason="the random aligner checkpoint is built with the official code (torch)")
+    return bundles.aligner_bundle()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, aligner):
+    with ServerProcess("--aligner", aligner, log_path=str(tmp_path_factory.mktemp("live") / "server.log")) as s:
         yield s
 
 
@@ -49,11 +57,33 @@ def _frames(x: np.ndarray, rate: int, seconds: float = 0.1):
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(aligner):
     from qwen3asr import Qwen3ASREngine
     from server_proc import MODEL
 
-    return Qwen3ASREngine(MODEL, backend="onnx")
+    return Qwen3ASREngine(MODEL, backend="onnx", aligner=aligner)
+
+
+def test_words_come_with_every_finished_segment_and_the_final(server, engine):
+    x, sr = load_clip("long_mixed.wav")
+    assert sr == 16000
+    x = x[:20 * 16000]
+    msgs, code = asyncio.run(_stream(server.ws_url, {"type": "start", "sample_rate": 16000, "chunk_size": 2.0,
+                                                     "words": True}, _frames(x, 16000)))
+    assert code == 1000 and msgs[0]["words"] is True
+    ref = engine_stream_result(engine, x, 2.0, word_timestamps=True)
+    want = [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text, "language": s.language,
+             "words": [w.to_dict() for w in s.words]} for s in ref.segments]
+    assert len(want) >= 4 and all(w["words"] for w in want)
+    segs = [{k: v for k, v in m.items() if k != "type"} for m in msgs if m["type"] == "segment"]
+    assert segs == want  # each finished segment once, in order, before the final message
+    assert [m["type"] for m in msgs].index("final") > max(i for i, m in enumerate(msgs) if m["type"] == "segment")
+    final = msgs[-1]
+    assert final["type"] == "final" and final["segments"] == want and final["text"] == ref.text
+    # without "words" nothing of this is sent
+    msgs, _ = asyncio.run(_stream(server.ws_url, {"type": "start", "sample_rate": 16000, "chunk_size": 2.0},
+                                  _frames(x[:5 * 16000], 16000)))
+    assert not [m for m in msgs if m["type"] == "segment"] and "words" not in msgs[-1]["segments"][0]
 
 
 # chunk_size 2 s: the bundled model streams every bundled clip right; at 1 s it misreads some

@@ -4,7 +4,7 @@ Protocol (docs/serving.md has the full description):
 
 client -> server
   1. a JSON text message ``{"type": "start", "sample_rate": 16000, "format": "s16le"|"f32le",
-     "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false}``
+     "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false, "words": false}``
   2. binary messages: mono PCM in that format and rate (any length, whole samples)
   3. ``{"type": "stop"}``: no more audio
 server -> client (JSON text messages)
@@ -13,8 +13,11 @@ server -> client (JSON text messages)
   ``{"type": "tail", "text": tail, "received_seconds": s, "chunks": n}`` after each decoded
   batch: the whole unstable tail (replace the previous one), ``received_seconds`` the audio
   received when it was decoded (input seconds);
-  ``{"type": "final", "text": full, "language": ..., "segments": [...]}`` after stop, then the
-  server closes with 1000;
+  ``{"type": "segment", "start": s, "end": s, "text": ..., "language": ..., "words": [{"word",
+  "start", "end"}]}`` with ``"words": true``: each finished segment (a committed piece of
+  speech) with its word times, in stream seconds (the forced aligner);
+  ``{"type": "final", "text": full, "language": ..., "segments": [...]}`` after stop (each
+  segment with its ``words`` when asked for), then the server closes with 1000;
   ``{"type": "error", "code": ..., "message": ...}`` then a close with a code that says why.
 """
 
@@ -70,6 +73,7 @@ class StartMessage:
     context: str = ""  # context biasing text
     chunk_size: float = 1.0  # seconds per decoded chunk (StreamOptions.chunk_size)
     vad: bool = False  # decode only speech (Silero VAD)
+    words: bool = False  # word timestamps: a "segment" message per finished segment, words in "final"
 
     @classmethod
     def parse(cls, text: str) -> "StartMessage":
@@ -77,7 +81,7 @@ class StartMessage:
         if msg.get("type") != "start":
             raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start", f"the first message must be "
                                     f"{{\"type\": \"start\", ...}}, got type {msg.get('type')!r}")
-        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad"}
+        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words"}
         unknown = sorted(set(msg) - known)
         if unknown:
             raise LiveProtocolError(CLOSE_INVALID, "unknown_field", f"unknown start field(s) {', '.join(unknown)}; "
@@ -101,10 +105,13 @@ class StartMessage:
         if isinstance(chunk, bool) or not isinstance(chunk, (int, float)):
             raise LiveProtocolError(CLOSE_INVALID, "invalid_chunk_size",
                                     f"chunk_size must be a number of seconds, got {chunk!r}")
-        vad = msg.get("vad", False)
-        if not isinstance(vad, bool):
-            raise LiveProtocolError(CLOSE_INVALID, "invalid_vad", f"vad must be true or false, got {vad!r}")
-        return cls(sample_rate=rate, format=fmt, language=language, context=context, chunk_size=float(chunk), vad=vad)
+        flags = {}
+        for name in ("vad", "words"):
+            flags[name] = msg.get(name, False)
+            if not isinstance(flags[name], bool):
+                raise LiveProtocolError(CLOSE_INVALID, f"invalid_{name}",
+                                        f"{name} must be true or false, got {flags[name]!r}")
+        return cls(sample_rate=rate, format=fmt, language=language, context=context, chunk_size=float(chunk), **flags)
 
 
 def _json(text: str) -> dict:
@@ -142,6 +149,8 @@ class LiveStream:
         self.finish_reason: Optional[str] = None  # set when the server asks the stream to finish
         self.client = None
         self.chunks_sent = 0  # chunks decoded when the last tail message was sent
+        self.segments_sent = 0  # finished segments sent as "segment" messages (with words on)
+        self.words = False
 
     def request_finish(self, reason: str) -> None:
         """Finish this stream as if the client had sent stop (shutdown)."""
@@ -209,14 +218,16 @@ async def _serve(stream: LiveStream) -> None:
     try:
         session = await rt.run(engine.create_stream, language=start.language, context=start.context,
                                chunk_size=start.chunk_size, vad=True if start.vad else None,
-                               on_text=pieces.append, work=stream.client.work)
+                               word_timestamps=start.words, on_text=pieces.append, work=stream.client.work)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
     width, encoding = FORMATS[start.format]
     audio = PcmConverter(PcmFormat(start.sample_rate, width, 1, encoding))
     rt.live.add(stream)
+    stream.words = start.words
     await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
-                       "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad})
+                       "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad,
+                       "words": start.words})
     receiver = asyncio.ensure_future(_receive(stream, audio))
     try:
         await _decode(stream, session, audio, pieces)
@@ -292,10 +303,10 @@ async def _decode(stream: LiveStream, session, audio: PcmConverter, pieces: list
         for p in pieces:
             await stream.send({"type": "committed", "text": p})
         pieces.clear()
+        await _send_segments(stream, result)
         await stream.send({"type": "final", "text": result.text, "language": result.language,
                            "audio_seconds": round(result.stats.audio_seconds, 3),
-                           "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
-                                         "language": s.language} for s in result.segments],
+                           "segments": [_segment(s, stream.words) for s in result.segments],
                            **({"reason": stream.finish_reason} if stream.finish_reason else {})})
         await stream.ws.close(CLOSE_GOING_AWAY if stream.finish_reason else CLOSE_NORMAL)
         return
@@ -316,5 +327,22 @@ async def _send_update(stream: LiveStream, result, pieces: list, received: float
     for p in pieces:
         await stream.send({"type": "committed", "text": p})
     pieces.clear()
+    await _send_segments(stream, result)
     await stream.send({"type": "tail", "text": result.tail, "received_seconds": round(received, 3),
                        "chunks": len(result.chunks)})
+
+
+def _segment(seg, words: bool) -> dict:
+    d = {"start": round(seg.start, 3), "end": round(seg.end, 3), "text": seg.text, "language": seg.language}
+    if words:
+        d["words"] = [w.to_dict() for w in seg.words]
+    return d
+
+
+async def _send_segments(stream: LiveStream, result) -> None:
+    """With words on: a "segment" message for every segment finished since the last one sent."""
+    if not stream.words:
+        return
+    for seg in result.segments[stream.segments_sent:]:
+        await stream.send({"type": "segment", **_segment(seg, True)})
+    stream.segments_sent = len(result.segments)

@@ -11,11 +11,57 @@ function setStatus(text, error) {
 
 function apiKey() { return $("api-key").value.trim(); }
 
+// Word times: the words of each finished segment, as buttons that play their stretch of audio
+// (the microphone's 16 kHz samples the page sent, or the uploaded file).
+let player = null;  // one AudioContext for playing words back
+
+function playSamples(samples, start, end, el) {
+  // samples: Int16Array chunks at RATE Hz, in order
+  const a = Math.max(0, Math.floor(start * RATE)), b = Math.max(a + 1, Math.ceil(end * RATE));
+  const out = new Float32Array(b - a);
+  let pos = 0;
+  for (const chunk of samples) {
+    const lo = Math.max(a, pos), hi = Math.min(b, pos + chunk.length);
+    for (let i = lo; i < hi; i++) out[i - a] = chunk[i - pos] / 32768;
+    pos += chunk.length;
+    if (pos >= b) break;
+  }
+  if (!player || player.state === "closed") player = new AudioContext();
+  const buf = player.createBuffer(1, out.length, RATE);
+  buf.copyToChannel(out, 0);
+  const src = player.createBufferSource();
+  src.buffer = buf;
+  src.connect(player.destination);
+  markPlaying(el, start, end);
+  src.onended = () => el.classList.remove("playing");
+  src.start();
+}
+
+function markPlaying(el, start, end) {
+  el.classList.add("playing");
+  el.parentElement.dataset.played = `${start}-${end}`;  // the last word played (tests read it)
+}
+
+function showWords(box, words, play) {
+  for (const w of words) {
+    const el = document.createElement("span");
+    el.className = "word";
+    el.textContent = w.word;
+    el.dataset.start = w.start;
+    el.dataset.end = w.end;
+    el.title = `${w.start.toFixed(2)}-${w.end.toFixed(2)} s`;
+    el.addEventListener("click", () => play(w.start, w.end, el));
+    box.appendChild(el);
+  }
+}
+
 async function startLive() {
   $("start").disabled = true;
   $("committed").textContent = "";
   $("tail").textContent = "";
-  const state = { ws: null, ctx: null, media: null, node: null, ready: false, pending: [], stopped: false };
+  $("words").textContent = "";
+  const state = { ws: null, ctx: null, media: null, node: null, ready: false, pending: [], stopped: false,
+                  sent: [] };
   live = state;
   try {
     state.media = await navigator.mediaDevices.getUserMedia(
@@ -41,13 +87,15 @@ async function startLive() {
   state.ws = ws;
   state.node.port.onmessage = (e) => {
     if (state.stopped) return;
+    state.sent.push(new Int16Array(e.data));  // kept to play words back
     if (state.ready && ws.readyState === WebSocket.OPEN) ws.send(e.data);
     else state.pending.push(e.data);
   };
   ws.onopen = () => {
     const lang = $("language").value || null;
     ws.send(JSON.stringify({ type: "start", sample_rate: RATE, format: "s16le", language: lang,
-                             chunk_size: parseFloat($("chunk-size").value) || 2.0, vad: $("vad").checked }));
+                             chunk_size: parseFloat($("chunk-size").value) || 2.0, vad: $("vad").checked,
+                             words: $("words-live").checked }));
     setStatus("connecting");
   };
   ws.onmessage = (e) => {
@@ -63,6 +111,8 @@ async function startLive() {
       $("committed").textContent = joinText(c, m.text);
     } else if (m.type === "tail") {
       $("tail").textContent = m.text;
+    } else if (m.type === "segment") {
+      showWords($("words"), m.words, (s, e, el) => playSamples(state.sent, s, e, el));
     } else if (m.type === "final") {
       $("committed").textContent = m.text;
       $("tail").textContent = "";
@@ -111,7 +161,10 @@ async function transcribeFile(ev) {
   if (!file) return;
   const form = new FormData();
   form.append("file", file);
-  form.append("response_format", $("response-format").value);
+  const words = $("words-file").checked;
+  form.append("response_format", words ? "verbose_json" : $("response-format").value);
+  if (words) form.append("timestamp_granularities[]", "word");
+  $("file-words").textContent = "";
   const stream = $("stream").checked;
   if (stream) form.append("stream", "true");
   const lang = $("language").value;
@@ -147,13 +200,35 @@ async function transcribeFile(ev) {
       }
     } else {
       const type = r.headers.get("content-type") || "";
-      out.textContent = type.includes("json") ? JSON.stringify(await r.json(), null, 2) : await r.text();
+      if (type.includes("json")) {
+        const body = await r.json();
+        out.textContent = JSON.stringify(body, null, 2);
+        if (body.words) {
+          const samples = await fileSamples(file);
+          showWords($("file-words"), body.words, (s, e, el) => playSamples(samples, s, e, el));
+        }
+      } else {
+        out.textContent = await r.text();
+      }
     }
   } catch (e) {
     out.textContent = "error: " + e;
   } finally {
     $("submit").disabled = false;
   }
+}
+
+async function fileSamples(file) {
+  // the uploaded file decoded and resampled to RATE mono by the browser, as Int16 chunks
+  const ctx = new OfflineAudioContext(1, 1, RATE);
+  const decoded = await ctx.decodeAudioData(await file.arrayBuffer());
+  const off = new OfflineAudioContext(1, Math.ceil(decoded.duration * RATE), RATE);
+  const src = off.createBufferSource();
+  src.buffer = decoded;
+  src.connect(off.destination);
+  src.start();
+  const mono = (await off.startRendering()).getChannelData(0);
+  return [Int16Array.from(mono, (v) => Math.max(-32768, Math.min(32767, Math.round(v * 32768))))];
 }
 
 $("start").addEventListener("click", startLive);
