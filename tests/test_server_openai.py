@@ -215,10 +215,24 @@ def test_wrong_or_missing_api_key_is_401(server):
     assert server.health()[0] == 200  # /health needs no key (load balancers)
 
 
-def test_unknown_model_and_response_format_are_400(client):
-    with pytest.raises(openai.BadRequestError) as e, _open("en_1.wav") as f:
-        client.audio.transcriptions.create(model="whisper-9", file=f)
-    assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
+def test_clients_that_name_another_model_are_served(client, reference):
+    """Many OpenAI clients send a fixed model name; a single-model server answers them."""
+    for name in ("whisper-1", "gpt-4o-transcribe"):
+        with _open("en_1.wav") as f:
+            assert client.audio.transcriptions.create(model=name, file=f).text == reference["en_1.wav"].text
+
+
+def test_a_strict_server_refuses_another_model_name(tmp_path):
+    with ServerProcess("--strict-model", log_path=str(tmp_path / "server.log")) as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120)
+        with pytest.raises(openai.BadRequestError) as e, _open("en_1.wav") as f:
+            c.audio.transcriptions.create(model="whisper-1", file=f)
+        assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
+        with _open("en_1.wav") as f:
+            assert c.audio.transcriptions.create(model="qwen3-asr", file=f).text == expected("en_1.wav")
+
+
+def test_unknown_response_format_is_400(client):
     with pytest.raises(openai.BadRequestError) as e, _open("en_1.wav") as f:
         client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="xml")
     assert e.value.body["param"] == "response_format"

@@ -30,8 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "0.0.0.0 for all interfaces)")
     ap.add_argument("--port", type=int, default=8000, help="HTTP port (default %(default)s)")
     add_engine_args(ap)
-    ap.add_argument("--model-name", default=None, help="model id clients name and /v1/models lists "
-                    "(default qwen3-asr)")
+    ap.add_argument("--model-name", default=None, help="model id /v1/models lists (default qwen3-asr)")
+    ap.add_argument("--strict-model", action="store_true",
+                    help="refuse requests that name another model (400 model_not_found); by default any name "
+                         "is served, so clients with a fixed name such as whisper-1 work")
     ap.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: "
                     "$QWEN3ASR_API_KEY; none: open)")
     ap.add_argument("--max-upload-mb", type=float, default=100.0, help="largest upload (default %(default)s MB)")
@@ -154,7 +156,7 @@ def main(argv=None) -> int:
         settings = ServerSettings(api_key=args.api_key or os.environ.get("QWEN3ASR_API_KEY") or None,
                                   model_name=args.model_name or DEFAULT_MODEL_NAME,
                                   max_upload_mb=args.max_upload_mb, max_audio_seconds=args.max_audio_seconds,
-                                  grace_seconds=args.grace_seconds)
+                                  grace_seconds=args.grace_seconds, strict_model=args.strict_model)
         scheduler = Scheduler(args.max_clients)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

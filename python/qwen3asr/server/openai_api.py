@@ -147,8 +147,11 @@ async def _fields(form, rt) -> TranscriptionRequest:
     _check_unsupported(form)
     model = _field(form, "model")
     if model is not None and model != rt.settings.model_name:
-        raise ApiError(400, f"unknown model {model!r}; this server serves {rt.settings.model_name!r} "
-                            f"(GET /v1/models)", code="model_not_found", param="model")
+        if rt.settings.strict_model:
+            raise ApiError(400, f"unknown model {model!r}; this server serves {rt.settings.model_name!r} "
+                                f"(GET /v1/models)", code="model_not_found", param="model")
+        logger.info("a request names model %r; serving it with %r (--strict-model refuses other names)",
+                    model[:100], rt.settings.model_name)
     try:
         language = resolve_language(_field(form, "language"))
     except LanguageError as exc:

@@ -13,7 +13,10 @@ class ServerSettings:
     """Settings shared by the HTTP, WebSocket (and Wyoming) front ends (validated here)."""
 
     api_key: Optional[str] = None  # required as "Authorization: Bearer KEY" (WS: also ?api_key=KEY); None: open
-    model_name: str = DEFAULT_MODEL_NAME  # the id /v1/models lists and requests may name
+    model_name: str = DEFAULT_MODEL_NAME  # the id /v1/models lists
+    # Requests naming another model: served anyway (logged), as whisper.cpp's server does, so
+    # clients with a fixed name (whisper-1, gpt-4o-transcribe) work; True: 400 model_not_found.
+    strict_model: bool = False
     max_upload_mb: float = 100.0  # largest request body of an upload (MiB)
     max_audio_seconds: float = 3600.0  # longest audio of an upload (s); live streams have no limit
     grace_seconds: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish (s)
@@ -24,6 +27,8 @@ class ServerSettings:
             raise ValueError("api_key must be a non-empty string or None (no key)")
         if not self.model_name or not self.model_name.strip():
             raise ValueError("model_name must be a non-empty string")
+        if not isinstance(self.strict_model, bool):
+            raise ValueError(f"strict_model must be True or False, got {self.strict_model!r}")
         for name in ("max_upload_mb", "max_audio_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
