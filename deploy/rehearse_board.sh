@@ -413,9 +413,30 @@ server_health() {
     fi
     sleep 2
   done
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  stop_server "$pid" "$port" || rc=1
   [[ "$rc" -eq 0 ]] || echo "no answer from /health on port $port"
   return "$rc"
+}
+
+# The background job is the subshell around in_chroot; the server inside the chroot (env, chroot
+# and bash exec into it) is its child, which killing the subshell alone leaves running as an
+# orphan. Stop the server by its port on its command line (SIGTERM: it exits 0 after its grace
+# period; SIGKILL after 30 s), then the subshell, and fail if anything is left.
+stop_server() {
+  local pid="$1" port="$2" pattern i
+  pattern="qwen3asr.server .*--port $port( |\$)"
+  pkill -TERM -f -- "$pattern" 2>/dev/null
+  for (( i = 0; i < 30; i++ )); do
+    pgrep -f -- "$pattern" > /dev/null || break
+    sleep 1
+  done
+  pkill -KILL -f -- "$pattern" 2>/dev/null
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  if pgrep -f -- "$pattern" > /dev/null; then
+    echo "the server on port $port is still running: $(pgrep -af -- "$pattern")"
+    return 1
+  fi
+  echo "server stopped (nothing left on port $port)"
 }
 
 # An error must be ONE clear message: non-zero exit, no Python traceback, one line naming the problem.

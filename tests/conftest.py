@@ -1,6 +1,26 @@
 # python/ (qwen3asr, qwen3asr_tools) and tests/ (bundles, fixtures) are on the import path through
 # pyproject.toml's [tool.pytest.ini_options] pythonpath.
+import os
+import uuid
+
 import pytest
+
+import processes
+
+# Every process a test starts inherits this (tests/processes.py): found and reported if left running.
+RUN_ID = os.environ.setdefault(processes.MARKER, uuid.uuid4().hex)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_left_running(request):
+    """Every test module stops the processes it starts (servers, CLIs, browsers, chroots):
+    checked after its module-scoped fixtures are torn down (this fixture is set up first, so it
+    is torn down last), orphans included."""
+    yield
+    left = processes.left_running(RUN_ID)
+    if left:
+        pytest.fail(f"{request.module.__name__} left {len(left)} process(es) running (killed now): "
+                    + "; ".join(f"{pid}: {cmd[:200]}" for pid, cmd in sorted(left.items())), pytrace=False)
 
 
 @pytest.fixture(scope="module")

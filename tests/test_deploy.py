@@ -800,3 +800,27 @@ def test_rehearsal_rk_standin_reaches_the_rknn_runtime(tmp_path):
     assert Recorder.calls == [c for f in merged for c in (("load_rknn", str(out / f)), ("init_runtime", 7))]
     entry = rk_backend.rkllm_entry(bundle, "rk3588")
     assert rk_backend.decoder_path(bundle, entry, "rk3588") == str(out / "rk/decoder_rk3588_w8a8.rkllm")
+
+
+def test_the_rehearsal_stops_the_server_it_started_inside_the_chroot(tmp_path):
+    """rehearse_board.sh's stop_server: the server runs as the child of the background subshell
+    (in the rehearsal: env -> chroot -> bash exec into it), which killing the subshell alone
+    leaves running as an orphan (seen minutes after a rehearsal). The function, taken from the
+    script as it is, must leave nothing on the port."""
+    import re
+
+    import processes
+    from conftest import RUN_ID
+
+    script = (DEPLOY / "rehearse_board.sh").read_text()
+    func = re.search(r"^stop_server\(\) \{\n.*?^\}\n", script, re.S | re.M).group(0)
+    port = 40000 + os.getpid() % 20000
+    server = f"exec {sys.executable} -c 'import time; time.sleep(120)' qwen3asr.server --port {port}"
+    driver = tmp_path / "driver.sh"
+    # started as the rehearsal starts it: a function (in_chroot there) run in the background
+    driver.write_text("in_chroot() { env PATH=\"$PATH\" bash -c \"$1\"; }\n" + func
+                      + f"in_chroot \"{server}\" > /dev/null 2>&1 &\npid=$!\nsleep 1\n"
+                      f"stop_server \"$pid\" {port}; echo rc=$?\n")
+    out = subprocess.run(["bash", str(driver)], capture_output=True, text=True, timeout=90)
+    assert "rc=0" in out.stdout and f"nothing left on port {port}" in out.stdout, out.stdout + out.stderr
+    assert not [cmd for cmd in processes.marked(RUN_ID).values() if f"--port {port}" in cmd]
