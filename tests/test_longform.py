@@ -71,7 +71,9 @@ def test_single_pass_unchanged_with_one_segment(engine):
     g, _ = engine.start(clip, options=__import__("qwen3asr").DecodingOptions(max_new_tokens=4))
     g.run()
     assert r.token_ids == tuple(g.tokens)
-    assert r.segments == ((Segment(0.0, pytest.approx(2.376, abs=1e-3), r.text, r.language),) if r.text else ())
+    assert r.segments == ((Segment(0.0, pytest.approx(2.376, abs=1e-3), r.text, r.language,
+                                   finish_reason="length"),) if r.text else ())
+    assert r.finish_reason == "length" and r.truncated
 
 
 def test_long_audio_without_chunk_size_explains(engine):

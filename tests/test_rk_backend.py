@@ -270,6 +270,23 @@ def test_runaway_repetition_is_aborted(rk_bundle, shim, fake_rknnlite):
     assert shim.violations == []
 
 
+def test_the_engine_guard_and_fallback_run_on_the_rk_backend(rk_bundle, shim, fake_rknnlite):
+    """The loop guard is the engine's on every backend (here passed into the binding per run),
+    and a loop is decoded again with the fallback settings: the runtime is initialised anew
+    with each fallback's repeat_penalty (RKLLM fixes sampling at init)."""
+    engine = Qwen3ASREngine(rk_bundle, backend="rk")
+    tok = engine.tokenizer
+    loop = tok.encode(" la")
+    shim.script(*runtime_script(tok, transcript_ids(tok, "x") + loop * 60))
+    res = engine.transcribe(CLIP)
+    assert res.finish_reason == "repetition" and res.stats.loops == 1
+    assert res.stats.fallback_tries == 3  # every try replays the same loop: all three were made
+    assert shim.calls.count("rkllm_abort") == 4  # the guard stopped every try
+    assert shim.calls.count("rkllm_init") == 1 + 3 and shim.violations == []
+    off = engine.transcribe(CLIP, fallback=False)
+    assert off.stats.fallback_tries == 0 and off.finish_reason == "repetition"
+
+
 def test_mapping_of_decoding_options():
     from qwen3asr.decoding import DecodingOptions
 

@@ -89,6 +89,8 @@ def test_verbose_json(client, reference, name):
     assert [s.text for s in r.segments] == [s.text for s in ref.segments]
     assert [s.id for s in r.segments] == list(range(len(ref.segments)))
     assert all(s.tokens for s in r.segments)
+    assert [s.model_extra["finish_reason"] for s in r.segments] == [s.finish_reason for s in ref.segments] \
+        and all(s.finish_reason == "eos" for s in ref.segments)  # how each segment's decoder run ended
 
 
 def test_segment_timestamps_and_auto_chunking_are_accepted(client, reference):

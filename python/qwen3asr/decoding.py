@@ -82,6 +82,98 @@ class DecodingOptions:
             raise ValueError("invalid decoding options: " + "; ".join(problems))
 
 
+@dataclasses.dataclass(frozen=True)
+class RepetitionGuard:
+    """When a generation is a runaway repetition (a loop), so that every backend stops it
+    (0 turns a check off): the same token ``max_same_token`` times in a row, or a pattern of
+    2..``max_pattern_len`` tokens repeated back to back ``min_pattern_repeats`` times.
+
+    ``min_tokens``: repetitions before this many generated tokens are not a loop. The engine
+    sets it from the audio (``loop_guard``): a real repeated phrase ("open the door" said six
+    times) stays within what the audio can hold, a loop runs past it.
+    """
+
+    max_same_token: int = 20
+    max_pattern_len: int = 10
+    min_pattern_repeats: int = 6
+    min_tokens: int = 0
+
+    def __post_init__(self):
+        for name in ("max_same_token", "max_pattern_len", "min_pattern_repeats", "min_tokens"):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 0:
+                raise ValueError(f"RepetitionGuard.{name} must be an integer >= 0, got {v!r}")
+        if self.min_pattern_repeats == 1:
+            raise ValueError("RepetitionGuard.min_pattern_repeats must be 0 (off) or >= 2")
+
+    def triggered(self, tokens: list[int]) -> bool:
+        """True when the end of ``tokens`` (the generated ids so far) is a runaway repetition."""
+        n = len(tokens)
+        if n < self.min_tokens:
+            return False
+        k = self.max_same_token
+        if k and n >= k and tokens[-k:].count(tokens[-1]) == k:
+            return True
+        r = self.min_pattern_repeats
+        if r:
+            for p in range(2, self.max_pattern_len + 1):
+                span = p * r
+                if span > n:
+                    break
+                tail = tokens[-span:]
+                if len(set(tail[:p])) > 1 and all(tail[i] == tail[i - p] for i in range(p, span)):
+                    return True
+        return False
+
+
+# A transcript holds at most about this many tokens per second of audio (fast speech is 4-6:
+# English words, Mandarin characters); a repetition beyond it is a loop (RepetitionGuard.min_tokens).
+LOOP_TOKENS_PER_SECOND = 10.0
+LOOP_MIN_TOKENS = 16  # and never a loop before this many tokens (a language header and a few words)
+
+
+def loop_guard(audio_seconds: float) -> RepetitionGuard:
+    """The loop guard of one decoder run over ``audio_seconds`` of audio."""
+    return RepetitionGuard(min_tokens=max(LOOP_MIN_TOKENS, math.ceil(audio_seconds * LOOP_TOKENS_PER_SECOND)))
+
+
+# Fallback decoding, as Whisper does it, for a run that looped or ran out of tokens: decode the
+# same input again with these settings, in turn, until a try ends at end-of-sequence, and keep
+# the best try (fallback_rank). Qwen3-ASR decodes greedily (the official setting), and its loops
+# are the LLM's own repetition of a phrase, which a repetition penalty counters while staying
+# greedy and deterministic (the reference design's W4A16 decoder runs with 1.15 for that
+# reason); sampling comes last, with a fixed seed so that a file gives the same text every time.
+FALLBACK_STEPS = ({"repetition_penalty": 1.1}, {"repetition_penalty": 1.2},
+                  {"repetition_penalty": 1.1, "temperature": 0.5, "top_p": 0.95})
+FALLBACK_SEED = 0  # the sampling step's seed when the request has none
+FINISH_RANK = {"eos": 0, "stopped": 0, "length": 1, "repetition": 2}  # lower is better
+COMPRESSION_LIMIT = 2.4  # Whisper's: a text whose zlib compression ratio is over it repeats itself
+
+
+def fallback_options(options: DecodingOptions, step: int, budget: int) -> DecodingOptions:
+    """The settings of fallback try ``step`` (0-based) of a run with ``options``, generating at
+    most ``budget`` tokens."""
+    change = dict(FALLBACK_STEPS[step])
+    if change.get("repetition_penalty", 0) < options.repetition_penalty:
+        change["repetition_penalty"] = options.repetition_penalty  # never weaker than the request's
+    if "temperature" in change:
+        change["seed"] = options.seed if options.seed is not None else FALLBACK_SEED
+    return dataclasses.replace(options, max_new_tokens=budget, **change)
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of ``text`` over its zlib-compressed bytes (Whisper's loop measure: > 2.4 repeats)."""
+    import zlib
+
+    raw = text.encode("utf-8")
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
+
+
+def fallback_rank(finish_reason: str, text: str) -> tuple:
+    """Sort key of a try (lower is better): how it ended, then how repetitive its text is."""
+    return FINISH_RANK.get(finish_reason, 3), compression_ratio(text)
+
+
 class TextDecoder(Protocol):
     """The engine's decoder seam (one per loaded engine; not safe for concurrent calls)."""
 
@@ -90,8 +182,9 @@ class TextDecoder(Protocol):
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions,
                  on_token: Callable[[int], bool | None] | None = None,
-                 prefix_len: int | None = None) -> tuple[list[int], Any]:
+                 prefix_len: int | None = None, guard: RepetitionGuard | None = None) -> tuple[list[int], Any]:
         """Generate from a whole embedded prompt ``(L, hidden) float32`` (prefilled in one go).
+        ``guard``: stop a runaway repetition there (finish_reason "repetition"); None: no guard.
 
         ``on_token`` is called with every generated id (end-of-sequence ids are not generated);
         returning False stops there (finish_reason "stopped"). ``prefix_len``: the number of
@@ -164,17 +257,19 @@ class Generation:
         an empty one: ``prefix()`` (called once, at prefill, inside its timing) returns ``(cache,
         reused)``, a cache this generation may extend (a copy) and whether it was reused rather
         than computed just now.
+      guard: stops a runaway repetition (finish_reason "repetition"); None: no loop guard.
     """
 
     def __init__(self, decoder: KVDecoder, prompt_embeds: np.ndarray, eos_ids: tuple[int, ...],
                  embed: Callable[[int], np.ndarray], options: DecodingOptions, prefix_len: int = 0,
-                 prefix: Callable[[], tuple[Any, bool]] | None = None):
+                 prefix: Callable[[], tuple[Any, bool]] | None = None, guard: RepetitionGuard | None = None):
         self.decoder = decoder
         self.options = options
         self.eos_ids = tuple(eos_ids)
         self.embed = embed
         self.tokens: list[int] = []
-        self.finish_reason: str | None = None  # "eos" or "length" once finished
+        self.finish_reason: str | None = None  # "eos", "length" or "repetition" once finished
+        self.guard = guard
         self.times = GenerationTimes()
         self._rng = np.random.default_rng(options.seed)
         self._prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
@@ -238,6 +333,10 @@ class Generation:
         if tok in self.eos_ids:
             self.finish_reason = "eos"
             return None
+        if self.guard is not None and self.guard.triggered(self.tokens + [tok]):
+            self.tokens.append(tok)  # a loop: stopped here, no logits needed after it
+            self.finish_reason = "repetition"
+            return tok
         if len(self.tokens) + 1 >= self.options.max_new_tokens:
             # the budget ends with this token: no need to compute the logits after it
             self.tokens.append(tok)

@@ -24,7 +24,8 @@ from . import mel as melmod
 from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from .backends import BACKENDS, BackendOptions, PrefixCacheOptions, create_backend
 from .bundle import Bundle, BundleError, EmbeddingTable, default_model_dir
-from .decoding import DecodingOptions, Generation
+from .decoding import (COMPRESSION_LIMIT, FALLBACK_STEPS, FINISH_RANK, compression_ratio, DecodingOptions, Generation, RepetitionGuard, fallback_options,
+                       fallback_rank, loop_guard)
 from .encoder import TOKENS_PER_CHUNK, tokens_for_frames
 from .errors import Qwen3ASRError
 from .languages import language_code
@@ -37,7 +38,7 @@ from .work import NO_WORK, Work
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BACKENDS", "EncodeStats", "EngineClosed", "Qwen3ASREngine", "Request"]
+__all__ = ["BACKENDS", "DecodeOutcome", "EncodeStats", "EngineClosed", "Qwen3ASREngine", "Request"]
 
 
 class EngineClosed(Qwen3ASRError, RuntimeError):
@@ -51,6 +52,16 @@ class EncodeStats:
     calls: int  # encoder graph executions
     graph_seconds: float  # capacity of the fixed-size graphs run (s, padding included)
     ms: float  # wall time (ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOutcome:
+    """One decoder run as Qwen3ASREngine.decode makes it (loop guard, fallback tries)."""
+
+    tokens: list  # generated ids of the kept try (end-of-sequence excluded)
+    stats: DecodeStats  # of the kept try, with the prefill and decode costs of every try
+    tries: int  # fallback tries made after the first run
+    looped: bool  # the first run was stopped by the loop guard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,7 +256,8 @@ class Qwen3ASREngine:
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                  on_token: Optional[Callable[[int], Optional[bool]]] = None,
-                 prefix_len: Optional[int] = None) -> tuple[list[int], DecodeStats]:
+                 prefix_len: Optional[int] = None,
+                 guard: Optional[RepetitionGuard] = None) -> tuple[list[int], DecodeStats]:
         """Generate from an embedded prompt on this engine's decoder (the TextDecoder seam).
 
         Args:
@@ -257,11 +269,53 @@ class Qwen3ASREngine:
           prefix_len: leading rows of ``prompt_embeds`` that are the shared prompt prefix
             (``Prompt.audio_start``, ``prefix_len(options)``); the decoder may reuse their KV cache
             from an earlier run with the same rows (same result; DecodeStats.reused_tokens).
+          guard: stops a runaway repetition (finish_reason "repetition"); None: no loop guard.
         Returns:
           (generated ids without end-of-sequence, DecodeStats).
         """
         self.check_open()
-        return self.decoder.generate(prompt_embeds, options, on_token, prefix_len=prefix_len)
+        return self.decoder.generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard)
+
+    def decode(self, prompt_embeds: np.ndarray, options: DecodingOptions, *, audio_seconds: float,
+               prefix_len: Optional[int] = None, fallback: bool = False,
+               on_token: Optional[Callable[[int], Optional[bool]]] = None) -> "DecodeOutcome":
+        """One decoder run as every request makes it: ``generate`` with the loop guard of
+        ``audio_seconds`` of audio (qwen3asr.decoding.loop_guard); with ``fallback``, a run that
+        looped (the guard stopped it, or it ran out of tokens on text that repeats itself:
+        compression ratio over COMPRESSION_LIMIT) is decoded again with the fallback settings
+        (qwen3asr.decoding.FALLBACK_STEPS) until a try ends at end-of-sequence, and the best try
+        is kept. A run cut by ``max_new_tokens`` on text that does not repeat is kept as it is (the
+        budget is the caller's). ``on_token`` sees the first try's tokens only."""
+        guard = loop_guard(audio_seconds)
+        tokens, ds = self.generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard)
+        text = self.tokenizer.decode(tokens)
+        looped = ds.finish_reason == "repetition" or (
+            ds.finish_reason == "length" and compression_ratio(text) > COMPRESSION_LIMIT)
+        if looped:
+            logger.warning("the decoder looped over %.1f s of audio (%s after %d tokens)%s", audio_seconds,
+                           ds.finish_reason, len(tokens),
+                           "; decoding it again with the fallback settings" if fallback else "")
+        if not fallback or not looped:
+            return DecodeOutcome(tokens, ds, 0, looped)
+        budget = options.max_new_tokens
+        best = (fallback_rank(ds.finish_reason, text), tokens, ds)
+        tries, spent = 0, [ds]
+        for step in range(len(FALLBACK_STEPS)):
+            tries += 1
+            opts = fallback_options(options, step, budget)
+            t, d = self.generate(prompt_embeds, opts, prefix_len=prefix_len, guard=guard)
+            spent.append(d)
+            rank = fallback_rank(d.finish_reason, self.tokenizer.decode(t))
+            logger.info("fallback try %d (%s): %s after %d tokens", step + 1, FALLBACK_STEPS[step], d.finish_reason,
+                        len(t))
+            if rank < best[0]:
+                best = (rank, t, d)
+            if d.finish_reason in ("eos", "stopped"):
+                break
+        # the kept try's stats, with the time and positions of every try (what the request cost)
+        cost = {k: sum(getattr(x, k) for x in spent) for k in ("prefill_tokens", "prefill_ms", "decode_tokens",
+                                                               "decode_ms", "reused_tokens")}
+        return DecodeOutcome(best[1], dataclasses.replace(best[2], **cost), tries, looped)
 
     def _check_length(self, n_audio: int, n_prompt: int, max_new_tokens: int, audio_seconds: float) -> None:
         need = n_prompt + max_new_tokens
@@ -365,7 +419,7 @@ class Qwen3ASREngine:
             result = self._transcribe_one(pcm, o, on_text, work)
         raw = result.text
         end = offset + pcm.shape[0] / SAMPLE_RATE
-        segments = (Segment(offset, end, raw, result.language),) if raw else ()
+        segments = (Segment(offset, end, raw, result.language, finish_reason=result.finish_reason),) if raw else ()
         result = dataclasses.replace(result, segments=segments)
         if o.word_timestamps:  # on the raw text, before ITN, as the official chain
             result = self._with_words(result, pcm, o, offset, work)
@@ -511,13 +565,16 @@ class Qwen3ASREngine:
                 streamer.push(tok)
             return not work.cancelled
 
-        tokens, ds = self.generate(req.embeds, o.decoding(), on_token, prefix_len=req.prompt.audio_start)
+        fallback = o.fallback if o.fallback is not None else on_text is None  # printed text cannot be redone
+        out = self.decode(req.embeds, o.decoding(), audio_seconds=req.audio_seconds,
+                          prefix_len=req.prompt.audio_start, fallback=fallback, on_token=on_token)
         work.check()
         if streamer:
             streamer.finish()
-        return self._result(tokens, ds, o, req)
+        return self._result(out.tokens, out.stats, o, req, out)
 
-    def _result(self, tokens, ds: DecodeStats, options: TranscribeOptions, req: Request) -> Transcription:
+    def _result(self, tokens, ds: DecodeStats, options: TranscribeOptions, req: Request,
+                outcome: Optional["DecodeOutcome"] = None) -> Transcription:
         """The Transcription of one decoder run's ``tokens`` for ``req``."""
         raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
         lang, text = parse_asr_output(raw, options.language, text_only=options.compact_prompt)
@@ -525,10 +582,12 @@ class Qwen3ASREngine:
             audio_seconds=req.audio_seconds, encoder_ms=req.encoder_ms, encoder_calls=req.encoder_calls,
             prefill_tokens=ds.prefill_tokens, prefill_ms=ds.prefill_ms, decode_tokens=ds.decode_tokens,
             decode_ms=ds.decode_ms, total_ms=(time.perf_counter() - req.t0) * 1000, backend=self.backend,
-            runtime_perf=ds.runtime_perf)
+            runtime_perf=ds.runtime_perf, fallback_tries=outcome.tries if outcome else 0,
+            loops=int(outcome.looped) if outcome else int(ds.finish_reason == "repetition"))
         return Transcription(text=text, language=lang, language_code=language_code(lang) if lang else None,
                              token_ids=tuple(int(t) for t in tokens), raw_text=raw,
-                             truncated=ds.finish_reason == "length", stats=stats)
+                             truncated=ds.finish_reason == "length", stats=stats,
+                             finish_reason=ds.finish_reason if ds.finish_reason in FINISH_RANK else "eos")
 
 
 def _aligner_dir(given: Optional[str], model_dir: str) -> Optional[str]:

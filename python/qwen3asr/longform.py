@@ -26,6 +26,7 @@ import numpy as np
 
 from . import mel as melmod
 from .audio import SAMPLE_RATE
+from .decoding import FINISH_RANK
 from .languages import language_code
 from .results import Segment, Transcription, TranscriptionStats, Word
 from .options import TranscribeOptions
@@ -99,19 +100,23 @@ def transcribe_long(engine, pcm: np.ndarray, options: TranscribeOptions = Transc
             break
     r = session.finish()
     segments = tuple(Segment(s.start + offset, s.end + offset, s.text, s.language,
-                             tuple(Word(w.word, round(w.start + offset, 3), round(w.end + offset, 3)) for w in s.words))
+                             tuple(Word(w.word, round(w.start + offset, 3), round(w.end + offset, 3)) for w in s.words),
+                             s.finish_reason)
                      for s in r.segments)
     lang = _main_language(segments) or r.language
     s = r.stats
     stats = TranscriptionStats(
         audio_seconds=total, encoder_ms=s.encoder_ms, encoder_calls=s.encoder_calls,
         prefill_tokens=s.prefill_tokens, prefill_ms=s.prefill_ms, decode_tokens=s.decode_tokens,
-        decode_ms=s.decode_ms, total_ms=(time.perf_counter() - t0) * 1000, backend=engine.backend)
+        decode_ms=s.decode_ms, total_ms=(time.perf_counter() - t0) * 1000, backend=engine.backend,
+        fallback_tries=s.fallback_tries, loops=s.loops)
+    worst = max((c.finish_reason for c in r.chunks), key=lambda f: FINISH_RANK.get(f, 0), default="eos")
     logger.info("%.1f s in %d chunks: %.1f prefill tokens/s, %.2f of the audio encoded", total, s.chunks,
                 s.prefill_tokens_per_second, s.encoded_fraction)
     return Transcription(text=r.text, language=lang, language_code=language_code(lang) if lang else None,
                          token_ids=r.token_ids, raw_text=engine.tokenizer.decode(r.token_ids),
-                         truncated=r.truncated or stopped, stats=stats, segments=segments)
+                         truncated=r.truncated or stopped, stats=stats, segments=segments,
+                         finish_reason=worst if worst in FINISH_RANK else "eos")
 
 
 def _main_language(segments) -> Optional[str]:

@@ -87,6 +87,12 @@ class TranscribeOptions:
     # stream that fell behind): the NPU encoder and the RKLLM decoder then run at once. None:
     # on with the rk backend, off on the CPU (where both would share the same cores).
     overlap: Optional[bool] = None
+    # Fallback decoding (qwen3asr.decoding.FALLBACK_STEPS): a decoder run that loops (stopped
+    # by the loop guard) or runs out of max_new_tokens is decoded again with a repetition
+    # penalty, then sampling, and the best try is kept (stats count the extra tries). None: on
+    # for files, off for streams (a stream's text must come quickly) and when on_text streams
+    # the text out as it is generated (printed text cannot be taken back).
+    fallback: Optional[bool] = None
     # -- output
     # Inverse text normalisation of finished text (spoken numbers as digits, qwen3asr.itn). Off
     # by default everywhere (API, CLI, servers): the text stays the model's own, as the official
@@ -132,8 +138,10 @@ class TranscribeOptions:
         elif self.vad is not None and self.vad is not False and not isinstance(self.vad, VADOptions):
             problems.append(f"vad must be None, True, False or a VADOptions (got {type(self.vad).__name__}); "
                             "pass a loaded SileroVAD model to create_stream(vad=...) instead")
-        if self.overlap is not None and not isinstance(self.overlap, bool):
-            problems.append(f"overlap must be True, False or None (got {self.overlap!r})")
+        for name in ("overlap", "fallback"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, bool):
+                problems.append(f"{name} must be True, False or None (got {v!r})")
         for name in ("itn", "compact_prompt", "one_pass", "word_timestamps"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be True or False (got {getattr(self, name)!r})")
@@ -176,17 +184,20 @@ class TranscribeOptions:
         return int(np.random.SeedSequence([self.seed, k]).generate_state(1)[0])
 
     def for_stream(self) -> "TranscribeOptions":
-        """The options with the stream defaults filled in (vad None -> off)."""
+        """The options with the stream defaults filled in (vad None -> off, fallback None -> off)."""
         return dataclasses.replace(
-            self, chunk_size=STREAM_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
+            self, fallback=bool(self.fallback),
+            chunk_size=STREAM_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
             max_new_tokens=self.max_new_tokens or STREAM_MAX_NEW_TOKENS,
             rollback_tokens=STREAM_ROLLBACK_TOKENS if self.rollback_tokens is None else self.rollback_tokens,
             vad=self.vad_options)
 
     def for_file_chunks(self, vad: Optional[VADOptions] = None) -> "TranscribeOptions":
-        """The options with the long-file defaults filled in; ``vad`` as decided by the file policy."""
+        """The options with the long-file defaults filled in; ``vad`` as decided by the file policy
+        (fallback None -> on)."""
         return dataclasses.replace(
-            self, chunk_size=FILE_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
+            self, fallback=self.fallback is not False,
+            chunk_size=FILE_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
             max_new_tokens=self.max_new_tokens or FILE_CHUNK_MAX_NEW_TOKENS,
             rollback_tokens=FILE_ROLLBACK_TOKENS if self.rollback_tokens is None else self.rollback_tokens,
             vad=vad)

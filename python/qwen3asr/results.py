@@ -19,6 +19,8 @@ class TranscriptionStats:
     total_ms: float  # end-to-end wall time of transcribe() (ms)
     backend: str  # backend that ran ("onnx", "rk")
     runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
+    fallback_tries: int = 0  # decoder runs made again with fallback settings (qwen3asr.decoding)
+    loops: int = 0  # decoder runs the loop guard stopped (their fallback, if any, counted above)
 
     @property
     def real_time_factor(self) -> float:
@@ -61,9 +63,14 @@ class Segment:
     text: str  # transcript of this piece (stripped)
     language: Optional[str] = None  # language name the model wrote for it, None if unknown
     words: tuple[Word, ...] = ()  # its words with times, when word timestamps were asked for
+    # how its decoder run ended: "eos", "length" (max_new_tokens), "repetition" (a loop the
+    # guard stopped, and no fallback try did better), "stopped"; None where not known
+    finish_reason: Optional[str] = None
 
     def to_dict(self) -> dict:
         d = {"start": self.start, "end": self.end, "text": self.text, "language": self.language}
+        if self.finish_reason is not None:
+            d["finish_reason"] = self.finish_reason
         if self.words:
             d["words"] = [w.to_dict() for w in self.words]
         return d
@@ -78,7 +85,7 @@ class DecodeStats:
     decode_tokens: int  # tokens fed back after the prefill (forward passes of one token)
     decode_ms: float  # wall time of those passes (ms)
     # "eos" (end-of-sequence), "length" (max_new_tokens reached), "stopped" (on_token returned
-    # False: a cancelled request) or "repetition" (the RKLLM binding's loop guard aborted the run)
+    # False: a cancelled request) or "repetition" (the loop guard stopped a runaway repetition)
     finish_reason: str
     runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
     reused_tokens: int = 0  # of the prefill_tokens, prompt-prefix positions whose KV was reused (not computed)
@@ -94,6 +101,9 @@ class Transcription:
     truncated: bool  # the token budget ran out before end-of-sequence
     stats: TranscriptionStats
     segments: tuple[Segment, ...] = ()  # timed pieces in order (one for a single-pass clip with text)
+    # the worst way a decoder run ended: "eos" < "length" < "repetition" (a loop that no
+    # fallback try cured); segments tell which
+    finish_reason: str = "eos"
 
     @property
     def words(self) -> tuple[Word, ...]:
@@ -102,7 +112,8 @@ class Transcription:
 
     def to_dict(self) -> dict:
         d = {"text": self.text, "language": self.language, "language_code": self.language_code,
-             "truncated": self.truncated, "token_ids": list(self.token_ids), "raw_text": self.raw_text,
+             "truncated": self.truncated, "finish_reason": self.finish_reason, "token_ids": list(self.token_ids),
+             "raw_text": self.raw_text,
              "stats": self.stats.to_dict(), "segments": [seg.to_dict() for seg in self.segments]}
         if self.words:
             d["words"] = [w.to_dict() for w in self.words]

@@ -22,7 +22,7 @@ class ScriptedDecoder:
     def __init__(self, engine, outputs):
         self.engine, self.outputs, self.prompts = engine, list(outputs), []
 
-    def __call__(self, x, options, on_token=None, prefix_len=None):
+    def __call__(self, x, options, on_token=None, prefix_len=None, guard=None):
         # every window shares the rows before the first audio pad (the decoder may reuse their KV)
         assert prefix_len == self.engine.prefix_len(self.engine.options) > 0
         assert np.array_equal(x[:prefix_len], self.engine.embeddings(

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from ..decoding import DecodingOptions, Generation
+from ..decoding import DecodingOptions, Generation, RepetitionGuard
 from ..encoder import AudioEncoder, EncoderVariant
 from ..results import DecodeStats
 from .prefix_cache import PrefixCache, PrefixCacheOptions, checked_prefix_len
@@ -274,22 +274,24 @@ class OnnxTextDecoder:
         return source
 
     def start(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-              prefix_len: int | None = None) -> Generation:
+              prefix_len: int | None = None, guard: RepetitionGuard | None = None) -> Generation:
         """A pausable, clonable :class:`Generation` of ``(L, hidden) float32`` prompt embeddings;
-        ``prefix_len`` leading rows are taken from (or added to) the prefix cache when reuse is on."""
+        ``prefix_len`` leading rows are taken from (or added to) the prefix cache when reuse is on;
+        ``guard`` stops a runaway repetition."""
         if self.kv is None:
             raise RuntimeError("this decoder was closed")
         prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
         n = checked_prefix_len(prefix_len, len(prompt))
         if n == 0 or len(prompt) - n < MIN_ROWS_AFTER_PREFIX or not self.prefixes.options.enabled:
-            return Generation(self.kv, prompt, self.eos_ids, self.embed, options)
+            return Generation(self.kv, prompt, self.eos_ids, self.embed, options, guard=guard)
         return Generation(self.kv, prompt, self.eos_ids, self.embed, options, prefix_len=n,
-                          prefix=self._prefix_source(prompt[:n], len(prompt)))
+                          prefix=self._prefix_source(prompt[:n], len(prompt)), guard=guard)
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-                 on_token=None, prefix_len: int | None = None) -> tuple[list[int], DecodeStats]:
+                 on_token=None, prefix_len: int | None = None,
+                 guard: RepetitionGuard | None = None) -> tuple[list[int], DecodeStats]:
         """See qwen3asr.decoding.TextDecoder."""
-        gen = self.start(prompt_embeds, options, prefix_len)
+        gen = self.start(prompt_embeds, options, prefix_len, guard)
         try:
             gen.run(on_token=on_token)
         finally:

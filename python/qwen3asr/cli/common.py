@@ -54,6 +54,9 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--memory-num", type=int, default=2, help="chunks the decoder sees at once (default %(default)s)")
     ap.add_argument("--rollback-tokens", type=int, default=None,
                     help="tokens re-decoded at each chunk boundary (default: files 5, streams 2)")
+    ap.add_argument("--no-fallback", action="store_true",
+                    help="keep a decoder run that looped as it is (default for files: decode it again with a "
+                         "repetition penalty, then sampling, and keep the best try)")
     ap.add_argument("--no-pauses", action="store_true",
                     help="fixed chunks and a sliding window (no pause rules, docs/streaming.md)")
     ap.add_argument("--compact-prompt", action="store_true",
@@ -79,7 +82,7 @@ def options_from_args(args, **extra) -> TranscribeOptions:
         repetition_penalty=args.repetition_penalty, seed=args.seed, chunk_size=args.chunk_size,
         memory_num=args.memory_num, rollback_tokens=args.rollback_tokens,
         pause_db=None if args.no_pauses else TranscribeOptions.pause_db, compact_prompt=args.compact_prompt,
-        **extra)
+        fallback=False if args.no_fallback else None, **extra)
 
 
 def setup_logging(verbose: bool) -> None:

@@ -203,7 +203,7 @@ def _segments(engine, result: Transcription, temperature: float) -> list:
             "id": i, "seek": int(round(seg.start * 100)), "start": round(seg.start, 3), "end": round(seg.end, 3),
             "text": seg.text, "tokens": engine.tokenizer.encode(seg.text), "temperature": temperature,
             "compression_ratio": len(enc) / len(zlib.compress(enc)) if enc else 0.0,
-            "language": seg.language,
+            "language": seg.language, "finish_reason": seg.finish_reason,
         })
     return out
 

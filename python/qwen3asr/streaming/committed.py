@@ -50,7 +50,8 @@ class CommittedText:
         self._run_text += piece
         text = piece.strip()
         if text:
-            self.segments.append(Segment(chunk.start / SAMPLE_RATE, chunk.end / SAMPLE_RATE, text, chunk.language))
+            self.segments.append(Segment(chunk.start / SAMPLE_RATE, chunk.end / SAMPLE_RATE, text, chunk.language,
+                                         finish_reason=chunk.finish_reason))
         before, self.text = self.text, join_text(self._done_text, self._run_text)
         if self._on_text is not None and len(self.text) > len(before) and self.text.startswith(before):
             self._on_text(self.text[len(before):])

@@ -24,10 +24,13 @@ class ChunkStats:
     decode_tokens: int  # forward passes of one generated token
     decode_ms: float
     generated: int  # tokens generated
+    finish_reason: str = "eos"  # of the kept decoder run: eos, length, repetition (a loop), stopped
+    fallback_tries: int = 0  # decoder runs made again with the fallback settings (costs included above)
+    loops: int = 0  # 1 when the first run looped (the loop guard stopped it)
 
 
 SUMMED = ("encoder_seconds", "encoder_calls", "encoder_ms", "prefill_tokens", "prefill_ms", "decode_tokens",
-           "decode_ms")  # ChunkStats fields that StreamStats totals
+          "decode_ms", "fallback_tries", "loops")  # ChunkStats fields that StreamStats totals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +48,8 @@ class StreamStats:
     decode_ms: float
     vad_ms: float  # time in the VAD model
     chunks: int
+    fallback_tries: int = 0  # decoder runs made again with the fallback settings
+    loops: int = 0  # decoder runs the loop guard stopped
 
     @property
     def encoded_fraction(self) -> float:

@@ -324,12 +324,16 @@ class StreamSession:
         header = window.header_for(prefix, in_text)
         extra = header + prefix.ids
         x = eng.decoder_input(np.concatenate([c.embeds for c in window], axis=0), o, extra)
-        tokens, ds = eng.generate(x, o.decoding(seed=o.chunk_seed(len(self._chunks))),
-                                  on_token=lambda _: not self._work.cancelled, prefix_len=self._prefix_len)
+        seconds = sum(c.end - c.start for c in window) / SAMPLE_RATE  # the audio this run reads
+        out = eng.decode(x, o.decoding(seed=o.chunk_seed(len(self._chunks))), audio_seconds=seconds,
+                         prefix_len=self._prefix_len, fallback=o.fallback,
+                         on_token=lambda _: not self._work.cancelled)
         self._work.check()
+        tokens, ds = out.tokens, out.stats
         if ds.finish_reason == "length":
             self._truncated = True
         window.attribute(chunk, tokens, prefix, header, in_text, o.language)
+        chunk.finish_reason = ds.finish_reason
         if chunk.language:
             self._language = chunk.language
         enc = chunk.enc
@@ -337,7 +341,8 @@ class StreamSession:
             start=chunk.start / SAMPLE_RATE, end=chunk.end / SAMPLE_RATE, encoder_calls=enc.calls,
             encoder_seconds=enc.graph_seconds, encoder_ms=chunk.enc_ms, window_chunks=len(window),
             prefix_tokens=len(extra), prefill_tokens=ds.prefill_tokens, prefill_ms=ds.prefill_ms,
-            decode_tokens=ds.decode_tokens, decode_ms=ds.decode_ms, generated=len(chunk.tokens))
+            decode_tokens=ds.decode_tokens, decode_ms=ds.decode_ms, generated=len(chunk.tokens),
+            finish_reason=ds.finish_reason, fallback_tries=out.tries, loops=int(out.looped))
         self._chunks.append(st)
         for k in SUMMED:
             self._totals[k] += getattr(st, k)

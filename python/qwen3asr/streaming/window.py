@@ -48,6 +48,7 @@ class Chunk:
     mel_ms: float = 0.0  # time its mel took
     enc: object = None  # EncodeStats of its encoder call
     enc_ms: float = 0.0  # mel + encoder wall time
+    finish_reason: Optional[str] = None  # how its decoder run ended (eos, length, repetition, stopped)
 
 
 @dataclasses.dataclass(frozen=True)

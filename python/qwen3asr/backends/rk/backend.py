@@ -23,7 +23,8 @@ Mapping of DecodingOptions to the runtime:
 
 Independent runs: the KV cache is cleared before each run (``rkllm_clear_kv_cache``) and the
 run uses ``keep_history = 0``. Runaway repetition is stopped with ``rkllm_abort`` by the
-binding's :class:`~qwen3asr.backends.rk.rkllm.RepetitionGuard`. The runtime's own figures (prefill and
+engine's loop guard of the run (:class:`~qwen3asr.decoding.RepetitionGuard`, as on the CPU;
+without one, the binding's default). The runtime's own figures (prefill and
 generate time and tokens, peak memory) are returned in ``stats.runtime_perf``.
 
 Everything that needs the board (rknnlite, librkllmrt.so) is imported or loaded only when the
@@ -84,7 +85,8 @@ def rkllm_entry(bundle: Bundle, soc: str) -> dict:
 def rkllm_options(options: DecodingOptions, max_context: int, vocab_size: int, hidden_size: int,
                   repetition=None, *, embed_flash: bool = True, cpu_mask: int = 0):
     """:class:`~qwen3asr.backends.rk.rkllm.RKLLMOptions` for ``options`` (see the module docstring for the mapping)."""
-    from .rkllm import RepetitionGuard, RKLLMOptions
+    from ...decoding import RepetitionGuard
+    from .rkllm import RKLLMOptions
 
     if options.max_new_tokens >= max_context:
         raise ValueError(f"max_new_tokens={options.max_new_tokens} does not fit the RKLLM decoder's context of "
@@ -142,7 +144,7 @@ class RKLLMTextDecoder:
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                  on_token: Optional[Callable[[int], Optional[bool]]] = None,
-                 prefix_len: Optional[int] = None) -> tuple[list[int], DecodeStats]:
+                 prefix_len: Optional[int] = None, guard=None) -> tuple[list[int], DecodeStats]:
         """One EMBED run on the whole embedded prompt ``(L, hidden) float32`` with a cleared cache.
 
         ``on_token`` gets every generated id (the runtime's WAITING ones too), end-of-sequence
@@ -163,7 +165,7 @@ class RKLLMTextDecoder:
         t0 = time.perf_counter()
         self.runtime.clear_kv_cache()
         res = self.runtime.run_embed(np.ascontiguousarray(prompt_embeds, dtype=np.float32), keep_history=False,
-                                     on_id=on_id)
+                                     on_id=on_id, repetition=guard)
         wall_ms = (time.perf_counter() - t0) * 1000
         tokens = [t for t in res.token_ids if t not in self.eos_ids]
         if res.finish_reason == "repetition":
@@ -210,7 +212,7 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
     Args:
       encoder_form / encoder_sizes: which ``.rknn`` encoder variants to load.
       rk: board settings (SoC, NPU cores, decoder CPUs, library, ABI, context, embed_flash).
-      repetition: :class:`~qwen3asr.backends.rk.rkllm.RepetitionGuard` (default: the binding's).
+      repetition: the binding's default :class:`~qwen3asr.decoding.RepetitionGuard` (runs without a guard of their own).
       options: decoding settings the runtime is first initialised with (greedy by default).
 
     Raises RKBackendError / BundleError / RKLLMError with what to do: not a board, no ``rk``

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ...decoding import sampling_problems
+from ...decoding import RepetitionGuard, sampling_problems
 from ...errors import Qwen3ASRError
 from .elf import describe_library_file
 
@@ -483,39 +483,6 @@ def resolve_abi(lib: ctypes.CDLL, lib_path: str, abi: Optional[str] = None) -> s
 # ------------------------------------------------------------- options, results
 
 @dataclass(frozen=True)
-class RepetitionGuard:
-    """When to stop a runaway generation with rkllm_abort (0 disables a check)."""
-
-    max_same_token: int = 20      # the same token this many times in a row
-    max_pattern_len: int = 10     # patterns of 2..max_pattern_len tokens ...
-    min_pattern_repeats: int = 6  # ... repeated back to back this many times
-
-    def __post_init__(self):
-        for name in ("max_same_token", "max_pattern_len", "min_pattern_repeats"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"RepetitionGuard.{name} must be >= 0, got {getattr(self, name)}")
-        if self.min_pattern_repeats == 1:
-            raise ValueError("RepetitionGuard.min_pattern_repeats must be 0 (off) or >= 2")
-
-    def triggered(self, tokens: list[int]) -> bool:
-        """True when the end of ``tokens`` is a runaway repetition."""
-        n = len(tokens)
-        k = self.max_same_token
-        if k and n >= k and tokens[-k:].count(tokens[-1]) == k:
-            return True
-        r = self.min_pattern_repeats
-        if r:
-            for p in range(2, self.max_pattern_len + 1):
-                span = p * r
-                if span > n:
-                    break
-                tail = tokens[-span:]
-                if len(set(tail[:p])) > 1 and all(tail[i] == tail[i - p] for i in range(p, span)):
-                    return True
-        return False
-
-
-@dataclass(frozen=True)
 class RKLLMOptions:
     """Settings passed to rkllm_init (plus the host-side repetition guard)."""
 
@@ -587,6 +554,7 @@ class _RunState:
     on_id: Optional[Callable[[int], Optional[bool]]]
     limit: int                      # generation limit of this run
     enforce_limit: bool             # True when the runtime cannot apply the limit itself
+    guard: RepetitionGuard = field(default_factory=RepetitionGuard)  # stops a runaway repetition
     token_ids: list = field(default_factory=list)
     texts: list = field(default_factory=list)
     stop_reason: Optional[str] = None
@@ -714,7 +682,8 @@ class RKLLMRuntime:
     def run_embed(self, embeds: np.ndarray, *, keep_history: bool = False,
                   on_token: Optional[Callable[[int, str], Optional[bool]]] = None,
                   max_new_tokens: Optional[int] = None,
-                  on_id: Optional[Callable[[int], Optional[bool]]] = None) -> GenerationResult:
+                  on_id: Optional[Callable[[int], Optional[bool]]] = None,
+                  repetition: Optional[RepetitionGuard] = None) -> GenerationResult:
         """Generate from input embeddings, synchronously (greedy with the default options).
 
         Args:
@@ -728,6 +697,8 @@ class RKLLMRuntime:
                 before ``on_token``; returning False stops the run ("aborted").
             max_new_tokens: limit for this run; default ``options.max_new_tokens``
                 (runtime 1.2.x cannot go above it).
+            repetition: the loop guard of this run (host side, rkllm_abort when it fires);
+                default ``options.repetition``.
 
         Raises:
             ValueError: bad ``embeds`` or limit.
@@ -759,7 +730,8 @@ class RKLLMRuntime:
                 infer.max_new_tokens = limit
             self._run = run = _RunState(
                 on_token=on_token, on_id=on_id, limit=limit,
-                enforce_limit=self.abi == "1.2" and limit < self.options.max_new_tokens)
+                enforce_limit=self.abi == "1.2" and limit < self.options.max_new_tokens,
+                guard=self.options.repetition if repetition is None else repetition)
             try:
                 rc = self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
             finally:
@@ -816,7 +788,7 @@ class RKLLMRuntime:
                     if run.on_token is not None and run.on_token(token_id, text) is False:
                         self._stop(run, "aborted")
                         return 0
-                if self.options.repetition.triggered(run.token_ids):
+                if run.guard.triggered(run.token_ids):
                     logger.warning("runaway repetition after %d tokens: aborting",
                                    len(run.token_ids))
                     self._stop(run, "repetition")
