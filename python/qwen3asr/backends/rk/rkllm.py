@@ -764,12 +764,7 @@ class RKLLMRuntime:
         if not self._lock.acquire(blocking=False):
             raise RKLLMError("run_embed called while another run is in progress")
         try:
-            inp = self._layout.input()
-            inp.role = b""
-            inp.enable_thinking = False
-            inp.input_type = RKLLMInputType.EMBED
-            inp.embed_input.embed = embeds.ctypes.data_as(POINTER(c_float))
-            inp.embed_input.n_tokens = embeds.shape[0]
+            inp = self._embed_input(embeds)
             infer = self._layout.infer_param()
             infer.mode = RKLLMInferMode.GENERATE
             infer.keep_history = int(bool(keep_history))
@@ -819,12 +814,7 @@ class RKLLMRuntime:
             raise RKLLMError("run_hidden called while another run is in progress")
         try:
             _check("rkllm_clear_kv_cache", self._fn["rkllm_clear_kv_cache"](handle, 0, None, None))
-            inp = self._layout.input()
-            inp.role = b""
-            inp.enable_thinking = False
-            inp.input_type = RKLLMInputType.EMBED
-            inp.embed_input.embed = embeds.ctypes.data_as(POINTER(c_float))
-            inp.embed_input.n_tokens = embeds.shape[0]
+            inp = self._embed_input(embeds)
             infer = self._layout.infer_param()
             infer.mode = RKLLMInferMode.GET_LAST_HIDDEN_LAYER
             infer.keep_history = 0
@@ -900,6 +890,16 @@ class RKLLMRuntime:
             run.error_state = True
         else:
             logger.warning("RKLLM callback with unknown state %d ignored", state)
+
+    def _embed_input(self, embeds: np.ndarray):
+        """The RKLLMInput of an EMBED run: empty role, thinking off, ``embeds`` (checked) by pointer."""
+        inp = self._layout.input()
+        inp.role = b""
+        inp.enable_thinking = False
+        inp.input_type = RKLLMInputType.EMBED
+        inp.embed_input.embed = embeds.ctypes.data_as(POINTER(c_float))
+        inp.embed_input.n_tokens = embeds.shape[0]
+        return inp
 
     def _check_embeds(self, embeds) -> None:
         if not isinstance(embeds, np.ndarray) or embeds.dtype != np.float32 or embeds.ndim != 2:
