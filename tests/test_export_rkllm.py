@@ -272,3 +272,158 @@ def test_input_errors(exported, capsys, tmp_path):
     other_ck, _ = bundles.bundle(*[p for p in bundles.PRESETS if p[0] not in ck][0])
     assert export_rkllm.main(["--checkpoint", other_ck, "--out", out, "--bundle", bd, "--skip-build"]) == 2
     assert "exported from another checkpoint" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- a forced-aligner checkpoint
+
+TRANSCRIPTS = os.path.join(ROOT, "audio", "transcripts.json")
+
+
+def _clip(path):
+    """(text, language) of an audio/ clip from audio/transcripts.json."""
+    clips = json.load(open(TRANSCRIPTS))["clips"]
+    c = next(c for c in clips if c["file"] == os.path.basename(path))
+    return c["text"], c["language"]
+
+
+@pytest.fixture(scope="module")
+def exported_aligner(tmp_path_factory):
+    """(aligner checkpoint, bundle copy, export dir) with (a) and (b) written by the script's main()."""
+    import shutil
+
+    ck, bd = bundles.aligner_bundle("fa-tiny-b")
+    work = tmp_path_factory.mktemp("rkllm-aligner")
+    bundle_copy = str(work / "bundle")
+    shutil.copytree(bd, bundle_copy)
+    out = str(work / "out")
+    rc = export_rkllm.main(["--checkpoint", ck, "--out", out, "--bundle", bundle_copy, "--calib-audio", *AUDIO,
+                            "--calib-transcripts", TRANSCRIPTS, "--skip-build"])
+    assert rc == 0
+    return ck, bundle_copy, out
+
+
+def test_aligner_hf_dir_ties_the_head_to_the_embeddings(exported_aligner):
+    """The 5000-way time head is not the model's lm_head: the directory ties lm_head to the
+    embeddings (a vocabulary-sized head the runtime can build, no extra weights)."""
+    from qwen3asr_tools import checkpoint as ckpt
+
+    ck, _, out = exported_aligner
+    cfg = json.load(open(os.path.join(out, "hf", "config.json")))
+    thinker = read_config(ck)["thinker_config"]
+    assert thinker["model_type"] == "qwen3_forced_aligner" and thinker["text_config"]["tie_word_embeddings"] is False
+    assert cfg["model_type"] == "qwen3" and cfg["tie_word_embeddings"] is True
+    assert cfg["vocab_size"] == thinker["text_config"]["vocab_size"] == 152064
+    src = ckpt.open_weights(ck)
+    dst = ckpt.SafeTensors([os.path.join(out, "hf", "model.safetensors")])
+    assert "thinker.lm_head.weight" in src and list(src.raw("thinker.lm_head.weight").shape) == [
+        thinker["classify_num"], cfg["hidden_size"]]
+    want = {"model." + n[len("thinker.model."):]: n for n in src.names() if n.startswith("thinker.model.")}
+    assert set(dst.names()) == set(want)  # no lm_head.weight
+    for name, orig in want.items():
+        assert np.array_equal(dst.raw(name), src.raw(orig)), name
+
+
+def test_aligner_hf_model_with_the_host_head_gives_the_aligners_slot_logits(exported_aligner):
+    """The exported Qwen3ForCausalLM's states at the slot rows, through the host's final norm and
+    aligner_head.npy (what RKLLMSlotScorer does with the board's hidden states), give the slot
+    logits of the ONNX aligner (itself equal to the official one, tests/test_aligner.py). The
+    scorer's norm check reads the model's real pre-norm states as pre and its output as post."""
+    from transformers import AutoModelForCausalLM
+
+    from qwen3asr.aligner import ForcedAligner
+    from qwen3asr.backends import BackendOptions
+    from qwen3asr.backends.rk import aligner as rk_aligner
+    from qwen3asr.bundle import Bundle
+
+    _, bd, out = exported_aligner
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(out, "hf"), dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    emb = model.get_input_embeddings().weight
+    assert model.lm_head.weight.shape == emb.shape == (152064, model.config.hidden_size)
+    assert torch.equal(model.lm_head.weight, emb)  # tied
+    head, norm, eps = rk_aligner.load_head(Bundle.load(bd))
+    seen = {}
+    hook = model.model.norm.register_forward_hook(lambda m, a, o: seen.update(pre=a[0][0].numpy(), post=o[0].numpy()))
+    try:
+        with ForcedAligner(bd, backend="onnx", options=BackendOptions(decoder_dtype="fp32")) as al:
+            for path in AUDIO:
+                text, lang = _clip(path)
+                inp = al.prepare(path, text, lang)
+                _, want = al.slot_logits(path, text, lang)
+                with torch.no_grad():
+                    model(inputs_embeds=torch.from_numpy(inp.embeds)[None])
+                pre, post = seen["pre"], seen["post"]
+                assert rk_aligner.check_norm(pre, norm).found == "pre"
+                assert rk_aligner.check_norm(post, norm).found == "post"
+                for got in (post[inp.rows] @ head.T, rk_aligner.rms_norm(pre[inp.rows], norm, eps) @ head.T):
+                    assert cosines(got, want).min() >= 0.99999
+                    assert np.array_equal(got.argmax(-1), want.argmax(-1))
+    finally:
+        hook.remove()
+
+
+def test_aligner_calibration_is_the_aligners_input(exported_aligner):
+    """Each sample is the audio with its transcript laid out with the <timestamp> slots and
+    embedded as the board does (ForcedAligner.prepare); the target is the transcript."""
+    from qwen3asr.aligner import ForcedAligner
+    from qwen3asr.bundle import EmbeddingTable, Bundle
+
+    _, bd, out = exported_aligner
+    data = json.load(open(os.path.join(out, "calib", "inputs.json")))
+    assert len(data) == len(AUDIO)
+    slot = EmbeddingTable(Bundle.load(bd)).row(151705)
+    with ForcedAligner(bd, backend="onnx") as al:
+        for item, path in zip(data, AUDIO):
+            text, lang = _clip(path)
+            inp = al.prepare(path, text, lang)
+            x = np.asarray(item["input_embed"], dtype=np.float32)
+            assert x.shape == (1,) + inp.embeds.shape
+            assert np.array_equal(x[0], inp.embeds)
+            assert item["target"] == text
+            is_slot = (x[0] == slot).all(axis=1)
+            assert np.array_equal(np.flatnonzero(is_slot), inp.rows) and inp.rows.size == 2 * len(inp.layout.words)
+    index = json.load(open(os.path.join(out, "calib", "llm_inputs.json")))
+    assert [e["token_nums"] for e in index] == [len(d["input_embed"][0]) for d in data]
+
+
+def test_aligner_build_is_recorded_in_the_aligner_bundle(exported_aligner, fake_toolkit):
+    from qwen3asr.bundle import Bundle
+    from qwen3asr.backends.rk.backend import rkllm_entry
+
+    ck, bd, out = exported_aligner
+    before = json.load(open(os.path.join(bd, "model.json")))
+    dataset = os.path.join(out, "calib", "inputs.json")
+    assert export_rkllm.main(["--checkpoint", ck, "--out", out, "--bundle", bd, "--dataset", dataset,
+                              "--target", "rk3588", "--max-context", "1024"]) == 0
+    assert [c[0] for c in fake_toolkit.calls] == ["load_huggingface", "build", "export_rkllm"]
+    assert fake_toolkit.calls[0][1]["model"] == os.path.join(out, "hf")
+    assert fake_toolkit.calls[1][1]["dataset"] == dataset and fake_toolkit.calls[1][1]["quantized_dtype"] == "w8a8"
+    b = Bundle.load(bd)
+    assert b.kind == "aligner" and b.manifest["aligner"] == before["aligner"]
+    entry = rkllm_entry(b, "rk3588")
+    assert entry["file"] == "rk/decoder_rk3588_w8a8.rkllm" and entry["max_context"] == 1024
+    assert fake_toolkit.calls[2][1] == os.path.join(bd, entry["file"])
+
+
+def test_aligner_input_errors(exported_aligner, capsys, tmp_path):
+    ck, bd, _ = exported_aligner
+    out = str(tmp_path / "o")
+    assert export_rkllm.main(["--checkpoint", ck, "--out", out, "--bundle", bd, "--calib-audio", AUDIO[0]]) == 2
+    assert "calibration input is the audio and its transcript: give --calib-transcripts" in capsys.readouterr().err
+    other = tmp_path / "t.json"
+    other.write_text(json.dumps({"clips": [{"file": "en_2.wav", "text": "x", "language": "English"}]}))
+    assert export_rkllm.main(["--checkpoint", ck, "--out", out, "--bundle", bd, "--calib-audio", AUDIO[0],
+                              "--calib-transcripts", str(other)]) == 2
+    assert "--calib-transcripts has no clip 'en_1.wav'" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert export_rkllm.main(["--checkpoint", ck, "--out", out, "--bundle", bd, "--calib-audio", AUDIO[0],
+                              "--calib-transcripts", str(tmp_path / "bad.json")]) == 2
+    assert "not a transcripts file like audio/transcripts.json" in capsys.readouterr().err
+    assert export_rkllm.main(["--checkpoint", ck, "--out", out, "--context", "kitchen", "--skip-build"]) == 2
+    assert "--context is for ASR checkpoints" in capsys.readouterr().err
+    asr_ck, asr_bd = bundles.bundle("tiny-a")
+    assert export_rkllm.main(["--checkpoint", ck, "--out", out, "--bundle", asr_bd, "--skip-build"]) == 2
+    assert "is a forced aligner but the bundle" in capsys.readouterr().err
+    assert export_rkllm.main(["--checkpoint", asr_ck, "--out", out, "--bundle", asr_bd, "--calib-audio", AUDIO[0],
+                              "--calib-transcripts", TRANSCRIPTS]) == 2
+    assert "--calib-transcripts is for forced-aligner checkpoints" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from qwen3asr.backends.rk.rkllm import (GenerationResult, RepetitionGuard, RKLLM
                             RKLLMPerf, RKLLMRunError, RKLLMRuntime)
 
 from doubles import rkllm_c
-from doubles.rkllm_c import MODEL, F, Fake, N, W, pattern
+from doubles.rkllm_c import MODEL, SCRIBBLE, F, Fake, N, W, hidden_of, pattern, rms_norm
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -308,6 +308,158 @@ def test_run_without_finish_is_unknown(fake, build_fake, abi):
     res = rt.run_embed(pattern(2, 4, 0))
     rt.close()
     assert (res.finish_reason, res.perf) == ("unknown", None)
+
+
+# ------------------------------------------------------- GET_LAST_HIDDEN_LAYER (run_hidden)
+
+def hidden_runtime(fake_obj, path, abi, hidden=16, **opts) -> RKLLMRuntime:
+    """A runtime for hidden-state runs, the double told the model width and to expect mode 1,
+    keep_history 0, a full cache clear and (1.3) a one-token limit per run."""
+    rt = make_runtime(fake_obj, path, max_new_tokens=1, hidden_size=hidden, **opts)
+    fake_obj.option(embd_size=hidden)
+    fake_obj.expect(mode=1, keep_history=0, keep_system_prompt=0)
+    if abi == "1.3":
+        fake_obj.expect(run_max_new_tokens=1)
+    return rt
+
+
+@pytest.mark.parametrize("empty_first", [0, 1, 2])
+def test_run_hidden_returns_every_row(fake, build_fake, abi, empty_first):
+    """Every input row's state comes back, copied, in order; empty results and tokens are ignored."""
+    rt = hidden_runtime(fake, build_fake(abi), abi)
+    fake.option(hidden_empty_first=empty_first, hidden_token_after=1)
+    x = pattern(37, 16, 5)
+    fake.expect_embed(37, 16, 5)
+    got = rt.run_hidden(x)
+    assert got.dtype == np.float32 and got.shape == (37, 16) and got.flags.c_contiguous
+    assert np.array_equal(got.view(np.uint32), hidden_of(x).view(np.uint32))
+    assert rt.last_perf == RKLLMPerf(prefill_time_ms=9.25, prefill_tokens=37, generate_time_ms=0.0,
+                                     generate_tokens=1, memory_usage_mb=100.5)
+    # a second run on the same handle: the cache is cleared again first
+    y = pattern(5, 16, 9)
+    fake.expect_embed(5, 16, 9)
+    assert np.array_equal(rt.run_hidden(y), hidden_of(y))
+    rt.close()
+    assert fake.violations == []
+    assert fake.calls[4:] == ["rkllm_clear_kv_cache keep_system_prompt=0", "rkllm_run"] * 2 + ["rkllm_destroy"]
+    assert "rkllm_abort" not in fake.calls
+    assert not any("released the buffer" in e for e in fake.lines("EVENT"))  # the callback returns 0
+
+
+def test_run_hidden_post_norm_rows(fake, build_fake, abi):
+    """The double's post-norm rows come back as they are (the binding does not normalise)."""
+    rt = hidden_runtime(fake, build_fake(abi), abi, hidden=24)
+    w = (1.0 + pattern(1, 24, 3)[0] / 4).astype(np.float32)
+    fake.hidden_norm(w, 1e-6)
+    x = pattern(11, 24, 2)
+    got = rt.run_hidden(x)
+    rt.close()
+    np.testing.assert_allclose(got, rms_norm(hidden_of(x), w, 1e-6), rtol=2e-6, atol=1e-7)
+    assert np.sqrt(((got / w) ** 2).mean(axis=1)) == pytest.approx(1.0, abs=1e-4)  # eps: 1 - 5e-5 at most here
+    assert fake.violations == []
+    assert "hidden states rows=11 embd_size=24 norm=post" in fake.lines("EVENT")
+
+
+def test_a_binding_that_keeps_the_pointer_reads_the_scribble(fake, build_fake, abi, monkeypatch):
+    """The double overwrites its buffer after each callback: keeping the pointer instead of
+    copying the rows inside the callback would return garbage, so the tests above would fail."""
+    rt = hidden_runtime(fake, build_fake(abi), abi)
+    kept = []
+
+    def keep_pointer(layer):
+        n, width = layer.num_tokens, layer.embd_size
+        arr = np.ctypeslib.as_array(layer.hidden_states, shape=(n * width,)).reshape(n, width)
+        kept.append(arr)
+        return arr  # no copy
+
+    monkeypatch.setattr(rkllm, "_copy_hidden", keep_pointer)
+    got = rt.run_hidden(pattern(4, 16, 1))
+    assert np.all(got == np.float32(SCRIBBLE)) and not np.array_equal(got, hidden_of(pattern(4, 16, 1)))
+    rt.close()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"hidden_rows": 0}, r"returned no hidden states for the 6 input rows.*scripts/export_rkllm.py"),
+    ({"hidden_rows": 5}, r"returned hidden states of 5 x 16 \(rows x width\), not the 6 x 16 of the input: the "
+                         r"runtime did not return a row for every input token"),
+    ({"hidden_rows": 7}, r"hidden states of 7 x 16 \(rows x width\), not the 6 x 16"),
+    ({"hidden_embd": 12}, r"hidden states of 6 x 12 \(rows x width\), not the 6 x 16.*another hidden size"),
+    ({"hidden_rows": 0, "hidden_empty_first": 2}, r"returned no hidden states"),
+    ({"hidden_error": 1}, r"GET_LAST_HIDDEN_LAYER\) reported RKLLM_RUN_ERROR"),
+    ({"run_rc": -9}, r"^rkllm_run \(GET_LAST_HIDDEN_LAYER\) failed with code -9$"),
+])
+def test_run_hidden_errors(fake, build_fake, abi, options, message):
+    rt = hidden_runtime(fake, build_fake(abi), abi)
+    fake.option(**options)
+    with pytest.raises(RKLLMRunError, match=message) as info:
+        rt.run_hidden(pattern(6, 16, 0))
+    assert info.value.partial.finish_reason == "error"
+    fake.option(**{k: (-1 if k == "hidden_rows" else 0) for k in options})
+    assert rt.run_hidden(pattern(6, 16, 0)).shape == (6, 16)  # the handle stays usable
+    rt.close()
+    assert fake.violations == []
+
+
+def test_run_hidden_clear_cache_code_is_checked(fake, build_fake, abi):
+    rt = hidden_runtime(fake, build_fake(abi), abi)
+    fake.option(clear_rc=-4)
+    with pytest.raises(RKLLMError, match="^rkllm_clear_kv_cache failed with code -4$"):
+        rt.run_hidden(pattern(3, 16, 0))
+    assert "rkllm_run" not in fake.calls
+    rt.close()
+
+
+def test_run_hidden_refuses_bad_embeddings(fake, build_fake, abi):
+    rt = hidden_runtime(fake, build_fake(abi), abi, max_context_len=8)
+    with pytest.raises(ValueError, match="hidden size 8, the model needs 16"):
+        rt.run_hidden(pattern(3, 8, 0))
+    with pytest.raises(ValueError, match=r"1\.\.7"):
+        rt.run_hidden(pattern(8, 16, 0))
+    rt.close()
+    assert "rkllm_run" not in fake.calls and "rkllm_clear_kv_cache keep_system_prompt=0" not in fake.calls
+
+
+def test_the_double_checks_the_hidden_mode(fake, build_fake, abi):
+    """The double's checks can fail: mode 1 not expected, the cache not cleared between runs."""
+    path = build_fake(abi)
+    rt = make_runtime(fake, path, max_new_tokens=1, hidden_size=16)
+    fake.option(embd_size=16)
+    rt.run_hidden(pattern(3, 16, 0))  # mode 1 without fake_expect("mode", 1)
+    assert fake.violations == ["infer mode = 1, expected 0 (GENERATE)"]
+    fake.expect(mode=1)
+    rt._fn = dict(rt._fn, rkllm_clear_kv_cache=lambda *a: 0)  # a binding that forgets to clear
+    rt.run_hidden(pattern(3, 16, 0))
+    rt.close()
+    assert fake.violations[1:] == ["GET_LAST_HIDDEN_LAYER run on a KV cache not cleared since the previous run "
+                                   "(rknn-llm issue #278)"]
+
+
+def test_two_handles_in_one_process(fake, build_fake, abi):
+    """The ASR decoder (GENERATE) and the aligner (GET_LAST_HIDDEN_LAYER) as two handles of one
+    library: each run reaches its own handle's callback with its own parameters."""
+    path = build_fake(abi)
+    asr_model, aligner_model = "/models/asr.rkllm", "/models/aligner.rkllm"
+    fake.expect_for(asr_model, max_new_tokens=100, max_context_len=2048, mode=0)
+    fake.expect_for(aligner_model, max_new_tokens=1, max_context_len=1024, mode=1)
+    fake.option(embd_size=16)
+    asr = RKLLMRuntime(asr_model, lib_path=path, options=RKLLMOptions(max_context_len=2048, max_new_tokens=100))
+    aligner = RKLLMRuntime(aligner_model, lib_path=path,
+                           options=RKLLMOptions(max_context_len=1024, max_new_tokens=1, hidden_size=16))
+    fake.script(N(1, "a"), N(2, "b"), F())
+    for _ in range(2):  # interleaved, as the engine does: transcribe, then align
+        assert asr.run_embed(pattern(5, 16, 0)).text == "ab"
+        x = pattern(9, 16, 4)
+        assert np.array_equal(aligner.run_hidden(x), hidden_of(x))
+    aligner.close()
+    assert asr.run_embed(pattern(5, 16, 0)).text == "ab"  # the other handle lives on
+    asr.close()
+    assert fake.violations == []
+    inits = [e for e in fake.lines("EVENT") if e.startswith("init ")]
+    assert inits == [f"init handle=0 model={asr_model} live=1", f"init handle=1 model={aligner_model} live=2"]
+    runs = [e for e in fake.lines("EVENT") if e.startswith("run ")]
+    assert runs == ["run handle=0 mode=0 n_tokens=5", "run handle=1 mode=1 n_tokens=9"] * 2 + [
+        "run handle=0 mode=0 n_tokens=5"]
+    assert fake.calls.count("rkllm_destroy") == 2
 
 
 # ------------------------------------------------------------------ lifetime, codes

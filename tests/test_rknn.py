@@ -130,6 +130,51 @@ def test_metadata_in_custom_string_and_manifest(converted):
             assert meta["toolkit"] == "2.5.0"
 
 
+@pytest.mark.slow  # rknn-toolkit2 converts and simulates
+def test_an_aligner_bundles_encoder_converts_unchanged(tmp_path):
+    """onnx2rknn on a forced-aligner bundle (its own encoder weights and widths, the same graph
+    family): the simulator matches ONNX Runtime, the manifest keeps the aligner section, and the
+    board runner reads the files (docs/board.md, "Word timestamps on the board")."""
+    reason = _toolkit_reason()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("torch", reason="the random aligner checkpoint is built with the official code (torch)")
+    _, src = bundles.aligner_bundle("fa-tiny-odd")
+    d = str(tmp_path / "aligner")
+    os.makedirs(d)
+    shutil.copy(os.path.join(src, "model.json"), d)
+    shutil.copytree(os.path.join(src, "encoder"), os.path.join(d, "encoder"))
+    rep = os.path.join(d, "verify.json")
+    cmd = [RKNN_PY, os.path.join(ROOT, "scripts", "onnx2rknn.py"), "--bundle", d, "--target", "rk3576",
+           "--forms", "merged,split", "--sizes", "2", "--verify", AUDIO, "--verify-lengths", ",".join(map(str, LENGTHS)),
+           "--verify-start", str(START), "--report", rep]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "verified 6 comparisons for rk3576" in r.stdout
+    with open(rep) as f:
+        res = json.load(f)
+    assert {x["graph"] for x in res} == {"merged_2s", "frontend", "backend_2s"}
+    assert all(x["tokens_rknn"] == x["tokens_onnx"] and x["cosine"] >= 0.999 for x in res), res
+    b = Bundle.load(d)
+    assert b.kind == "aligner" and b.aligner == json.load(open(os.path.join(src, "model.json")))["aligner"]
+    assert sorted((e["part"], e["n_chunks"]) for e in b.rknn_entries("rk3576")) == [
+        ("backend", 2), ("frontend", 1), ("merged", 2)]
+    RecordingRKNNLite.reset()
+    try:
+        for form in ("merged", "split"):
+            enc = rknn.create_rknn_encoder(b, form, soc="rk3576", lite_class=RecordingRKNNLite)
+            ref = AudioEncoder(OnnxEncoderRunner(b.frontend_path()), b.encoder_variants(form, [2]),
+                               b.manifest["encoder"]["window_tokens"], int(b.audio_config["num_mel_bins"]), form)
+            mel = _mel(3.0)  # longer than the 2 s graph: chained
+            got, want = enc.encode(mel), ref.encode(mel)
+            assert got.shape == want.shape == (tokens_for_frames(mel.shape[1]), b.audio_config["output_dim"])
+            np.testing.assert_array_equal(got, want)
+            enc.close()
+    finally:
+        RecordingRKNNLite.reset()
+
+
 # --- the board runner, with a test double for rknnlite (doubles.rknnlite) -------------------------
 
 @pytest.fixture()

@@ -29,6 +29,24 @@ The toolkit wants numpy < 2 and its own transformers; (a) and (b) run in the pro
 venv. Typical split: ``--skip-build`` in the project venv, then in the toolkit venv
 ``--dataset OUT/calib/inputs.json`` (no calibration run, no onnxruntime needed there).
 
+A Qwen3-ForcedAligner checkpoint (thinker model_type "qwen3_forced_aligner") is converted the
+same way for word timestamps on the board, with two differences:
+
+- (a) its head is a ``classify_num x hidden`` (5000 x 1024) time-class head, not a vocabulary
+  head. It is NOT written: the runtime needs a vocabulary-sized ``lm_head`` to build the model
+  (it generates one token even in hidden-state mode), so the directory ties ``lm_head`` to the
+  embeddings (``tie_word_embeddings: true``, no extra weights; the one token's logits are
+  ignored). The board runs the model in ``RKLLM_INFER_GET_LAST_HIDDEN_LAYER`` mode and applies
+  the real head (the bundle's ``aligner_head.npy``, and the final norm when the runtime's rows
+  are taken before it) to the slot rows on the host (qwen3asr.backends.rk.aligner).
+- (b) a calibration input is an alignment: the audio and its transcript, laid out with the
+  ``<timestamp>`` slots and embedded as the board does (``ForcedAligner.prepare`` on the
+  bundle's ONNX encoder). ``--calib-transcripts`` names each file's text and language, in the
+  format of audio/transcripts.json (``{"clips": [{"file", "text", "language"}]}``, matched by
+  file name); the target is the transcript.
+  The ``.rkllm`` goes to ``BUNDLE/rk/decoder_<target>_<quant>.rkllm`` of the aligner bundle and
+  ``rk.rkllm.<target>`` of its manifest, as for an ASR bundle.
+
 Exit codes: 0 done, 2 bad input or a failed step, 3 (a)+(b) written but rkllm-toolkit is
 not installed.
 """
@@ -101,7 +119,8 @@ def qwen3_config(ckpt_dir: str, specials: dict[str, int]) -> dict:
 
     Every architecture field is copied from the official text config (never from class
     defaults); RoPE becomes the default type with the same ``rope_theta`` (the MRoPE
-    sections are dropped: Qwen3-ASR positions are equal on all three axes).
+    sections are dropped: Qwen3-ASR positions are equal on all three axes). A forced
+    aligner's ``lm_head`` is tied to its embeddings (its time-class head stays on the host).
     """
     cfg = ckpt.read_config(ckpt_dir)
     t = cfg.text
@@ -127,7 +146,7 @@ def qwen3_config(ckpt_dir: str, specials: dict[str, int]) -> dict:
         "rms_norm_eps": t.rms_norm_eps,
         "rope_theta": t.rope_theta,
         "rope_scaling": None,
-        "tie_word_embeddings": bool(t.tie_word_embeddings),
+        "tie_word_embeddings": True if cfg.aligner else bool(t.tie_word_embeddings),
         "attention_bias": False,
         "attention_dropout": 0.0,
         "use_sliding_window": False,
@@ -144,13 +163,14 @@ def qwen3_config(ckpt_dir: str, specials: dict[str, int]) -> dict:
     }
 
 
-def text_weight_names(weights: ckpt.SafeTensors, tied: bool) -> list[tuple[str, str]]:
-    """``(checkpoint name, Qwen3ForCausalLM name)`` pairs of the text model."""
+def text_weight_names(weights: ckpt.SafeTensors, tied: bool, keep_head: bool = True) -> list[tuple[str, str]]:
+    """``(checkpoint name, Qwen3ForCausalLM name)`` pairs of the text model (``keep_head=False``:
+    without ``thinker.lm_head.weight``, a forced aligner's time-class head)."""
     pairs = [(n, "model." + n[len("thinker.model."):]) for n in sorted(weights.names())
              if n.startswith("thinker.model.")]
     if not pairs:
         raise ExportError("the checkpoint has no thinker.model.* tensors: not a Qwen3-ASR checkpoint")
-    if "thinker.lm_head.weight" in weights:
+    if keep_head and "thinker.lm_head.weight" in weights:
         pairs.append(("thinker.lm_head.weight", "lm_head.weight"))
     elif not tied:
         raise ExportError("the checkpoint has no thinker.lm_head.weight and does not tie embeddings")
@@ -187,8 +207,13 @@ def write_hf_dir(ckpt_dir: str, out_dir: str) -> dict:
     config = qwen3_config(ckpt_dir, specials)
     weights = ckpt.open_weights(ckpt_dir)
     os.makedirs(out_dir, exist_ok=True)
-    pairs = text_weight_names(weights, config["tie_word_embeddings"])
-    if config["tie_word_embeddings"] and "thinker.lm_head.weight" in weights:
+    aligner = ckpt.read_config(ckpt_dir).aligner
+    pairs = text_weight_names(weights, config["tie_word_embeddings"], keep_head=aligner is None)
+    if aligner is not None:
+        log.info("forced aligner: its %d-class time head stays on the host (the bundle's aligner_head.npy); the "
+                 "model's lm_head is tied to the %d-row embeddings, which only the one token the runtime generates "
+                 "uses", aligner.classify_num, config["vocab_size"])
+    elif config["tie_word_embeddings"] and "thinker.lm_head.weight" in weights:
         lm, emb = weights.raw("thinker.lm_head.weight"), weights.raw("thinker.model.embed_tokens.weight")
         if lm.shape != emb.shape or not np.array_equal(lm, emb):
             log.warning("tie_word_embeddings is true but lm_head differs from embed_tokens; transformers (and the "
@@ -247,6 +272,43 @@ def calibration_samples(bundle_dir: str, audio_files: Sequence[str], context: st
         target = engine.tokenizer.decode(tokens, skip_special_tokens=True)
         log.info("calibration sample %s: %d tokens, target %r", path, req.embeds.shape[0], target[:60])
         out.append(CalibSample(path, np.ascontiguousarray(req.embeds, dtype=np.float32), target))
+    return out
+
+
+def read_transcripts(path: str) -> dict[str, tuple[str, str]]:
+    """File name -> (text, language) from a transcripts file in the format of audio/transcripts.json
+    (``{"clips": [{"file", "text", "language"}, ...]}``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            clips = json.load(f)["clips"]
+        out = {os.path.basename(c["file"]): (str(c["text"]), str(c["language"])) for c in clips}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--calib-transcripts {path}: not a transcripts file like audio/transcripts.json "
+                         f"({{\"clips\": [{{\"file\", \"text\", \"language\"}}]}}): {exc}") from None
+    return out
+
+
+def aligner_calibration_samples(bundle_dir: str, audio_files: Sequence[str], transcripts: dict[str, tuple[str, str]],
+                                language: Optional[str] = None) -> list[CalibSample]:
+    """A forced aligner's inputs for each audio file and its transcript, as the board builds them:
+    the words laid out with their ``<timestamp>`` slots after the audio block and embedded, with the
+    encoder's output (ONNX Runtime on the bundle) over the audio pads. The target is the transcript."""
+    from qwen3asr.aligner import ForcedAligner
+
+    out = []
+    with ForcedAligner(bundle_dir, backend="onnx") as aligner:
+        for path in audio_files:
+            name = os.path.basename(path)
+            if name not in transcripts:
+                raise ValueError(f"--calib-transcripts has no clip {name!r}: an aligner's calibration input is the audio "
+                                 "and its transcript")
+            text, lang = transcripts[name]
+            inp = aligner.prepare(path, text, language or lang)
+            if not inp.layout.words:
+                raise ValueError(f"the transcript of {name} has no words the aligner can place: {text!r}")
+            log.info("calibration sample %s: %d rows (%d words, %d slots)", path, inp.embeds.shape[0],
+                     len(inp.layout.words), inp.rows.size)
+            out.append(CalibSample(path, np.ascontiguousarray(inp.embeds, dtype=np.float32), text))
     return out
 
 
@@ -373,10 +435,15 @@ def record_in_manifest(bundle_dir: str, rkllm_file: str, target: str, quant: str
 
 
 def check_bundle_matches(bundle_dir: str, ckpt_dir: str) -> None:
-    """The bundle must come from the same checkpoint (its config.json checksum)."""
+    """The bundle must come from the same checkpoint (its kind, its config.json checksum)."""
     from qwen3asr.bundle import Bundle
 
     bundle = Bundle.load(bundle_dir)
+    kind = "aligner" if ckpt.read_config(ckpt_dir).aligner else "asr"
+    if bundle.kind != kind:
+        what = {"asr": "a speech recognition model", "aligner": "a forced aligner"}
+        raise ExportError(f"{ckpt_dir} is {what[kind]} but the bundle {bundle_dir} is {what[bundle.kind]}; give the "
+                          "bundle scripts/export_onnx.py made from this checkpoint")
     want = bundle.manifest.get("source", {}).get("config_sha256")
     from qwen3asr.bundle import sha256_file
 
@@ -395,6 +462,15 @@ def run(args) -> int:
         raise ValueError("give either --calib-audio (make a calibration set) or --dataset (use one), not both")
     if args.calib_audio and not args.bundle:
         raise ValueError("--calib-audio needs --bundle: the calibration embeddings come from the bundle's encoder")
+    aligner = ckpt.read_config(args.checkpoint).aligner is not None
+    if aligner and args.calib_audio and not args.calib_transcripts:
+        raise ValueError("a forced aligner's calibration input is the audio and its transcript: give "
+                         "--calib-transcripts FILE (the format of audio/transcripts.json) with --calib-audio")
+    if not aligner and args.calib_transcripts:
+        raise ValueError("--calib-transcripts is for forced-aligner checkpoints; the ASR calibration transcribes "
+                         "the audio itself")
+    if aligner and args.context:
+        raise ValueError("--context is for ASR checkpoints: a forced aligner's input has no context")
     if args.bundle:
         check_bundle_matches(args.bundle, args.checkpoint)
     hf_dir = os.path.join(args.out, "hf")
@@ -405,8 +481,12 @@ def run(args) -> int:
         missing = [p for p in args.calib_audio if not os.path.isfile(p)]
         if missing:
             raise ValueError(f"calibration audio not found: {', '.join(missing)}")
-        samples = calibration_samples(args.bundle, args.calib_audio, args.context, args.language,
-                                      args.calib_max_new_tokens)
+        if aligner:
+            samples = aligner_calibration_samples(args.bundle, args.calib_audio, read_transcripts(args.calib_transcripts),
+                                                  args.language)
+        else:
+            samples = calibration_samples(args.bundle, args.calib_audio, args.context, args.language,
+                                          args.calib_max_new_tokens)
         paths = write_calibration(samples, os.path.join(args.out, "calib"))
         fmt = args.calib_format or _default_calib_format()
         if fmt not in paths:
@@ -446,19 +526,24 @@ def _default_calib_format() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True, help="official Qwen3-ASR checkpoint directory")
+    ap.add_argument("--checkpoint", required=True,
+                    help="official Qwen3-ASR or Qwen3-ForcedAligner checkpoint directory")
     ap.add_argument("--out", required=True, help="work directory: OUT/hf (Qwen3ForCausalLM), OUT/calib")
     ap.add_argument("--bundle", default=None,
                     help="bundle of this checkpoint (scripts/export_onnx.py): encoder for the calibration set, and "
                          "where the .rkllm goes and is recorded")
     ap.add_argument("--calib-audio", nargs="+", default=None, metavar="FILE",
                     help="audio files for the calibration set (a few dozen utterances of the target languages)")
+    ap.add_argument("--calib-transcripts", default=None, metavar="JSON",
+                    help="forced aligner only: text and language of each --calib-audio file, in the format of "
+                         "audio/transcripts.json")
     ap.add_argument("--dataset", default=None, help="an existing calibration JSON (instead of --calib-audio)")
     ap.add_argument("--calib-format", choices=CALIB_FORMATS, default=None,
                     help="dataset format given to the toolkit (default: from the toolkit version, 1.2 without it)")
     ap.add_argument("--calib-max-new-tokens", type=int, default=128, help="budget of the target transcriptions")
     ap.add_argument("--context", default="", help="system context of the calibration prompts")
-    ap.add_argument("--language", default=None, help="forced language of the calibration prompts (default: detect)")
+    ap.add_argument("--language", default=None,
+                    help="forced language of the calibration prompts (default: detect; aligner: the transcripts')")
     ap.add_argument("--target", default="rk3576", choices=TARGETS, help="SoC (default %(default)s)")
     ap.add_argument("--quant", default=None, choices=QUANTS,
                     help="w4a16_g128 (rk3576 only, its default) or w8a8 (rk3588 default)")

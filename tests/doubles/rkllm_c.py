@@ -1,10 +1,12 @@
 """The C test double of librkllmrt.so (tests/c/fake_rkllm.c): gcc builds and the test-side handle.
 
 Contract checked: what qwen3asr.backends.rk.rkllm (the ctypes binding of Rockchip's RKLLM runtime) passes
-through the runtime's C ABI 1.2 / 1.3: params, chat template, EMBED input and its bits, call
-order, destroy once (docs/rkllm_abi.md, "The test double"). The double records every call and
-every violation in a text report (``Fake.calls``, ``Fake.violations``) and replays a token
-script (``N``/``W``/``F`` items) through the result callback.
+through the runtime's C ABI 1.2 / 1.3: params, chat template, EMBED input and its bits, infer mode,
+call order, a cleared KV cache before each hidden-state run, destroy once, several handles at once
+(docs/rkllm_abi.md, "The test double"). The double records every call and every violation in a
+text report (``Fake.calls``, ``Fake.violations``), replays a token script (``N``/``W``/``F``
+items) through the result callback in GENERATE mode, and in GET_LAST_HIDDEN_LAYER mode returns
+``hidden_of(embeds)`` (pre-norm) or ``rms_norm(hidden_of(embeds), w, eps)`` (post-norm) rows.
 
 ``Builds.capturing`` links the double with tests/c/fake_rkllm_capture.c, whose ``rkllm_run``
 keeps a copy of the embeddings it is handed (``Shim.embeds()``), so the engine's spliced prompt
@@ -35,6 +37,7 @@ VARIANTS = {
     "pre-1.2.1": ["-DFAKE_PRE_121"],
 }
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-fPIC"]
+LIBS = ["-lm"]  # sqrt of the post-norm rows
 MODEL = "/models/decoder.rkllm"  # the model path the protocol tests hand the runtime
 
 
@@ -51,7 +54,7 @@ class Builds:
         if key not in self.built:
             so = self.out_dir / f"fake_rkllm_{variant}.so"
             subprocess.run(["gcc", *CFLAGS, "-shared", *VARIANTS[variant], "-I", str(C_DIR), "-o", str(so),
-                            str(SOURCE)], check=True, capture_output=True)
+                            str(SOURCE), *LIBS], check=True, capture_output=True)
             self.built[key] = str(so)
         return self.built[key]
 
@@ -66,7 +69,7 @@ class Builds:
             subprocess.run([*cc, "-Drkllm_run=fake_inner_rkllm_run", "-c", str(SOURCE), "-o", str(fake_o)],
                            check=True, capture_output=True)
             subprocess.run([*cc, "-c", str(CAPTURE_SOURCE), "-o", str(shim_o)], check=True, capture_output=True)
-            subprocess.run(["gcc", "-shared", "-o", str(so), str(fake_o), str(shim_o)], check=True,
+            subprocess.run(["gcc", "-shared", "-o", str(so), str(fake_o), str(shim_o), *LIBS], check=True,
                            capture_output=True)
             self.built[key] = str(so)
         return self.built[key]
@@ -80,6 +83,8 @@ class Fake:
         self.lib = ctypes.CDLL(path)
         self.lib.fake_get_report.restype = ctypes.c_char_p
         self.lib.fake_expect.argtypes = [ctypes.c_char_p, ctypes.c_double]
+        self.lib.fake_expect_for.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_double]
+        self.lib.fake_set_hidden_norm.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_float]
         self.lib.fake_expect_model_path.argtypes = [ctypes.c_char_p]
         self.lib.fake_expect_embed.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint]
         self.lib.fake_set_script.argtypes = [ctypes.c_char_p]
@@ -92,6 +97,19 @@ class Fake:
     def expect(self, **fields):
         for name, value in fields.items():
             self.lib.fake_expect(name.encode(), float(value))
+
+    def expect_for(self, model: str, **fields):
+        """Expectations for the handles of ``model`` only (over the global ones of the same name)."""
+        for name, value in fields.items():
+            self.lib.fake_expect_for(str(model).encode(), name.encode(), float(value))
+
+    def hidden_norm(self, weight: np.ndarray | None, eps: float = 1e-6):
+        """Return post-norm rows (``rms_norm(hidden_of(x), weight, eps)``); None: pre-norm rows."""
+        if weight is None:
+            self.lib.fake_set_hidden_norm(None, 0, 0.0)
+            return
+        w = np.ascontiguousarray(weight, dtype=np.float32)
+        self.lib.fake_set_hidden_norm(w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), w.size, eps)
 
     def expect_options(self, o: RKLLMOptions, model=MODEL):
         self.lib.fake_expect_model_path(model.encode())
@@ -174,3 +192,21 @@ def pattern(n: int, hidden: int, seed: int) -> np.ndarray:
     exponent = np.uint32(112) + ((h >> np.uint32(23)) & np.uint32(15))
     bits = (h & np.uint32(0x807FFFFF)) | (exponent << np.uint32(23))
     return bits.view(np.float32).reshape(n, hidden)
+
+
+SCRIBBLE = -7.5  # what the double writes over the hidden-state buffer after each callback
+
+
+def hidden_of(x: np.ndarray) -> np.ndarray:
+    """The double's GET_LAST_HIDDEN_LAYER rows for EMBED input ``x`` (n, E) float32 (pre-norm):
+    ``2 x[i, j] - x[i, (j + 1) % E] + (i + 1) / 64`` in float32, bit for bit as the C code."""
+    x = np.asarray(x, dtype=np.float32)
+    rows = (np.arange(1, x.shape[0] + 1, dtype=np.float32) / np.float32(64))[:, None]
+    return (np.float32(2) * x - np.roll(x, -1, axis=1)) + rows
+
+
+def rms_norm(h: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """The final RMSNorm as the double applies it for post-norm rows (mean square in float64)."""
+    ms = (h.astype(np.float64) ** 2).mean(axis=1, keepdims=True)
+    inv = (1.0 / np.sqrt(ms + eps)).astype(np.float32)
+    return (np.asarray(weight, np.float32) * (h * inv)).astype(np.float32)

@@ -107,14 +107,13 @@ class BoardRKNNLite:
     """rknnlite.api.RKNNLite with the board's call contract; computes with ONNX Runtime.
 
     Class state, reset by ``reset(expected_mask)``: ``files`` (.rknn path -> (part, onnx path,
-    input names, input shapes), filled by ``add_rk_section``), ``frontend_onnx``,
+    input names, input shapes), filled by ``add_rk_section``, for any number of bundles),
     ``expected_mask`` (the core mask init_runtime must get), ``delay`` (seconds each inference
     takes), ``intervals`` ((start, end) perf_counter of every inference), ``instances``,
     ``violations`` (contract breaches, in words)."""
 
     NPU_CORE_AUTO, NPU_CORE_0, NPU_CORE_1, NPU_CORE_2, NPU_CORE_0_1, NPU_CORE_0_1_2 = 0, 1, 2, 4, 3, 7
     files: dict = {}        # .rknn path -> (part, onnx path, input names, input shapes)
-    frontend_onnx = None
     expected_mask = None
     delay = 0.0  # seconds each inference takes (overlap test)
     intervals: list = []  # (start, end) perf_counter of every inference
@@ -183,7 +182,7 @@ class BoardRKNNLite:
         if any(a.ndim == 4 for a in inputs) and data_format != "nchw":
             self._bad(f"4-D inputs with data_format={data_format!r} (the toolkit default is NHWC)")
         self.shapes_seen.append([list(a.shape) for a in inputs])
-        runner = OnnxEncoderRunner(self.frontend_onnx)
+        runner = OnnxEncoderRunner(onnx_path if part == "frontend" else None)  # each file runs its own graph
         feeds = dict(zip(names, inputs))
         if part == "frontend":
             out = runner.run_frontend(feeds["mel"], feeds["conv_mask1"], feeds["conv_mask2"])
@@ -219,7 +218,6 @@ def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context:
     digest = rknn_meta.encoder_digest(man)
     os.makedirs(os.path.join(bundle_dir, "rk"), exist_ok=True)
     entries = []
-    frontend = None
     for v in man["encoder"]["variants"]:
         onnx_path = os.path.join(bundle_dir, v["file"])
         sess = make_session(onnx_path)
@@ -232,9 +230,6 @@ def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context:
         write_rknn_file(os.path.join(bundle_dir, rel), meta)
         entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel})
         BoardRKNNLite.files[os.path.join(bundle_dir, rel)] = (v["part"], onnx_path, names, shapes)
-        if v["part"] == "frontend":
-            frontend = onnx_path
-    BoardRKNNLite.frontend_onnx = frontend
     rk = man.setdefault("rk", {})
     rk.setdefault("rknn", {})[soc] = entries
     if decoder:

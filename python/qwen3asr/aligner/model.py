@@ -11,6 +11,7 @@ The official ``Qwen3ForcedAligner.align()`` does the same in one forward pass of
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -148,6 +149,17 @@ class ForcedAligner:
         """The aligner's input layout of ``text`` and its time-class logits at every slot,
         ``(n_slots, classes)`` float32 (what ``align`` takes the argmax of; empty for a text
         without words). Same arguments and errors as ``align``."""
+        inp = self.prepare(audio, text, language, sample_rate=sample_rate)
+        if not inp.layout.words:
+            return inp.layout, np.zeros((0, self.classes), np.float32)
+        return inp.layout, self.scorer.score(inp.embeds, inp.rows)
+
+    def prepare(self, audio: AudioInput, text: str, language: str, *,
+                sample_rate: Optional[int] = None) -> "AlignerInput":
+        """The scorer's input for ``audio`` and ``text``: the layout, the whole input embedded
+        (the encoder's output over the audio pads) and the slot rows. What every backend scores,
+        and what scripts/export_rkllm.py calibrates the board's model on. Same arguments and
+        errors as ``align``; a text without words gives empty embeds and rows."""
         if self._closed:
             raise RuntimeError("this ForcedAligner was closed; create a new one")
         if not isinstance(text, str):
@@ -160,7 +172,8 @@ class ForcedAligner:
                              f"shorter pieces (Qwen3ASREngine.transcribe(word_timestamps=True) aligns each segment)")
         layout = aligner_text(self.tokenizer, text, name)
         if not layout.words:
-            return layout, np.zeros((0, self.classes), np.float32)
+            return AlignerInput(layout, np.zeros((0, self.embeddings.hidden_size), np.float32),
+                                np.zeros(0, np.int64))
         mel = melmod.log_mel(pcm, self.n_mels)
         n_audio = tokens_for_frames(mel.shape[1])
         total = n_audio + 2 + layout.ids.shape[0]
@@ -171,7 +184,16 @@ class ForcedAligner:
                               [self._ids["<|audio_end|>"]], layout.ids]).astype(np.int64)
         x = self.embeddings(ids)
         x[1:1 + n_audio] = self.encoder.encode(mel)
-        return layout, self.scorer.score(x, layout.slots + n_audio + 2)
+        return AlignerInput(layout, x, (layout.slots + n_audio + 2).astype(np.int64))
 
 
-__all__ = ["AlignmentError", "DEFAULT_ALIGNER_ENV", "ForcedAligner", "MAX_ALIGN_SECONDS"]
+@dataclasses.dataclass(frozen=True)
+class AlignerInput:
+    """One alignment's input to the slot scorer (ForcedAligner.prepare)."""
+
+    layout: AlignerText  # the word units, their token ids and slot positions after the audio block
+    embeds: np.ndarray   # (L, hidden) float32: [audio_start] audio [audio_end] w1 <ts> <ts> ..., embedded
+    rows: np.ndarray     # (2 x words,) int64: the <timestamp> rows of embeds
+
+
+__all__ = ["AlignerInput", "AlignmentError", "DEFAULT_ALIGNER_ENV", "ForcedAligner", "MAX_ALIGN_SECONDS"]

@@ -2,6 +2,7 @@
 
 ==============  ============================================================================
 ``backend``     the rk backend: RKNN encoder + RKLLM text decoder (the engine's seams)
+``aligner``     the forced aligner on the board: RKNN encoder + RKLLM hidden states, head on the host
 ``options``     ``RKOptions``, the board settings
 ``rknn``        the RKNN encoder runner (rknn-toolkit-lite2 on the NPU)
 ``rknn_meta``   the ``.rknn`` files' metadata format, checked against the bundle manifest

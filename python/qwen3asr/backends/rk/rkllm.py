@@ -6,6 +6,7 @@ handle and is the only thing the engine should need::
     with RKLLMRuntime("decoder.rkllm", options=RKLLMOptions(max_new_tokens=200)) as rt:
         res = rt.run_embed(embeds)          # (n_tokens, hidden) float32, C-contiguous
         res.token_ids, res.text, res.finish_reason, res.perf
+        states = rt.run_hidden(embeds)      # (n_tokens, hidden) float32: the last hidden layer
 
 The runtime exists only for aarch64 boards. Importing this module never loads it: the
 library is opened by :func:`load_library` when a runtime is created.
@@ -563,9 +564,21 @@ class _RunState:
     perf: Optional[RKLLMPerf] = None
     exception: Optional[BaseException] = None
     abort_rc: int = 0
+    hidden_shape: Optional[tuple[int, int]] = None  # GET_LAST_HIDDEN_LAYER: the rows wanted
+    hidden: Optional[np.ndarray] = None             # ... the copy of the first matching result
+    hidden_seen: list = field(default_factory=list)  # (num_tokens, embd_size) of every result with states
 
 
 # ---------------------------------------------------------------------- runtime
+
+def _copy_hidden(layer: RKLLMResultLastHiddenLayer) -> np.ndarray:
+    """The rows of a result's last_hidden_layer as a new (num_tokens, embd_size) float32 array.
+
+    Copied inside the callback: the runtime frees the buffer at its next callback.
+    """
+    n, width = int(layer.num_tokens), int(layer.embd_size)
+    return np.ctypeslib.as_array(layer.hidden_states, shape=(n * width,)).reshape(n, width).copy()
+
 
 def _bind(lib: ctypes.CDLL, layout: AbiLayout) -> dict:
     """Fresh function objects with argtypes/restype for one ABI (lib[name] is never shared)."""
@@ -599,7 +612,11 @@ def _check(name: str, rc: int) -> None:
 
 
 class RKLLMRuntime:
-    """One RKLLM model handle: init on construction, ``run_embed`` per utterance, ``close``.
+    """One RKLLM model handle: init on construction, ``run_embed`` per utterance (generation) or
+    ``run_hidden`` per input (the last hidden layer of every row), ``close``.
+
+    Several runtimes may live in one process (the ASR decoder and the forced aligner): each
+    has its own handle and callback (runtime 1.2.2+ documents multi-instance inference).
 
     Args:
         model_path: the ``.rkllm`` decoder file.
@@ -615,6 +632,7 @@ class RKLLMRuntime:
         self.options = options if options is not None else RKLLMOptions()
         self._handle: Optional[c_void_p] = None
         self._run: Optional[_RunState] = None
+        self.last_perf: Optional[RKLLMPerf] = None  # of the last run_hidden
         self._lock = threading.Lock()
         if abi is not None:
             abi = normalize_abi(abi)
@@ -717,12 +735,7 @@ class RKLLMRuntime:
         if not self._lock.acquire(blocking=False):
             raise RKLLMError("run_embed called while another run is in progress")
         try:
-            inp = self._layout.input()
-            inp.role = b""
-            inp.enable_thinking = False
-            inp.input_type = RKLLMInputType.EMBED
-            inp.embed_input.embed = embeds.ctypes.data_as(POINTER(c_float))
-            inp.embed_input.n_tokens = embeds.shape[0]
+            inp = self._embed_input(embeds)
             infer = self._layout.infer_param()
             infer.mode = RKLLMInferMode.GENERATE
             infer.keep_history = int(bool(keep_history))
@@ -739,6 +752,126 @@ class RKLLMRuntime:
             return self._finish_run(run, rc)
         finally:
             self._lock.release()
+
+    def run_hidden(self, embeds: np.ndarray) -> np.ndarray:
+        """The last hidden layer at every input row: one EMBED prefill in
+        ``RKLLM_INFER_GET_LAST_HIDDEN_LAYER`` mode on an emptied KV cache.
+
+        Args:
+            embeds: ``(n_tokens, hidden)`` float32, C-contiguous: the whole input, embedded.
+
+        Returns:
+            ``(n_tokens, hidden)`` float32, a copy (the runtime's buffer lives only during its
+            callback). Whether the rows are before or after the model's final RMSNorm is the
+            runtime's business (unverified; docs/board_checklist.md); nothing here assumes it.
+
+        The cache is cleared first (``rkllm_clear_kv_cache``; ``keep_history = 0``): without it
+        only the first EMBED run in this mode was right (rknn-llm issue #278). Results without
+        hidden states (``num_tokens == 0`` or a NULL pointer, as issue #278 saw before the real
+        one) and any generated token are ignored; the first result whose states have
+        ``n_tokens`` rows of ``hidden`` values is kept (a second one is logged and ignored).
+        On ABI 1.3 the callback returns 0, not 2 ("release the buffer"): the buffer is copied
+        at once and the runtime frees it at its next callback, the FINISH that follows.
+        ``last_perf`` holds the run's RKLLMPerf (None without FINISH).
+
+        Raises:
+            ValueError: bad ``embeds``.
+            RKLLMError: clearing the cache failed.
+            RKLLMRunError: the run failed, or no hidden states of shape (n_tokens, hidden)
+                came back, or they hold NaN/inf.
+        """
+        self._check_embeds(embeds)
+        handle = self._require_handle()
+        if not self._lock.acquire(blocking=False):
+            raise RKLLMError("run_hidden called while another run is in progress")
+        try:
+            _check("rkllm_clear_kv_cache", self._fn["rkllm_clear_kv_cache"](handle, 0, None, None))
+            inp = self._embed_input(embeds)
+            infer = self._layout.infer_param()
+            infer.mode = RKLLMInferMode.GET_LAST_HIDDEN_LAYER
+            infer.keep_history = 0
+            if self.abi == "1.3":
+                infer.max_new_tokens = 1  # the states come from the prefill; nothing to generate
+            self._run = run = _RunState(on_token=None, on_id=None, limit=1, enforce_limit=False,
+                                        hidden_shape=(int(embeds.shape[0]), int(embeds.shape[1])))
+            try:
+                rc = self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
+            finally:
+                self._run = None
+            return self._finish_hidden(run, rc)
+        finally:
+            self._lock.release()
+
+    def _finish_hidden(self, run: _RunState, rc: int) -> np.ndarray:
+        self.last_perf = run.perf
+        partial = GenerationResult(tuple(run.token_ids), "", "error", run.perf)
+        n, hidden = run.hidden_shape
+        if run.exception is not None:
+            raise run.exception
+        if rc != 0:
+            raise RKLLMRunError(f"rkllm_run (GET_LAST_HIDDEN_LAYER) failed with code {rc}", partial)
+        if run.error_state:
+            raise RKLLMRunError("rkllm_run (GET_LAST_HIDDEN_LAYER) reported RKLLM_RUN_ERROR through the result "
+                                "callback", partial)
+        if run.abort_rc != 0:
+            raise RKLLMRunError(f"rkllm_abort failed with code {run.abort_rc}", partial)
+        if run.hidden is None:
+            if not run.hidden_seen:
+                raise RKLLMRunError(
+                    f"rkllm_run in GET_LAST_HIDDEN_LAYER mode returned no hidden states for the {n} input rows: the "
+                    "the .rkllm must be a plain Qwen3 model made by scripts/export_rkllm.py with the toolkit of this runtime; "
+                    "run the checks of docs/board_checklist.md (\"Forced aligner\")", partial)
+            seen = ", ".join(f"{t} x {w}" for t, w in run.hidden_seen)
+            raise RKLLMRunError(
+                f"rkllm_run in GET_LAST_HIDDEN_LAYER mode returned hidden states of {seen} (rows x width), not the "
+                f"{n} x {hidden} of the input: the runtime did not return a row for every input token, or the .rkllm "
+                "model has another hidden size (convert it from the aligner checkpoint of this bundle with "
+                "scripts/export_rkllm.py; docs/board_checklist.md, \"Forced aligner\")", partial)
+        if not np.isfinite(run.hidden).all():
+            raise RKLLMRunError("the runtime's hidden states contain NaN or inf (fp16 overflow on the NPU?); check "
+                                "the conversion (docs/board_checklist.md, \"Forced aligner\")", partial)
+        if len(run.hidden_seen) > 1:
+            logger.info("GET_LAST_HIDDEN_LAYER run sent hidden states %d times (%s); the first of %d x %d was used",
+                        len(run.hidden_seen), run.hidden_seen, n, hidden)
+        if run.perf is None:
+            logger.warning("rkllm_run (GET_LAST_HIDDEN_LAYER) returned without a FINISH state")
+        return run.hidden
+
+    def _on_hidden_result(self, run: _RunState, result, state: int) -> None:
+        """Result callback of a GET_LAST_HIDDEN_LAYER run: copy the first states of the wanted
+        shape, note the others, ignore tokens."""
+        if state in (LLMCallState.NORMAL, LLMCallState.WAITING):
+            if not result:
+                return
+            res = result.contents
+            run.token_ids.append(int(res.token_id))  # a generated token, if any: only reported in errors
+            layer = res.last_hidden_layer
+            if not layer.hidden_states or layer.num_tokens <= 0 or layer.embd_size <= 0:
+                return  # issue #278: a result without valid states before the real one
+            shape = (int(layer.num_tokens), int(layer.embd_size))
+            run.hidden_seen.append(shape)
+            if run.hidden is None and shape == run.hidden_shape:
+                run.hidden = _copy_hidden(layer)
+        elif state == LLMCallState.FINISH:
+            run.finished = True
+            if result:
+                p = result.contents.perf
+                run.perf = RKLLMPerf(float(p.prefill_time_ms), int(p.prefill_tokens), float(p.generate_time_ms),
+                                     int(p.generate_tokens), float(p.memory_usage_mb))
+        elif state == LLMCallState.ERROR:
+            run.error_state = True
+        else:
+            logger.warning("RKLLM callback with unknown state %d ignored", state)
+
+    def _embed_input(self, embeds: np.ndarray):
+        """The RKLLMInput of an EMBED run: empty role, thinking off, ``embeds`` (checked) by pointer."""
+        inp = self._layout.input()
+        inp.role = b""
+        inp.enable_thinking = False
+        inp.input_type = RKLLMInputType.EMBED
+        inp.embed_input.embed = embeds.ctypes.data_as(POINTER(c_float))
+        inp.embed_input.n_tokens = embeds.shape[0]
+        return inp
 
     def _check_embeds(self, embeds) -> None:
         if not isinstance(embeds, np.ndarray) or embeds.dtype != np.float32 or embeds.ndim != 2:
@@ -773,6 +906,9 @@ class RKLLMRuntime:
             logger.warning("RKLLM callback (state %d) outside a run ignored", state)
             return 0
         try:
+            if run.hidden_shape is not None:
+                self._on_hidden_result(run, result, state)
+                return 0
             if state in (LLMCallState.NORMAL, LLMCallState.WAITING):
                 if run.stop_reason is not None or not result:
                     return 0  # tokens still in flight after rkllm_abort are dropped
