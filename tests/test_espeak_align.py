@@ -5,7 +5,6 @@ command line that make_dataset uses, and in a rendered clean clip the words star
 the energy says speech starts and end where it ends.
 """
 
-import os
 import shutil
 
 import numpy as np

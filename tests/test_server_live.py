@@ -80,9 +80,9 @@ def test_words_come_with_every_finished_segment_and_the_final(server, engine):
     assert [m["type"] for m in msgs].index("final") > max(i for i, m in enumerate(msgs) if m["type"] == "segment")
     final = msgs[-1]
     assert final["type"] == "final" and final["segments"] == want and final["text"] == ref.text
-    # without "words" nothing of this is sent
-    msgs, _ = asyncio.run(_stream(server.ws_url, {"type": "start", "sample_rate": 16000, "chunk_size": 2.0},
-                                  _frames(x[:5 * 16000], 16000)))
+    # without "words" and final passes nothing of this is sent
+    msgs, _ = asyncio.run(_stream(server.ws_url, {"type": "start", "sample_rate": 16000, "chunk_size": 2.0,
+                                                  "final_pass": False}, _frames(x[:5 * 16000], 16000)))
     assert not [m for m in msgs if m["type"] == "segment"] and "words" not in msgs[-1]["segments"][0]
 
 
@@ -98,13 +98,15 @@ def test_live_16k_s16le_in_100ms_frames(server, engine, name, chunk):
     assert code == 1000
     kinds = [m["type"] for m in msgs]
     assert kinds[0] == "ready" and kinds[-1] == "final"
-    assert set(kinds[1:-1]) <= {"committed", "tail"}
+    assert set(kinds[1:-1]) <= {"committed", "tail", "segment"}
     final = msgs[-1]
-    assert final["text"] == engine_stream(engine, pcm, chunk)
+    assert final["text"] == engine_stream(engine, pcm, chunk)  # final passes: one pass per finished piece
     if chunk == 2.0 or name.startswith("en"):
         assert final["text"] == expected(name)
     committed = "".join(m["text"] for m in msgs if m["type"] == "committed")
-    assert committed == final["text"]  # the pieces add up to the final text
+    assert committed == engine_stream(engine, pcm, chunk, final_pass=False)  # the streamed pieces
+    # each finished piece's one-pass text replaces its streamed pieces: the segments make the final text
+    assert " ".join(m["text"] for m in msgs if m["type"] == "segment") == final["text"]
     tails = [m for m in msgs if m["type"] == "tail"]
     if len(pcm) / sr > chunk + 0.1:
         assert tails, "no tail message before the end of a clip longer than a chunk"

@@ -444,3 +444,42 @@ def test_pause_db_is_checked():
     for bad in (0, -3.0, float("nan"), "30", True):
         with pytest.raises(ValueError, match=r"pause_db must be a number of dB > 0 or None"):
             StreamOptions(pause_db=bad)
+
+
+# ------------------------------------------------------------------ final passes
+def test_final_passes_decode_each_finished_piece_in_one_pass(default_engine):
+    """final_pass: each piece of speech that ended (at a pause, or at finish()) is decoded again
+    in one pass; that text replaces its streamed text and per-chunk segments."""
+    from qwen3asr import prepare_audio
+
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "long_mixed.wav"))[:30 * SR]
+    streamed = []
+    s = default_engine.create_stream(chunk_size=2.0, final_pass=True, on_text=streamed.append)
+    finals_seen = []
+    for i in range(0, len(pcm), 4000):
+        r = s.feed_audio(pcm[i:i + 4000])
+        finals_seen.append(r.final_segments)
+    r = s.finish()
+    assert finals_seen == sorted(finals_seen) and r.final_segments == len(r.segments) >= 5
+    assert r.stats.final_passes == len(r.segments)
+    for seg in r.segments:  # each final segment is the one-pass text of its piece
+        piece = pcm[int(round(seg.start * SR)):int(round(seg.end * SR))]
+        assert seg.text == default_engine.transcribe(piece, one_pass=True, fallback=False).text
+    assert r.text == r.committed
+    plain = default_engine.create_stream(chunk_size=2.0)
+    plain.feed_audio(pcm)
+    assert plain.finish().text == "".join(streamed)  # the streamed pieces are the stream's own text
+
+
+def test_a_piece_too_long_to_keep_keeps_its_streamed_text(default_engine, monkeypatch):
+    from qwen3asr import prepare_audio
+    from qwen3asr.streaming import session as session_mod
+
+    monkeypatch.setattr(session_mod, "FINAL_PASS_MAX_SECONDS", 0.5)  # every piece is longer
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "long_mixed.wav"))[:12 * SR]
+    s = default_engine.create_stream(chunk_size=2.0, final_pass=True)
+    s.feed_audio(pcm)
+    r = s.finish()
+    plain = default_engine.create_stream(chunk_size=2.0)
+    plain.feed_audio(pcm)
+    assert r.stats.final_passes == 0 and r.text == plain.finish().text

@@ -508,6 +508,33 @@ def test_one_pass_final_option(engine):
     assert final_text(events).text == one_pass
 
 
+def test_the_default_final_is_one_pass_per_piece(engine):
+    """final="pieces" (the default): a single command is one piece, so its transcript is the
+    engine's one-pass text of the whole utterance; commands joined by pauses get one pass per
+    command (where one pass over the whole utterance misreads, docs/wyoming.md)."""
+    from qwen3asr.server.scheduler import Scheduler
+    from qwen3asr.server.wyoming import WyomingOptions
+
+    assert WyomingOptions().final == "pieces"
+    single = read_wav("zh_2.wav")
+    pcm = joined(["en_1.wav", "en_2.wav", "en_3.wav"])
+
+    async def scenario(port):
+        return [await utterance(port, single.tobytes()), await utterance(port, pcm.tobytes())]
+
+    one_events, joined_events = asyncio.run(in_process(engine, Scheduler(), scenario, WyomingOptions()))
+    assert final_text(one_events).text == engine.transcribe(single.astype(np.float32) / 32768, one_pass=True).text
+    # joined: one pass per command, as the engine's own stream with final passes gives it
+    s = engine.create_stream(chunk_size=WyomingOptions().chunk_size, final_pass=True)
+    x = pcm.astype(np.float32) / 32768
+    for i in range(0, len(x), 1600):
+        s.feed_audio(x[i:i + 1600])
+    r = s.finish()
+    assert r.stats.final_passes == 3 and final_text(joined_events).text == r.text
+    assert r.text == " ".join(EXPECTED[n] for n in ("en_1.wav", "en_2.wav", "en_3.wav"))
+    assert r.text != engine.transcribe(x, one_pass=True).text  # the whole-utterance pass misreads here
+
+
 # ---------------------------------------------------------------------------- units without a model
 def test_language_and_biasing_helpers():
     from qwen3asr.server.wyoming import UtteranceError, biasing_text, resolve_wyoming_language

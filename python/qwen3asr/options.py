@@ -93,6 +93,10 @@ class TranscribeOptions:
     # for files, off for streams (a stream's text must come quickly) and when on_text streams
     # the text out as it is generated (printed text cannot be taken back).
     fallback: Optional[bool] = None
+    # Final passes (streams): each finished piece of speech (the chunks between two pauses, VAD
+    # speech ends or the stream's ends) is decoded again in one pass when it fits one, and that
+    # text replaces the piece's streamed text (the streamed text stays a preview). None: off.
+    final_pass: Optional[bool] = None
     # -- output
     # Inverse text normalisation of finished text (spoken numbers as digits, qwen3asr.itn). Off
     # by default everywhere (API, CLI, servers): the text stays the model's own, as the official
@@ -138,7 +142,7 @@ class TranscribeOptions:
         elif self.vad is not None and self.vad is not False and not isinstance(self.vad, VADOptions):
             problems.append(f"vad must be None, True, False or a VADOptions (got {type(self.vad).__name__}); "
                             "pass a loaded SileroVAD model to create_stream(vad=...) instead")
-        for name in ("overlap", "fallback"):
+        for name in ("overlap", "fallback", "final_pass"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 problems.append(f"{name} must be True, False or None (got {v!r})")

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Which final transcript should the Wyoming server send: the stream's, or one pass over the utterance?
+"""Which final transcript should the Wyoming server send: the stream's, one pass over the
+utterance, or one pass over each finished piece of it (final passes)?
 
-For each bundled short command (and commands joined by pauses), the audio goes through the
-server's own PCM conversion (16 kHz 16-bit mono, and 44.1 kHz 16-bit stereo), then into a
-stream session in 100 ms pieces (as Home Assistant sends it) with several chunk sizes, and
-through one ``engine.transcribe`` pass. Prints, per setting, how many transcripts equal the
-reference and how many equal the one-pass text, and the work left after audio-stop (ms).
+For each bundled short command (and commands joined by pauses), or each utterance of a
+dataset split (``--manifest``, e.g. the test split of make_dataset.py), the audio goes through
+the server's own PCM conversion (16 kHz 16-bit mono, and 44.1 kHz 16-bit stereo), then into a
+stream session in 100 ms pieces (as Home Assistant sends it) with several chunk sizes, with
+and without final passes, and through one ``engine.transcribe`` pass. Prints, per setting, how
+many transcripts equal the reference and how many equal the one-pass text, and the work left
+after audio-stop (ms).
 
     python scripts/wyoming_finals.py [--model models/default] [--threads 2]
+    python scripts/wyoming_finals.py --manifest build/evaldata/test/manifest.jsonl --chunk-sizes 2
 """
 
 from __future__ import annotations
@@ -63,16 +67,37 @@ def server_pcm(pcm16, stereo_44k):
     return [conv.convert(data[i:i + step]) for i in range(0, len(data), step)] + [conv.flush()]
 
 
+def manifest_cases(path):
+    """(name, int16 16 kHz samples, reference) of every utterance with text in a dataset manifest."""
+    from qwen3asr import prepare_audio
+
+    base = os.path.dirname(os.path.abspath(path))
+    cases = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            item = json.loads(line)
+            if item["text"]:
+                x = prepare_audio(os.path.join(base, item["audio"]))
+                cases.append((item["audio"], np.clip(np.round(x * 32768), -32768, 32767).astype(np.int16),
+                              item["text"]))
+    return cases
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "default"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--manifest", default=None, help="a dataset manifest (jsonl) instead of the bundled clips")
+    ap.add_argument("--chunk-sizes", default=",".join(f"{c:g}" for c in CHUNK_SIZES))
+    ap.add_argument("--mono-only", action="store_true", help="only the 16 kHz mono format")
     args = ap.parse_args()
     from qwen3asr import Qwen3ASREngine
 
+    chunk_sizes = [float(c) for c in args.chunk_sizes.split(",") if c.strip()]
     engine = Qwen3ASREngine(args.model, backend="onnx", threads=args.threads)
-    cases = load_cases(os.path.join(ROOT, "audio"))
-    for stereo in (False, True):
+    cases = manifest_cases(args.manifest) if args.manifest else load_cases(os.path.join(ROOT, "audio"))
+    joined = 0 if args.manifest else len(JOINED)
+    for stereo in (False,) if args.mono_only else (False, True):
         rows = {}
         for name, pcm16, ref in cases:
             pieces = server_pcm(pcm16, stereo)
@@ -80,16 +105,17 @@ def main() -> int:
             t0 = time.perf_counter()
             one = engine.transcribe(whole, one_pass=True).text
             rows.setdefault("one pass", []).append((one == ref, True, (time.perf_counter() - t0) * 1000, name, one))
-            for cs in CHUNK_SIZES:
-                s = engine.create_stream(chunk_size=cs)
-                for p in pieces:
-                    s.feed_audio(p)
-                t0 = time.perf_counter()
-                text = s.finish().text
-                rows.setdefault(f"stream {cs:g} s", []).append(
-                    (text == ref, text == one, (time.perf_counter() - t0) * 1000, name, text))
+            for cs in chunk_sizes:
+                for final in (False, True):
+                    s = engine.create_stream(chunk_size=cs, final_pass=final)
+                    for p in pieces:
+                        s.feed_audio(p)
+                    t0 = time.perf_counter()
+                    text = s.finish().text
+                    rows.setdefault(f"{'pieces' if final else 'stream'} {cs:g} s", []).append(
+                        (text == ref, text == one, (time.perf_counter() - t0) * 1000, name, text))
         print(f"\n{'44.1 kHz 16-bit stereo' if stereo else '16 kHz 16-bit mono'}, sent in 100 ms chunks "
-              f"({len(cases)} utterances: {len(cases) - len(JOINED)} commands, {len(JOINED)} joined by "
+              f"({len(cases)} utterances: {len(cases) - joined} commands, {joined} joined by "
               f"{GAP_S:g} s pauses)")
         print(f"{'final text':<14} {'= reference':>12} {'= one pass':>11} {'after-stop ms (mean)':>21}")
         for key, r in rows.items():

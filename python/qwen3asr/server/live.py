@@ -4,7 +4,8 @@ Protocol (docs/serving.md has the full description):
 
 client -> server
   1. a JSON text message ``{"type": "start", "sample_rate": 16000, "format": "s16le"|"f32le",
-     "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false, "words": false}``
+     "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false, "words": false,
+     "final_pass": true}``
   2. binary messages: mono PCM in that format and rate (any length, whole samples)
   3. ``{"type": "stop"}``: no more audio
 server -> client (JSON text messages)
@@ -14,8 +15,10 @@ server -> client (JSON text messages)
   batch: the whole unstable tail (replace the previous one), ``received_seconds`` the audio
   received when it was decoded (input seconds);
   ``{"type": "segment", "start": s, "end": s, "text": ..., "language": ..., "words": [{"word",
-  "start", "end"}]}`` with ``"words": true``: each finished segment (a committed piece of
-  speech) with its word times, in stream seconds (the forced aligner);
+  "start", "end"}]}``: each finished segment, in stream seconds. With ``"final_pass": true``
+  (the default) a segment is a piece of speech that ended (at a pause, a VAD speech end or
+  stop), its text the one-pass decode of that piece, which replaces the committed pieces sent
+  for that span; ``words`` (with ``"words": true``) are its word times (the forced aligner);
   ``{"type": "final", "text": full, "language": ..., "segments": [...]}`` after stop (each
   segment with its ``words`` when asked for), then the server closes with 1000;
   ``{"type": "error", "code": ..., "message": ...}`` then a close with a code that says why.
@@ -74,6 +77,7 @@ class StartMessage:
     chunk_size: float = 1.0  # seconds per decoded chunk (StreamOptions.chunk_size)
     vad: bool = False  # decode only speech (Silero VAD)
     words: bool = False  # word timestamps: a "segment" message per finished segment, words in "final"
+    final_pass: bool = True  # each finished piece of speech decoded again in one pass (a "segment" message)
 
     @classmethod
     def parse(cls, text: str) -> "StartMessage":
@@ -81,7 +85,7 @@ class StartMessage:
         if msg.get("type") != "start":
             raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start", f"the first message must be "
                                     f"{{\"type\": \"start\", ...}}, got type {msg.get('type')!r}")
-        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words"}
+        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words", "final_pass"}
         unknown = sorted(set(msg) - known)
         if unknown:
             raise LiveProtocolError(CLOSE_INVALID, "unknown_field", f"unknown start field(s) {', '.join(unknown)}; "
@@ -106,8 +110,8 @@ class StartMessage:
             raise LiveProtocolError(CLOSE_INVALID, "invalid_chunk_size",
                                     f"chunk_size must be a number of seconds, got {chunk!r}")
         flags = {}
-        for name in ("vad", "words"):
-            flags[name] = msg.get(name, False)
+        for name in ("vad", "words", "final_pass"):
+            flags[name] = msg.get(name, getattr(cls, name))
             if not isinstance(flags[name], bool):
                 raise LiveProtocolError(CLOSE_INVALID, f"invalid_{name}",
                                         f"{name} must be true or false, got {flags[name]!r}")
@@ -149,8 +153,9 @@ class LiveStream:
         self.finish_reason: Optional[str] = None  # set when the server asks the stream to finish
         self.client = None
         self.chunks_sent = 0  # chunks decoded when the last tail message was sent
-        self.segments_sent = 0  # finished segments sent as "segment" messages (with words on)
+        self.segments_sent = 0  # finished segments sent as "segment" messages
         self.words = False
+        self.segment_messages = False  # with words or final passes
 
     def request_finish(self, reason: str) -> None:
         """Finish this stream as if the client had sent stop (shutdown)."""
@@ -218,16 +223,18 @@ async def _serve(stream: LiveStream) -> None:
     try:
         session = await rt.run(engine.create_stream, language=start.language, context=start.context,
                                chunk_size=start.chunk_size, vad=True if start.vad else None,
-                               word_timestamps=start.words, on_text=pieces.append, work=stream.client.work)
+                               word_timestamps=start.words, final_pass=start.final_pass, on_text=pieces.append,
+                               work=stream.client.work)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
     width, encoding = FORMATS[start.format]
     audio = PcmConverter(PcmFormat(start.sample_rate, width, 1, encoding))
     rt.live.add(stream)
     stream.words = start.words
+    stream.segment_messages = start.words or start.final_pass
     await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
                        "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad,
-                       "words": start.words})
+                       "words": start.words, "final_pass": start.final_pass})
     receiver = asyncio.ensure_future(_receive(stream, audio))
     try:
         await _decode(stream, session, audio, pieces)
@@ -340,9 +347,11 @@ def _segment(seg, words: bool) -> dict:
 
 
 async def _send_segments(stream: LiveStream, result) -> None:
-    """With words on: a "segment" message for every segment finished since the last one sent."""
-    if not stream.words:
+    """With words or final passes on: a "segment" message for every segment finished since the
+    last one sent (segments[:final_segments] of the session's result are final)."""
+    if not stream.segment_messages:
         return
-    for seg in result.segments[stream.segments_sent:]:
-        await stream.send({"type": "segment", **_segment(seg, True)})
-    stream.segments_sent = len(result.segments)
+    final = len(result.segments) if result.finished else result.final_segments
+    for seg in result.segments[stream.segments_sent:final]:
+        await stream.send({"type": "segment", **_segment(seg, stream.words)})
+    stream.segments_sent = max(stream.segments_sent, final)

@@ -5,6 +5,12 @@ decoder, so a character split across two chunks' tokens comes out whole; ids who
 character is still incomplete are *held* and complete the unstable tail's text. Each new
 committed piece goes to ``on_text`` once. A segment's end (VAD speech end, ``finish()``)
 flushes the decoder and may apply ITN to the segment's text.
+
+With final passes (TranscribeOptions.final_pass) a finished *piece* of speech (the chunks
+between two pauses, VAD speech ends or the stream's ends) gets its text from one decode of
+the whole piece, which replaces the piece's streamed text and its per-chunk segments
+(``finish_piece``): ``on_text`` has sent the streamed text, and ``final_segments`` tells which
+segments are final.
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ class CommittedText:
         self._done_text = ""  # text of closed segments
         self.text = ""  # join_text(_done_text, _run_text), kept up to date
         self.ids: List[int] = []  # every committed text id (language headers excluded)
-        self.segments: List[Segment] = []  # one per committed chunk with text
+        self.segments: List[Segment] = []  # one per committed chunk with text (one per finished piece
+        #                                    once its final pass replaced them)
+        self._piece_mark = 0  # where the open piece's text starts in _run_text
+        self.final_segments = 0  # segments before the open piece (final; the rest may be replaced)
 
     def commit(self, chunk: Chunk) -> None:
         """Commit a chunk that left the window: its text joins the open segment's. The official
@@ -67,6 +76,26 @@ class CommittedText:
             text = inverse_normalize(text, language)
         self._done_text = self.text = join_text(self._done_text, text)
         self._run_text = ""
+        self._piece_mark = 0
+
+    def mark_piece(self) -> None:
+        """The open piece ends here with its streamed text and segments kept as they are (final)."""
+        self._piece_mark = len(self._run_text)
+        self.final_segments = len(self.segments)
+
+    def piece_segments(self) -> List[Segment]:
+        """The open piece's (per-chunk) segments."""
+        return self.segments[self.final_segments:]
+
+    def finish_piece(self, text: str, segment: Optional[Segment]) -> None:
+        """The open piece ends with ``text`` (its one-pass decode, raw) in place of its streamed
+        text, and ``segment`` (None when the text is empty) in place of its per-chunk segments."""
+        self._run_text = join_text(self._run_text[:self._piece_mark], text.strip())
+        del self.segments[self.final_segments:]
+        if segment is not None:
+            self.segments.append(segment)
+        self.text = join_text(self._done_text, self._run_text)
+        self.mark_piece()
 
     def tail_text(self, tail_ids: List[int]) -> str:
         """The text of the window's ``tail_ids``, completing a character the committed text ends inside."""

@@ -50,6 +50,7 @@ class StreamStats:
     chunks: int
     fallback_tries: int = 0  # decoder runs made again with the fallback settings
     loops: int = 0  # decoder runs the loop guard stopped
+    final_passes: int = 0  # finished pieces decoded again in one pass (TranscribeOptions.final_pass)
 
     @property
     def encoded_fraction(self) -> float:
@@ -91,6 +92,9 @@ class StreamResult:
     finished: bool  # finish() was called; the tail is then empty
     truncated: bool = False  # some chunk ran out of max_new_tokens
     token_ids: tuple = ()  # committed text token ids, all segments (language headers excluded)
+    # segments[:final_segments] are final; with final passes, the open piece's per-chunk segments
+    # after them are replaced by one segment when the piece ends
+    final_segments: int = 0
 
     @property
     def text(self) -> str:

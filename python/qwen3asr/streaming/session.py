@@ -36,6 +36,7 @@ from ..audio import SAMPLE_RATE, PcmChecker
 from ..mel import HOP_LENGTH as HOP
 from ..mel import LEFT_CONTEXT, LOOKAHEAD
 from ..options import TranscribeOptions
+from ..results import Segment
 from ..vad import WINDOW_SAMPLES, SileroVAD, SpeechEnd, SpeechStart, VADStream
 from ..work import NO_WORK, Work
 from .committed import CommittedText
@@ -46,6 +47,10 @@ from .window import Chunk, DecoderWindow, positions_needed
 logger = logging.getLogger(__name__)
 
 PREROLL_SECONDS = 10.0  # audio kept while waiting for a VAD speech start (reported late)
+# A piece of speech (the chunks between two pauses) longer than this keeps its streamed text
+# instead of a final pass, so a stream never keeps more audio than this for it; caption
+# segments and voice commands are far shorter.
+FINAL_PASS_MAX_SECONDS = 60.0
 
 
 class StreamSession:
@@ -88,6 +93,11 @@ class StreamSession:
         # word timestamps: each committed segment is aligned on its audio (the aligner loads now,
         # so a missing one is an error here rather than at the first commit)
         self._aligner = engine.aligner if o.word_timestamps else None
+        # final passes: each finished piece is decoded again in one pass (qwen3asr.streaming.committed)
+        self._final = bool(o.final_pass)
+        self._one_pass = dataclasses.replace(o, one_pass=True, chunk_size=None, vad=False, max_chunks=None,
+                                             max_new_tokens=None, rollback_tokens=None, itn=False, final_pass=False,
+                                             fallback=o.fallback)
         self._unaligned: set = set()  # languages warned about (no words for them)
         self._window = DecoderWindow(engine.tokenizer, o.memory_num, o.rollback_tokens, o.unfixed_chunks)
         self._text = CommittedText(engine.tokenizer, on_text)
@@ -107,6 +117,10 @@ class StreamSession:
         self._buf_start = 0
         self._seg_start: Optional[int] = None if self._vad is not None else 0
         self._next: Optional[int] = self._seg_start  # start of the next chunk to cut
+        self._piece_start: Optional[int] = self._seg_start  # where the open piece of speech began
+        self._piece_ok = True  # the open piece is short enough for its final pass (its audio is kept)
+        self._in_unit = False  # inside a unit of model work (_run): a final pass needs no unit of its own
+        self._final_passes = 0
         self._window.clear()
         self._window.new_segment()
         self._text.reset()
@@ -161,11 +175,13 @@ class StreamSession:
         t = self._text
         return StreamResult(committed=t.text, tail=t.tail_text(self._window.tail_ids()), language=self._language,
                             segments=tuple(t.segments), stats=self.stats(), chunks=tuple(self._chunks),
-                            finished=self._finished, truncated=self._truncated, token_ids=tuple(t.ids))
+                            finished=self._finished, truncated=self._truncated, token_ids=tuple(t.ids),
+                            final_segments=len(t.segments) if not self._final else t.final_segments)
 
     def stats(self) -> StreamStats:
         return StreamStats(audio_seconds=self._pos / SAMPLE_RATE, encoded_seconds=self._encoded / SAMPLE_RATE,
-                           vad_ms=self._vad_ms, chunks=len(self._chunks), **self._totals)
+                           vad_ms=self._vad_ms, chunks=len(self._chunks), final_passes=self._final_passes,
+                           **self._totals)
 
     # ------------------------------------------------------------------ input
     def _audio(self, a: int, b: int) -> np.ndarray:
@@ -180,6 +196,11 @@ class StreamSession:
             keep = self._pos - int(PREROLL_SECONDS * SAMPLE_RATE)
         if self._aligner is not None and len(self._window):  # its chunks are aligned when committed
             keep = min(keep, self._window.chunks[0].start)
+        if self._final and self._piece_start is not None:
+            if self._pos - self._piece_start > FINAL_PASS_MAX_SECONDS * SAMPLE_RATE:
+                self._piece_ok = False  # too long to keep for its final pass: its streamed text stays
+            elif self._piece_ok:
+                keep = min(keep, self._piece_start)
         keep = max(keep, self._buf_start)
         if keep > self._buf_start:
             self._buf = self._buf[keep - self._buf_start:].copy()
@@ -192,7 +213,7 @@ class StreamSession:
                 start = max(ev.sample, self._buf_start)
                 if start != ev.sample:
                     logger.debug("speech start %d is older than the kept audio; starting at %d", ev.sample, start)
-                self._seg_start = self._next = start
+                self._seg_start = self._next = self._piece_start = start
                 self._window.new_segment()
             elif isinstance(ev, SpeechEnd) and self._seg_start is not None:
                 self._cut(final_end=ev.sample)
@@ -228,16 +249,23 @@ class StreamSession:
             self._run([self._prepare(self._next, self._next + n, last=True, right_edge=end)])
         self._next = end
         self._commit(self._window.clear())
+        self._finish_piece(end)
         self._text.close_segment(self.options.itn, self._language)
         self._window.new_segment()
         self._seg_start = None if self._vad is not None else end
 
     def _commit(self, chunks) -> None:
-        """Commit chunks that left the window; with word timestamps, align each new segment (a
-        committed chunk with text) on its own audio, which _trim keeps until then."""
+        """Commit chunks that left the window; with word timestamps (and no final pass, which
+        aligns the whole piece instead), align each new segment (a committed chunk with text) on
+        its own audio, which _trim keeps until then."""
         first = len(self._text.segments)
         for c in chunks:
             self._text.commit(c)
+        if not self._final:
+            self._align(first)
+
+    def _align(self, first: int) -> None:
+        """Words for the segments from index ``first`` on (with word timestamps on)."""
         if self._aligner is None:
             return
         for i in range(first, len(self._text.segments)):
@@ -252,6 +280,41 @@ class StreamSession:
             a, b = int(round(seg.start * SAMPLE_RATE)), int(round(seg.end * SAMPLE_RATE))
             words = self._aligner.align(self._audio(a, b), seg.text, lang, offset=seg.start)
             self._text.segments[i] = dataclasses.replace(seg, words=words)
+
+    def _finish_piece(self, end: int) -> None:
+        """The piece of speech since the last pause (or speech start) ends at sample ``end``:
+        with final passes on, its audio is decoded again in one pass and that text replaces the
+        piece's streamed text (when the piece has text, was short enough to keep and fits one
+        pass); else its per-chunk segments stay as they are."""
+        a, self._piece_start, ok = self._piece_start, end, self._piece_ok
+        self._piece_ok = True
+        if not self._final:
+            self._text.mark_piece()
+            return
+        first = self._text.final_segments
+        ok = ok and a is not None and HOP <= end - a <= FINAL_PASS_MAX_SECONDS * SAMPLE_RATE
+        pcm = self._audio(a, end) if ok else None
+        o = self._one_pass
+        limit = self.engine.bundle.one_pass_seconds  # the model's own one-pass limit, when it declares one
+        if pcm is not None and limit is not None and pcm.shape[0] > limit * SAMPLE_RATE:
+            pcm = None
+        if pcm is None or not self._text.piece_segments() or not self.engine.fits_one_pass(pcm, o):
+            self._align(first)  # the streamed text stays final: align it chunk by chunk
+            self._text.mark_piece()
+            return
+        if self._in_unit:
+            r = self.engine.transcribe(pcm, o)
+        else:
+            with self._work.unit():
+                r = self.engine.transcribe(pcm, o)
+        self._work.check()
+        self._final_passes += 1
+        t0 = a / SAMPLE_RATE
+        words = tuple(dataclasses.replace(w, start=round(w.start + t0, 3), end=round(w.end + t0, 3)) for w in r.words)
+        seg = (Segment(t0, end / SAMPLE_RATE, r.text, r.language, words, r.finish_reason) if r.text else None)
+        self._text.finish_piece(r.text, seg)
+        if r.language:
+            self._language = r.language
 
     def _full(self) -> bool:
         """True once max_chunks chunks are cut: no more audio is decoded."""
@@ -298,16 +361,20 @@ class StreamSession:
         overlap = self._overlap and len(chunks) > 1
         for i, chunk in enumerate(chunks):
             with self._work.unit():
-                if chunk.embeds is None:
-                    self._encode(chunk)
-                ahead = None
-                if overlap and i + 1 < len(chunks):
-                    ahead = self.engine.background(self._encode, chunks[i + 1])
+                self._in_unit = True
                 try:
-                    self._decode(chunk)
+                    if chunk.embeds is None:
+                        self._encode(chunk)
+                    ahead = None
+                    if overlap and i + 1 < len(chunks):
+                        ahead = self.engine.background(self._encode, chunks[i + 1])
+                    try:
+                        self._decode(chunk)
+                    finally:
+                        if ahead is not None:
+                            ahead.result()
                 finally:
-                    if ahead is not None:
-                        ahead.result()
+                    self._in_unit = False
 
     def _decode(self, chunk: Chunk) -> None:
         """Put the encoded chunk in the window and decode the window."""
@@ -318,6 +385,7 @@ class StreamSession:
             before = window.chunks[-2]
             if self._pauses.between(before.tail_db, chunk.head_db, chunk.speech_db):
                 self._commit(window.end_at_newest())
+                self._finish_piece(chunk.start)
         prefix = window.prefix()
         window.roll_back(prefix)
         in_text = o.language is not None or o.compact_prompt  # no language header to keep or split off

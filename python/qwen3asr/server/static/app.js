@@ -61,7 +61,7 @@ async function startLive() {
   $("tail").textContent = "";
   $("words").textContent = "";
   const state = { ws: null, ctx: null, media: null, node: null, ready: false, pending: [], stopped: false,
-                  sent: [] };
+                  sent: [], final: "", streamed: "" };
   live = state;
   try {
     state.media = await navigator.mediaDevices.getUserMedia(
@@ -107,12 +107,16 @@ async function startLive() {
       setStatus("listening");
       $("stop").disabled = false;
     } else if (m.type === "committed") {
-      const c = $("committed").textContent;
-      $("committed").textContent = joinText(c, m.text);
+      state.streamed += m.text;  // streamed text of the piece of speech still going on
+      $("committed").textContent = joinText(state.final, state.streamed);
     } else if (m.type === "tail") {
       $("tail").textContent = m.text;
     } else if (m.type === "segment") {
-      showWords($("words"), m.words, (s, e, el) => playSamples(state.sent, s, e, el));
+      // a finished piece: its final text replaces the streamed pieces sent for it
+      state.final = joinText(state.final, m.text);
+      state.streamed = "";
+      $("committed").textContent = state.final;
+      if (m.words) showWords($("words"), m.words, (s, e, el) => playSamples(state.sent, s, e, el));
     } else if (m.type === "final") {
       $("committed").textContent = m.text;
       $("tail").textContent = "";
@@ -131,8 +135,12 @@ async function startLive() {
 }
 
 function joinText(a, b) {
-  // Committed pieces carry their own spacing; the server's final text is authoritative.
-  return a + b;
+  // Committed pieces carry their own spacing; finished segments are joined with a space between
+  // two word characters (none next to CJK). The server's final text is authoritative.
+  if (!a || !b || /\s$/.test(a) || /^\s/.test(b)) return a + b;
+  const word = /[\p{L}\p{N}']/u, cjk = /[\u3000-\u9fff\uac00-\ud7af\uf900-\ufaff]/u;
+  const x = a[a.length - 1], y = b[0];
+  return word.test(x) && word.test(y) && !cjk.test(x) && !cjk.test(y) ? a + " " + b : a + b;
 }
 
 function releaseAudio(state) {

@@ -32,8 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--chunk-size", type=float, default=WyomingOptions.chunk_size,
                     help="stream chunk in seconds (default %(default)s)")
     ap.add_argument("--final", choices=FINALS, default=WyomingOptions.final,
-                    help="final transcript from the stream, or from one pass over the whole utterance when it fits "
-                         "the model's one-pass limit (default %(default)s; see docs/wyoming.md)")
+                    help="final transcript: one pass over each finished piece of the utterance (pieces), one "
+                         "pass over the whole utterance (one-pass), or the streamed text (stream); the one-pass "
+                         "kinds where the audio fits the model's one-pass limit (default %(default)s; "
+                         "docs/wyoming.md)")
     ap.add_argument("--zeroconf", action="store_true", help="advertise the server for Home Assistant discovery "
                                                             "(needs: pip install zeroconf)")
     ap.add_argument("-v", "--verbose", action="store_true", help="log each request")

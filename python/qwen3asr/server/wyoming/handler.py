@@ -18,7 +18,8 @@ One connection is one Wyoming client; Home Assistant connects once per utterance
   sent at once as ``transcript-chunk`` (pieces that concatenate to the transcript).
 - ``audio-stop``: the rest of the text as a last ``transcript-chunk``, the final
   ``transcript`` (always; empty text for silence), then ``transcript-stop``. The final text
-  is the stream's own (WyomingOptions.final="stream", chosen by measurement: docs/wyoming.md);
+  is one decode of each finished piece of the utterance (WyomingOptions.final="pieces", chosen
+  by measurement: docs/wyoming.md), or the stream's own (final="stream");
   with final="one-pass" it is one decode of the whole utterance when that fits the model's
   one-pass limit, the streamed pieces are then interim, and if the one-pass text does not
   continue them the ``transcript`` event is authoritative.
