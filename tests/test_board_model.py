@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from qwen3asr_tools import board_budget as bb
 from qwen3asr_tools import board_model as bm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -268,3 +269,99 @@ def test_cli_predicts_a_saved_accounting(tmp_path, capsys):
     assert capsys.readouterr().out.count("| hand | rk3576 |") == 2
     assert bm.main(["--accounting", str(path), "--prefill", "fast"]) == 2
     assert "accepted: published, rtf-fit" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- word timestamps: compute
+def test_encoder_widths_are_the_real_configs():
+    """The configs the ratio is counted from: Qwen3-ASR-0.6B's and Qwen3-ForcedAligner-0.6B's audio
+    towers (the random-checkpoint writer's "0.6b" and "fa-0.6b" presets)."""
+    keys = ("num_mel_bins", "downsample_hidden_size", "d_model", "encoder_layers", "encoder_attention_heads",
+            "encoder_ffn_dim", "output_dim", "n_window_infer")
+    assert [bb.ASR_AUDIO[k] for k in keys] == [128, 480, 896, 18, 14, 3584, 1024, 800]
+    assert [bb.ALIGNER_AUDIO[k] for k in keys] == [128, 480, 1024, 24, 16, 4096, 1024, 800]
+    # parameters as measured from the official classes (shared reference: 186.4 M and 316.4 M)
+    assert bb.encoder_params(bb.ASR_AUDIO) == 186_376_192
+    assert bb.encoder_params(bb.ALIGNER_AUDIO) == 316_427_904
+    assert bb.kv_bytes_per_position(bb.ASR_CONFIG["text_config"]) == 2 * 28 * 8 * 128 * 2
+
+
+def test_flop_ratio_from_the_configs():
+    """8 s graph, by hand: per chunk the stem 480*9*64*50 + 480*480*9*(32*25 + 16*13) MACs; per token
+    conv_out 7680*d, per layer 4d^2 + 2*d*ffn + 2*104*d, then d^2 + d*1024."""
+    def macs(d, layers, ffn):
+        stem = 480 * 9 * 64 * 50 + 480 * 480 * 9 * (32 * 25 + 16 * 13)
+        return 8 * stem + 104 * (7680 * d + layers * (4 * d * d + 2 * d * ffn + 2 * 104 * d) + d * d + d * 1024)
+
+    asr, al = macs(896, 18, 3584), macs(1024, 24, 4096)
+    assert bb.encoder_macs(bb.ASR_AUDIO, 8) == asr == 36_110_008_320
+    assert bb.encoder_macs(bb.ALIGNER_AUDIO, 8) == al
+    assert bb.encoder_flop_ratio() == pytest.approx(al / asr) == pytest.approx(1.3793, abs=1e-4)
+    # the ratio hardly depends on the graph size (attention is 2 % of a layer at 8 s)
+    assert all(abs(bb.encoder_flop_ratio(n) / bb.encoder_flop_ratio() - 1) < 1e-3 for n in (1, 2, 3, 4, 5))
+    # the conv stem is the same in both and 47 % of the ASR graph; without it the ratio is 1.71
+    assert bb.stem_share(bb.ASR_AUDIO) == pytest.approx(0.466, abs=1e-3)
+    assert bb.transformer_flop_ratio() == pytest.approx(1.710, abs=1e-3)
+    # parts: a merged graph is n front ends (stem + conv_out of one chunk) and one back end
+    for cfg in (bb.ASR_AUDIO, bb.ALIGNER_AUDIO):
+        for n in (2, 5, 8):
+            assert bb.part_macs(cfg, "merged", n) == n * bb.part_macs(cfg, "frontend") + bb.part_macs(cfg, "backend", n)
+    with pytest.raises(ValueError, match="n_chunks must be 1..8"):
+        bb.encoder_macs(bb.ASR_AUDIO, 9)
+    with pytest.raises(ValueError, match="accepted: merged, frontend, backend"):
+        bb.part_macs(bb.ASR_AUDIO, "stem")
+
+
+def test_mac_count_equals_torch_flop_counter_on_the_official_encoder():
+    """The count is what the official Qwen3ASRAudioEncoder computes (torch's FLOP counter: 2 per MAC;
+    eager attention, a clip of whole chunks within one window), and its parameter count is the
+    official module's, for a small config and the two real ones (on the meta device)."""
+    torch = pytest.importorskip("torch", reason="the official encoder is a torch module")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from qwen3asr_tools.official_ref import official_modules
+
+    try:
+        mods = official_modules()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    make = mods.configuration.Qwen3ASRAudioEncoderConfig
+    small = dict(num_mel_bins=128, d_model=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=96,
+                 downsample_hidden_size=24, output_dim=40, n_window=50, n_window_infer=800)
+    cfg = make(**small)
+    cfg._attn_implementation = "eager"  # the counter sees its matmuls (sdpa on the CPU is not counted)
+    enc = mods.modeling.Qwen3ASRAudioEncoder(cfg).eval()
+    assert sum(p.numel() for p in enc.parameters()) == bb.encoder_params(small)
+    for n in (1, 3, 8):
+        with FlopCounterMode(display=False) as fc, torch.no_grad():
+            enc(torch.randn(128, 100 * n), feature_lens=torch.tensor([100 * n]))
+        assert fc.get_total_flops() == 2 * bb.encoder_macs(small, n)
+    for real in (bb.ASR_AUDIO, bb.ALIGNER_AUDIO):
+        with torch.device("meta"):
+            big = mods.modeling.Qwen3ASRAudioEncoder(make(**real))
+        assert sum(p.numel() for p in big.parameters()) == bb.encoder_params(real)
+
+
+# ----------------------------------------------------------------------------- memory
+def test_memory_budget_arithmetic():
+    b = bb.memory_budget("rk3576", 500.0, (2, 8), (8,), baseline_mb=50.0, embed_rows=1000, asr_context=1000,
+                         aligner_context=500)
+    items = {i.name.split(" (")[0].split(",")[0]: (i.low_mb, i.high_mb) for i in b.items}
+    assert items["ASR RKNN encoder weights"] == pytest.approx((2 * 186_376_192 * 2 / 1e6,) * 2)
+    assert items["aligner RKNN encoder weights"] == pytest.approx((316_427_904 * 2 / 1e6,) * 2)
+    # buffers reused: the stem's first two fp16 outputs, n x 480 x (64 x 50 + 32 x 25) x 2 bytes
+    assert items["ASR RKNN encoder activations"][0] == pytest.approx((2 + 8) * 480 * 4000 * 2 / 1e6)
+    assert items["aligner RKNN encoder activations"][0] == pytest.approx(8 * 480 * 4000 * 2 / 1e6)
+    handles = [(i.low_mb, i.high_mb) for i in b.items if i.name.startswith("RKLLM handle")]
+    assert handles == [pytest.approx((500.0, 500.0 + 114688 * 1000 / 1e6)),  # ASR decoder, fp16 KV of 1000
+                       pytest.approx((500.0, 500.0 + 114688 * 500 / 1e6))]  # the aligner's LLM
+    assert items["host embedding rows"] == pytest.approx((2 * 1000 * 4096 / 1e6, 2 * 2 * 1000 * 4096 / 1e6))
+    assert items["aligner head 5000 x 1024 + final norm"] == pytest.approx(((5000 * 1024 + 1024) * 4 / 1e6,) * 2)
+    assert b.low_mb == pytest.approx(sum(i.low_mb for i in b.items))
+    assert b.available_mb == pytest.approx(4 * 1024 ** 3 / 1e6 - 800)
+    assert b.fits == (b.high_mb <= b.available_mb)
+    shared = bb.memory_budget("rk3576", 500.0, (2, 3, 4, 5, 8), (2, 3, 4, 5, 8), 50.0, 1000, shared_weights=True)
+    w = {i.name: i.low_mb for i in shared.items}
+    assert w["ASR RKNN encoder weights"] == pytest.approx(186_376_192 * 2 / 1e6)
+    alone = bb.memory_budget("rk3588", 791.11, (4, 8), (), 50.0, 1000)
+    assert not any("aligner" in i.name for i in alone.items)
+    assert sum("RKLLM" in i.name for i in alone.items) == 1
