@@ -305,6 +305,7 @@ def test_flop_ratio_from_the_configs():
     for cfg in (bb.ASR_AUDIO, bb.ALIGNER_AUDIO):
         for n in (2, 5, 8):
             assert bb.part_macs(cfg, "merged", n) == n * bb.part_macs(cfg, "frontend") + bb.part_macs(cfg, "backend", n)
+    assert dict(bm.ALIGNER_ENCODER_SCALE)["merged"] == bb.encoder_flop_ratio()
     with pytest.raises(ValueError, match="n_chunks must be 1..8"):
         bb.encoder_macs(bb.ASR_AUDIO, 9)
     with pytest.raises(ValueError, match="accepted: merged, frontend, backend"):
@@ -341,6 +342,77 @@ def test_mac_count_equals_torch_flop_counter_on_the_official_encoder():
         assert sum(p.numel() for p in big.parameters()) == bb.encoder_params(real)
 
 
+def test_aligner_unit_costs_scale_the_asr_table():
+    c = bm.unit_costs("rk3576")
+    ratio = bb.encoder_flop_ratio()
+    assert [c.aligner_graph_ms("merged", s) for s in (2, 4, 8)] == pytest.approx(
+        [302 * ratio, 499 * ratio, (643 + 3 * 144) * ratio])
+    assert c.aligner_graph_ms("frontend", 1) == pytest.approx(60 * bb.part_flop_ratio("frontend"))
+    assert bm.unit_costs("rk3588").aligner_graph_ms("merged", 4) == pytest.approx(499 * ratio)
+    assert c.head_ms(10) == pytest.approx(10 * 2 * 1024 * 5000 / 5e9 * 1000)  # 5 GFLOP/s assumed
+    assert "aligner encoder" in dict(c.sources) and "aligner head" in dict(c.sources)
+    with pytest.raises(ValueError, match="head_gflops must be a finite number > 0"):
+        dataclasses.replace(COSTS, head_gflops=0.0)
+    with pytest.raises(ValueError, match="aligner_scale needs a factor > 0 for each of merged, frontend, backend"):
+        dataclasses.replace(COSTS, aligner_scale=(("merged", 1.4),))
+
+
+# ----------------------------------------------------------------------------- word timestamps: arithmetic
+WORD_COSTS = dataclasses.replace(COSTS, aligner_scale=(("merged", 2.0), ("frontend", 1.0), ("backend", 1.5)),
+                                 head_gflops=1.024)  # 10 ms per slot row
+
+
+def _with_words(live: bool = True) -> bm.Accounting:
+    """_hand_built with two alignments: chunk A's segment before chunk B's decoder run, chunk B's
+    after the last run (at finish)."""
+    return dataclasses.replace(_hand_built(live), alignments=(
+        bm.AlignWork(start=0.0, end=4.0, ready=4.0, after_runs=1, graphs=(("merged", 4.0),), positions=50, slots=4),
+        bm.AlignWork(start=4.0, end=8.0, ready=8.0, after_runs=3, graphs=(("merged", 2.0), ("merged", 2.0)),
+                     positions=30, slots=2)))
+
+
+def test_alignment_costs_of_a_hand_built_accounting():
+    acc = _with_words()
+    # A1: 2 x 500 + 50 / 100 tok/s + 4 slots x 10 + 10 = 1550 ms; A2: 2 x 2 x 300 + 300 + 20 + 10 = 1530 ms
+    assert [bm.align_costs(a, WORD_COSTS) for a in acc.alignments] == [
+        pytest.approx((1000, 500, 40, 10)), pytest.approx((1200, 300, 20, 10))]
+    p = bm.predict(acc, WORD_COSTS)
+    assert p.align_s == pytest.approx(3.08)
+    assert p.wall_s == pytest.approx(6.48 + 3.08)  # serial: the transcription's 6.48 s plus both
+    assert bm.predict(acc.without_words(), WORD_COSTS).wall_s == pytest.approx(6.48)
+    # live: B ready 8 -> encoder 8.5, A1 until 10.05, B's decoder until 13.06; C waits: 13.51 -> 14.02;
+    # A2 after C: 15.55
+    assert [c.latency_s for c in p.per_chunk] == pytest.approx([2.01, 5.06, 5.02])
+    assert [a.latency_s for a in p.per_align] == pytest.approx([10.05 - 4.0, 15.55 - 8.0])
+    assert (p.words_latency_median_s, p.words_latency_max_s) == pytest.approx((6.8, 7.55))
+    assert p.per_align[0].total_ms == pytest.approx(1550)
+
+
+def test_alignments_run_in_the_decoder_stage_with_overlap():
+    p = bm.predict(_with_words(), WORD_COSTS, overlap=True)
+    # C's encoder runs 9.0-9.45 during A1 + B's decoder (8.5-13.06); C's decoder 13.06-13.57; A2 until 15.10
+    assert [c.latency_s for c in p.per_chunk] == pytest.approx([2.01, 5.06, 4.57])
+    assert [a.latency_s for a in p.per_align] == pytest.approx([6.05, 15.10 - 8.0])
+    # offline: decoders 0.5-2.01, A1 2.01-3.56, B 3.56-6.57, C 6.57-7.08, A2 7.08-8.61
+    assert bm.predict(_with_words(live=False), WORD_COSTS, overlap=True).wall_s == pytest.approx(8.61)
+
+
+def test_accounting_with_alignments_round_trips_and_checks_them():
+    acc = _with_words()
+    assert bm.Accounting.from_dict(json.loads(json.dumps(acc.to_dict()))) == acc
+    d = acc.to_dict()
+    del d["alignments"][0]["slots"]
+    with pytest.raises(ValueError, match="alignment 0 is missing slots; alignment fields: start, end, ready"):
+        bm.Accounting.from_dict(d)
+    d = acc.to_dict()
+    d["alignments"][1]["graphs"] = [["conv", 2.0]]
+    with pytest.raises(ValueError, match="alignment 1: bad encoder graph"):
+        bm.Accounting.from_dict(d)
+    with pytest.raises(ValueError, match=r"after_runs must be ascending in 0..3 \(the chunks\), got \[1, 4\]"):
+        dataclasses.replace(acc, alignments=(acc.alignments[0], dataclasses.replace(acc.alignments[1], after_runs=4)))
+    assert bm.Accounting.from_dict(_hand_built().to_dict()).alignments == ()  # older files have none
+
+
 # ----------------------------------------------------------------------------- memory
 def test_memory_budget_arithmetic():
     b = bb.memory_budget("rk3576", 500.0, (2, 8), (8,), baseline_mb=50.0, embed_rows=1000, asr_context=1000,
@@ -365,3 +437,68 @@ def test_memory_budget_arithmetic():
     alone = bb.memory_budget("rk3588", 791.11, (4, 8), (), 50.0, 1000)
     assert not any("aligner" in i.name for i in alone.items)
     assert sum("RKLLM" in i.name for i in alone.items) == 1
+
+
+# ----------------------------------------------------------------------------- word timestamps: real runs
+@pytest.fixture(scope="module")
+def engine_words():
+    """The bundled model with a random-weight official aligner (only its counts are used)."""
+    pytest.importorskip("torch", reason="the random aligner checkpoint is built with the official code (torch)")
+    import bundles
+    from qwen3asr import Qwen3ASREngine
+
+    with Qwen3ASREngine(MODEL, backend="onnx", threads=1, aligner=bundles.aligner_bundle()[1]) as e:
+        yield e
+
+
+def _expected_rows(engine, pcm, start, end, text, language):
+    """(positions, slots) of the aligner's one pass over the segment, from the aligner itself."""
+    a, b = int(round(start * 16000)), int(round(end * 16000))
+    inp = engine.aligner.prepare(pcm[a:b], text, language)
+    return len(inp.embeds), len(inp.rows)
+
+
+def test_recorded_alignments_are_what_the_aligner_computes(engine_words, long_pcm):
+    from qwen3asr.encoder import CHUNK_FRAMES
+
+    pcm = long_pcm[:16000 * 11]
+    acc, r = bm.record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None, word_timestamps=True)
+    plain, _ = bm.record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None)
+    assert acc.chunks == plain.chunks  # aligning changes nothing in the transcription's work
+    worded = [s for s in r.segments if s.words]
+    assert len(acc.alignments) == len(worded) > 0
+    for a, seg in zip(acc.alignments, worded):
+        assert (a.start, a.end) == pytest.approx((seg.start, seg.end), abs=1e-4)
+        assert (a.positions, a.slots) == _expected_rows(engine_words, pcm, seg.start, seg.end, seg.text, seg.language)
+        assert a.words == len(seg.words)
+        frames = (a.end - a.start) * 100
+        assert a.graphs == (("merged", float(min(v for v in (2, 3, 4, 5, 8) if v * CHUNK_FRAMES >= frames - 1))),)
+        # committed when the window moved on (memory 2): before the run of a later chunk, or at finish
+        chunk = [i for i, c in enumerate(acc.chunks) if abs(c.end - a.end) < 1e-3][0]
+        assert chunk < a.after_runs <= len(acc.chunks) and a.ready == acc.chunks[chunk].ready
+    # the wrappers are gone
+    al = engine_words.aligner
+    assert "decode" not in vars(engine_words) and "align" not in vars(al)
+    assert type(al.encoder.runner).__name__ != "_GraphLog" and type(al.scorer).__name__ != "_Counted"
+
+
+def test_one_pass_alignment_comes_after_the_run(engine_words):
+    from qwen3asr.audio import prepare_audio
+
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "en_1.wav"))
+    acc, t = bm.record_one_pass(engine_words, pcm, "en_1", word_timestamps=True)
+    (a,) = acc.alignments
+    assert a.after_runs == 1 and (a.start, a.end) == pytest.approx((0.0, pcm.shape[0] / 16000))
+    assert a.graphs == (("merged", 2.0),) and a.slots == 2 * len(t.words)
+    assert (a.positions, a.slots) == _expected_rows(engine_words, pcm, 0.0, a.end, t.segments[0].text, t.language)
+    costs = bm.unit_costs("rk3576")
+    assert bm.predict(acc, costs).wall_s == pytest.approx(
+        bm.predict(acc.without_words(), costs).wall_s + sum(bm.align_costs(a, costs)) / 1000)
+
+
+def test_file_alignments_follow_the_vad_segments(engine_words, long_pcm):
+    pcm = long_pcm[:16000 * 20]
+    acc, r = bm.record_file(engine_words, pcm, "20 s", word_timestamps=True)
+    assert len(acc.alignments) == sum(1 for s in r.segments if s.words) > 1
+    assert all(a.ready == 0.0 for a in acc.alignments) and not acc.live
+    assert [a.after_runs for a in acc.alignments] == sorted(a.after_runs for a in acc.alignments)
