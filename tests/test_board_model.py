@@ -12,6 +12,7 @@ import pytest
 
 from qwen3asr_tools import board_budget as bb
 from qwen3asr_tools import board_model as bm
+from qwen3asr_tools import board_words as bw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "default")
@@ -413,6 +414,25 @@ def test_accounting_with_alignments_round_trips_and_checks_them():
     assert bm.Accounting.from_dict(_hand_built().to_dict()).alignments == ()  # older files have none
 
 
+def test_with_sizes_runs_each_graph_on_the_smallest_loaded_variant():
+    acc = bw.with_sizes(_with_words(), asr_sizes=(4, 8), aligner_sizes=(8,))
+    assert [c.graphs for c in acc.chunks] == [(("merged", 4.0),), (("merged", 4.0),),
+                                              (("frontend", 1.0), ("backend", 4.0))]
+    assert [a.graphs for a in acc.alignments] == [(("merged", 8.0),), (("merged", 8.0), ("merged", 8.0))]
+    assert bw.with_sizes(_with_words()) == _with_words()
+    with pytest.raises(ValueError, match="used a 4 s ASR encoder graph, but the largest loaded size is 3 s; keep 8 s"):
+        bw.with_sizes(_with_words(), asr_sizes=(2, 3))
+
+
+def test_case_time_ratio_and_added_time():
+    case = bw.Case("hand", (_with_words(),), (_hand_built(),), live=True)
+    t = bw.case_time(case, WORD_COSTS)
+    assert t["ratio"] == pytest.approx(9.56 / 6.48)
+    assert t["align_per_s"] == pytest.approx(3.08 / 9.0)
+    assert (t["rtf_alone"], t["rtf_words"]) == pytest.approx((6.48 / 9, 9.56 / 9))
+    assert t["latency_words"] == pytest.approx((5.04, 5.06)) and t["words_latency"] == pytest.approx((6.8, 7.55))
+
+
 # ----------------------------------------------------------------------------- memory
 def test_memory_budget_arithmetic():
     b = bb.memory_budget("rk3576", 500.0, (2, 8), (8,), baseline_mb=50.0, embed_rows=1000, asr_context=1000,
@@ -437,6 +457,32 @@ def test_memory_budget_arithmetic():
     alone = bb.memory_budget("rk3588", 791.11, (4, 8), (), 50.0, 1000)
     assert not any("aligner" in i.name for i in alone.items)
     assert sum("RKLLM" in i.name for i in alone.items) == 1
+
+
+def test_default_load_does_not_fit_a_4_gb_board():
+    """Every variant of both models: ten fp16 .rknn files, 5.0 GB of weights alone."""
+    for soc, b in bw.budgets(bw.CHOICES[0], baseline_mb=50.0, embed_rows=1000).items():
+        assert b.low_mb > b.available_mb
+        weights = sum(i.low_mb for i in b.items if "weights" in i.name)
+        assert weights == pytest.approx(5 * (186_376_192 + 316_427_904) * 2 / 1e6)
+        assert [i for i in b.items if "RKLLM" in i.name][0].low_mb == bm.RKLLM_MEMORY_MB[soc]
+
+
+def test_recommendation_rule():
+    def row(label, today, fits, ratio, rtf):
+        soc = {"fits_low": fits, "fits": False, "low_mb": 1.0, "high_mb": 2.0,
+               "times": {"file": {"ratio": ratio}, "clips": {"ratio": 1.5}, "joined": {"rtf_words": rtf}}}
+        return {"choice": {"label": label, "how": label, "today": today}, "socs": {s: soc for s in bm.SOCS}}
+
+    rows = [row("too big", True, False, 1.5, 0.3), row("slow stream", True, True, 1.9, 0.8),
+            row("fast stream", True, True, 1.9, 0.6), row("over the goal", True, True, 2.5, 0.4),
+            row("new option", False, True, 1.8, 0.5)]
+    rec = bw.recommend(rows, ("file", "clips"), "joined")
+    assert rec["rk3576"]["today"]["label"] == "fast stream" and rec["rk3576"]["today"]["goal"]
+    assert rec["rk3588"]["any"]["label"] == "new option"
+    rec = bw.recommend([rows[0], rows[3], row("worse", True, True, 3.0, 0.2)], ("file", "clips"), "joined")
+    assert rec["rk3576"]["today"]["label"] == "over the goal" and not rec["rk3576"]["today"]["goal"]
+    assert bw.recommend([rows[0]], ("file",), "joined")["rk3576"]["today"] is None
 
 
 # ----------------------------------------------------------------------------- word timestamps: real runs
@@ -502,3 +548,19 @@ def test_file_alignments_follow_the_vad_segments(engine_words, long_pcm):
     assert len(acc.alignments) == sum(1 for s in r.segments if s.words) > 1
     assert all(a.ready == 0.0 for a in acc.alignments) and not acc.live
     assert [a.after_runs for a in acc.alignments] == sorted(a.after_runs for a in acc.alignments)
+
+
+def test_words_section_of_the_report(capsys):
+    """board_words.build and print_section on hand-built runs (the script feeds them real ones)."""
+    w = bw.build("hand", _with_words(live=False), _hand_built(live=False), _with_words(), _with_words(),
+                 [_with_words(live=False)], baseline_mb=50.0, embed_rows=100, aligner="A")
+    rows = {(t["case"], t["soc"], t["overlap"]): t for t in w["time"]}
+    assert rows[("file", "rk3576", False)]["ratio"] == pytest.approx(
+        bw.case_time(bw.Case("", (_with_words(False),), (_hand_built(False),)), bm.unit_costs("rk3576"))["ratio"])
+    assert set(w["recommendation"]) == set(bm.SOCS) and w["memory"]["choices"][0]["choice"]["label"] == "defaults"
+    assert w["graphs_used"]["aligner"]["short clips"] == {"merged 2 s": 2, "merged 4 s": 1}
+    bw.print_section(w)
+    out = capsys.readouterr().out
+    assert "Recommendation for a 4 GB board" in out and "- rk3588, with today's options:" in out
+    bw.print_section(None)
+    assert "No aligner: run with --aligner DIR" in capsys.readouterr().out

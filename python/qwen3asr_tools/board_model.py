@@ -2,6 +2,7 @@
 """Board cost model: predicted wall time, RTF and caption latency on RK3576 / RK3588.
 
     PYTHONPATH=python .venv/bin/python scripts/board_model.py --model models/default --json build/board_model.json
+    ... --aligner DIR   # with word timestamps and memory (board_words; docs/board.md section 8)
 
 The model multiplies the compute accounting of a REAL run of our engine (any backend: per
 chunk the encoder graphs run, the decoder's prefill tokens and decode steps, and when the
@@ -885,11 +886,15 @@ def _load_audio(path: str):
     return prepare_audio(path)
 
 
-def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
-    """All runs and predictions of docs/board.md "Cost model" (runs the engine on the CPU backend)."""
+def build_report(model: str, audio: str, threads: Optional[int] = None, aligner: Optional[str] = None) -> dict:
+    """All runs and predictions of docs/board.md "Cost model" (runs the engine on the CPU backend).
+    With an aligner (``aligner``, else the engine's default one), the file and stream runs are
+    made with word timestamps and the report gains the "words" section (board_words); without,
+    r["words"] is None."""
     from qwen3asr import Qwen3ASREngine
 
-    engine = Qwen3ASREngine(model, backend="onnx", threads=threads)
+    engine = Qwen3ASREngine(model, backend="onnx", threads=threads, aligner=aligner)
+    words = engine.aligner_dir is not None
     pcm = _load_audio(audio)
     name = os.path.basename(audio)
     joined = joined_speech(pcm, name)
@@ -938,10 +943,24 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
 
     # 2. our defaults: files (one pass; VAD-first 30 s, memory 2, rollback 5), streams (4 s,
     #    memory 2, rollback 2, pause rules), on the clip and on continuous speech
-    ours = [record_one_pass(engine, pcm, f"file, one pass, {name}")[0],
-            record_file(engine, pcm, f"file, VAD-first, {name}")[0],
-            record_stream(engine, pcm, f"stream defaults, {name}")[0],
-            record_stream(engine, joined, "stream defaults, continuous speech")[0]]
+    #    (with an aligner these runs align every segment: their ASR work is the same, the
+    #    alignments are left out here and predicted in the "words" section)
+    with contextlib.ExitStack() as stack:
+        every = stack.enter_context(align_log(engine)) if words else None  # distinct rows over all runs
+        one_pass = record_one_pass(engine, pcm, f"file, one pass, {name}")[0]
+        with_words = [record_file(engine, pcm, f"file, VAD-first, {name}", word_timestamps=words)[0],
+                      record_stream(engine, pcm, f"stream defaults, {name}", word_timestamps=words)[0],
+                      record_stream(engine, joined, "stream defaults, continuous speech", word_timestamps=words)[0]]
+        clips: List[Accounting] = []
+        if words:
+            from . import REPO_ROOT, board_budget, board_words
+
+            clips = board_words.clip_runs(engine, os.path.join(REPO_ROOT, "audio"))
+            r["words"] = board_words.build(name, with_words[0], one_pass, *with_words[1:], clips,
+                                           board_budget.import_rss_mb(), len(every.rows), engine.aligner_dir)
+        else:
+            r["words"] = None
+    ours = [one_pass] + [a.without_words() for a in with_words]
     r["defaults"] = []
     for a in ours:
         row = {"run": a.label}
@@ -974,8 +993,8 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
                     "fitted_rtf_overlap": predict(a, costs[FITTED], True).rtf,
                     "rate_for": {f"{t:.2f}_{'overlap' if ov else 'serial'}": rate_needed(a, costs["rk3576"], t, ov)
                                  for t in (0.30, 0.25) for ov in (False, True)}})
-    r["accountings"] = {a.label: a.to_dict() for a in list(calib.values()) + list(calib_joined.values()) + ours
-                        + grid_accs}
+    r["accountings"] = {a.label: a.to_dict() for a in list(calib.values()) + list(calib_joined.values())
+                        + [one_pass] + with_words + clips + grid_accs}
     r["summaries"] = [accounting_summary(a) for a in list(calib.values()) + list(calib_joined.values()) + ours
                       + grid_accs]
     return r
@@ -1052,6 +1071,9 @@ def _print_report(r: dict) -> None:
     print("\n## Accountings (bundled model on the CPU: only these counts feed the model)\n")
     for s in r["summaries"]:
         print("-", s)
+    from . import board_words
+
+    board_words.print_section(r.get("words"))
 
 
 def main(argv=None) -> int:
@@ -1060,6 +1082,8 @@ def main(argv=None) -> int:
     ap.add_argument("--audio", default="audio/long_mixed.wav", help="clip with speech segments in "
                     "audio/transcripts.json (default %(default)s)")
     ap.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
+    ap.add_argument("--aligner", default=None, help="forced-aligner bundle whose runs give the word-timestamp counts "
+                    "(default: $QWEN3ASR_ALIGNER, else the bundled demo aligner; none: no word-timestamp section)")
     ap.add_argument("--accounting", help="instead: predict a saved accounting (JSON from --json or bench_board.py)")
     ap.add_argument("--soc", default="rk3576", help=f"with --accounting: {', '.join(SOCS)}")
     ap.add_argument("--prefill", default="published", help="with --accounting: the decoder prefill rate, "
@@ -1082,7 +1106,7 @@ def main(argv=None) -> int:
             print("error: the qwen3asr package is not importable: run with PYTHONPATH=python or after "
                   "pip install -e .", file=sys.stderr)
             return 2
-        report = build_report(args.model, args.audio, args.threads)
+        report = build_report(args.model, args.audio, args.threads, args.aligner)
     except (ValueError, OSError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
