@@ -10,7 +10,9 @@ import os
 
 import pytest
 
+from qwen3asr_tools import board_budget as bb
 from qwen3asr_tools import board_model as bm
+from qwen3asr_tools import board_words as bw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "default")
@@ -268,3 +270,297 @@ def test_cli_predicts_a_saved_accounting(tmp_path, capsys):
     assert capsys.readouterr().out.count("| hand | rk3576 |") == 2
     assert bm.main(["--accounting", str(path), "--prefill", "fast"]) == 2
     assert "accepted: published, rtf-fit" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- word timestamps: compute
+def test_encoder_widths_are_the_real_configs():
+    """The configs the ratio is counted from: Qwen3-ASR-0.6B's and Qwen3-ForcedAligner-0.6B's audio
+    towers (the random-checkpoint writer's "0.6b" and "fa-0.6b" presets)."""
+    keys = ("num_mel_bins", "downsample_hidden_size", "d_model", "encoder_layers", "encoder_attention_heads",
+            "encoder_ffn_dim", "output_dim", "n_window_infer")
+    assert [bb.ASR_AUDIO[k] for k in keys] == [128, 480, 896, 18, 14, 3584, 1024, 800]
+    assert [bb.ALIGNER_AUDIO[k] for k in keys] == [128, 480, 1024, 24, 16, 4096, 1024, 800]
+    # parameters as measured from the official classes (shared reference: 186.4 M and 316.4 M)
+    assert bb.encoder_params(bb.ASR_AUDIO) == 186_376_192
+    assert bb.encoder_params(bb.ALIGNER_AUDIO) == 316_427_904
+    assert bb.kv_bytes_per_position(bb.ASR_CONFIG["text_config"]) == 2 * 28 * 8 * 128 * 2
+
+
+def test_flop_ratio_from_the_configs():
+    """8 s graph, by hand: per chunk the stem 480*9*64*50 + 480*480*9*(32*25 + 16*13) MACs; per token
+    conv_out 7680*d, per layer 4d^2 + 2*d*ffn + 2*104*d, then d^2 + d*1024."""
+    def macs(d, layers, ffn):
+        stem = 480 * 9 * 64 * 50 + 480 * 480 * 9 * (32 * 25 + 16 * 13)
+        return 8 * stem + 104 * (7680 * d + layers * (4 * d * d + 2 * d * ffn + 2 * 104 * d) + d * d + d * 1024)
+
+    asr, al = macs(896, 18, 3584), macs(1024, 24, 4096)
+    assert bb.encoder_macs(bb.ASR_AUDIO, 8) == asr == 36_110_008_320
+    assert bb.encoder_macs(bb.ALIGNER_AUDIO, 8) == al
+    assert bb.encoder_flop_ratio() == pytest.approx(al / asr) == pytest.approx(1.3793, abs=1e-4)
+    # the ratio hardly depends on the graph size (attention is 2 % of a layer at 8 s)
+    assert all(abs(bb.encoder_flop_ratio(n) / bb.encoder_flop_ratio() - 1) < 1e-3 for n in (1, 2, 3, 4, 5))
+    # the conv stem is the same in both and 47 % of the ASR graph; without it the ratio is 1.71
+    assert bb.stem_share(bb.ASR_AUDIO) == pytest.approx(0.466, abs=1e-3)
+    assert bb.transformer_flop_ratio() == pytest.approx(1.710, abs=1e-3)
+    # parts: a merged graph is n front ends (stem + conv_out of one chunk) and one back end
+    for cfg in (bb.ASR_AUDIO, bb.ALIGNER_AUDIO):
+        for n in (2, 5, 8):
+            assert bb.part_macs(cfg, "merged", n) == n * bb.part_macs(cfg, "frontend") + bb.part_macs(cfg, "backend", n)
+    assert dict(bm.ALIGNER_ENCODER_SCALE)["merged"] == bb.encoder_flop_ratio()
+    with pytest.raises(ValueError, match="n_chunks must be 1..8"):
+        bb.encoder_macs(bb.ASR_AUDIO, 9)
+    with pytest.raises(ValueError, match="accepted: merged, frontend, backend"):
+        bb.part_macs(bb.ASR_AUDIO, "stem")
+
+
+def test_mac_count_equals_torch_flop_counter_on_the_official_encoder():
+    """The count is what the official Qwen3ASRAudioEncoder computes (torch's FLOP counter: 2 per MAC;
+    eager attention, a clip of whole chunks within one window), and its parameter count is the
+    official module's, for a small config and the two real ones (on the meta device)."""
+    torch = pytest.importorskip("torch", reason="the official encoder is a torch module")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from qwen3asr_tools.official_ref import official_modules
+
+    try:
+        mods = official_modules()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    make = mods.configuration.Qwen3ASRAudioEncoderConfig
+    small = dict(num_mel_bins=128, d_model=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=96,
+                 downsample_hidden_size=24, output_dim=40, n_window=50, n_window_infer=800)
+    cfg = make(**small)
+    cfg._attn_implementation = "eager"  # the counter sees its matmuls (sdpa on the CPU is not counted)
+    enc = mods.modeling.Qwen3ASRAudioEncoder(cfg).eval()
+    assert sum(p.numel() for p in enc.parameters()) == bb.encoder_params(small)
+    for n in (1, 3, 8):
+        with FlopCounterMode(display=False) as fc, torch.no_grad():
+            enc(torch.randn(128, 100 * n), feature_lens=torch.tensor([100 * n]))
+        assert fc.get_total_flops() == 2 * bb.encoder_macs(small, n)
+    for real in (bb.ASR_AUDIO, bb.ALIGNER_AUDIO):
+        with torch.device("meta"):
+            big = mods.modeling.Qwen3ASRAudioEncoder(make(**real))
+        assert sum(p.numel() for p in big.parameters()) == bb.encoder_params(real)
+
+
+def test_aligner_unit_costs_scale_the_asr_table():
+    c = bm.unit_costs("rk3576")
+    ratio = bb.encoder_flop_ratio()
+    assert [c.aligner_graph_ms("merged", s) for s in (2, 4, 8)] == pytest.approx(
+        [302 * ratio, 499 * ratio, (643 + 3 * 144) * ratio])
+    assert c.aligner_graph_ms("frontend", 1) == pytest.approx(60 * bb.part_flop_ratio("frontend"))
+    assert bm.unit_costs("rk3588").aligner_graph_ms("merged", 4) == pytest.approx(499 * ratio)
+    assert c.head_ms(10) == pytest.approx(10 * 2 * 1024 * 5000 / 5e9 * 1000)  # 5 GFLOP/s assumed
+    assert "aligner encoder" in dict(c.sources) and "aligner head" in dict(c.sources)
+    with pytest.raises(ValueError, match="head_gflops must be a finite number > 0"):
+        dataclasses.replace(COSTS, head_gflops=0.0)
+    with pytest.raises(ValueError, match="aligner_scale needs a factor > 0 for each of merged, frontend, backend"):
+        dataclasses.replace(COSTS, aligner_scale=(("merged", 1.4),))
+
+
+# ----------------------------------------------------------------------------- word timestamps: arithmetic
+WORD_COSTS = dataclasses.replace(COSTS, aligner_scale=(("merged", 2.0), ("frontend", 1.0), ("backend", 1.5)),
+                                 head_gflops=1.024)  # 10 ms per slot row
+
+
+def _with_words(live: bool = True) -> bm.Accounting:
+    """_hand_built with two alignments: chunk A's segment before chunk B's decoder run, chunk B's
+    after the last run (at finish)."""
+    return dataclasses.replace(_hand_built(live), alignments=(
+        bm.AlignWork(start=0.0, end=4.0, ready=4.0, after_runs=1, graphs=(("merged", 4.0),), positions=50, slots=4),
+        bm.AlignWork(start=4.0, end=8.0, ready=8.0, after_runs=3, graphs=(("merged", 2.0), ("merged", 2.0)),
+                     positions=30, slots=2)))
+
+
+def test_alignment_costs_of_a_hand_built_accounting():
+    acc = _with_words()
+    # A1: 2 x 500 + 50 / 100 tok/s + 4 slots x 10 + 10 = 1550 ms; A2: 2 x 2 x 300 + 300 + 20 + 10 = 1530 ms
+    assert [bm.align_costs(a, WORD_COSTS) for a in acc.alignments] == [
+        pytest.approx((1000, 500, 40, 10)), pytest.approx((1200, 300, 20, 10))]
+    p = bm.predict(acc, WORD_COSTS)
+    assert p.align_s == pytest.approx(3.08)
+    assert p.wall_s == pytest.approx(6.48 + 3.08)  # serial: the transcription's 6.48 s plus both
+    assert bm.predict(acc.without_words(), WORD_COSTS).wall_s == pytest.approx(6.48)
+    # live: B ready 8 -> encoder 8.5, A1 until 10.05, B's decoder until 13.06; C waits: 13.51 -> 14.02;
+    # A2 after C: 15.55
+    assert [c.latency_s for c in p.per_chunk] == pytest.approx([2.01, 5.06, 5.02])
+    assert [a.latency_s for a in p.per_align] == pytest.approx([10.05 - 4.0, 15.55 - 8.0])
+    assert (p.words_latency_median_s, p.words_latency_max_s) == pytest.approx((6.8, 7.55))
+    assert p.per_align[0].total_ms == pytest.approx(1550)
+
+
+def test_alignments_run_in_the_decoder_stage_with_overlap():
+    p = bm.predict(_with_words(), WORD_COSTS, overlap=True)
+    # C's encoder runs 9.0-9.45 during A1 + B's decoder (8.5-13.06); C's decoder 13.06-13.57; A2 until 15.10
+    assert [c.latency_s for c in p.per_chunk] == pytest.approx([2.01, 5.06, 4.57])
+    assert [a.latency_s for a in p.per_align] == pytest.approx([6.05, 15.10 - 8.0])
+    # offline: decoders 0.5-2.01, A1 2.01-3.56, B 3.56-6.57, C 6.57-7.08, A2 7.08-8.61
+    assert bm.predict(_with_words(live=False), WORD_COSTS, overlap=True).wall_s == pytest.approx(8.61)
+
+
+def test_accounting_with_alignments_round_trips_and_checks_them():
+    acc = _with_words()
+    assert bm.Accounting.from_dict(json.loads(json.dumps(acc.to_dict()))) == acc
+    d = acc.to_dict()
+    del d["alignments"][0]["slots"]
+    with pytest.raises(ValueError, match="alignment 0 is missing slots; alignment fields: start, end, ready"):
+        bm.Accounting.from_dict(d)
+    d = acc.to_dict()
+    d["alignments"][1]["graphs"] = [["conv", 2.0]]
+    with pytest.raises(ValueError, match="alignment 1: bad encoder graph"):
+        bm.Accounting.from_dict(d)
+    with pytest.raises(ValueError, match=r"after_runs must be ascending in 0..3 \(the chunks\), got \[1, 4\]"):
+        dataclasses.replace(acc, alignments=(acc.alignments[0], dataclasses.replace(acc.alignments[1], after_runs=4)))
+    assert bm.Accounting.from_dict(_hand_built().to_dict()).alignments == ()  # older files have none
+
+
+def test_with_sizes_runs_each_graph_on_the_smallest_loaded_variant():
+    acc = bw.with_sizes(_with_words(), asr_sizes=(4, 8), aligner_sizes=(8,))
+    assert [c.graphs for c in acc.chunks] == [(("merged", 4.0),), (("merged", 4.0),),
+                                              (("frontend", 1.0), ("backend", 4.0))]
+    assert [a.graphs for a in acc.alignments] == [(("merged", 8.0),), (("merged", 8.0), ("merged", 8.0))]
+    assert bw.with_sizes(_with_words()) == _with_words()
+    with pytest.raises(ValueError, match="used a 4 s ASR encoder graph, but the largest loaded size is 3 s; keep 8 s"):
+        bw.with_sizes(_with_words(), asr_sizes=(2, 3))
+
+
+def test_case_time_ratio_and_added_time():
+    case = bw.Case("hand", (_with_words(),), (_hand_built(),), live=True)
+    t = bw.case_time(case, WORD_COSTS)
+    assert t["ratio"] == pytest.approx(9.56 / 6.48)
+    assert t["align_per_s"] == pytest.approx(3.08 / 9.0)
+    assert (t["rtf_alone"], t["rtf_words"]) == pytest.approx((6.48 / 9, 9.56 / 9))
+    assert t["latency_words"] == pytest.approx((5.04, 5.06)) and t["words_latency"] == pytest.approx((6.8, 7.55))
+
+
+# ----------------------------------------------------------------------------- memory
+def test_memory_budget_arithmetic():
+    b = bb.memory_budget("rk3576", 500.0, (2, 8), (8,), baseline_mb=50.0, embed_rows=1000, asr_context=1000,
+                         aligner_context=500)
+    items = {i.name.split(" (")[0].split(",")[0]: (i.low_mb, i.high_mb) for i in b.items}
+    assert items["ASR RKNN encoder weights"] == pytest.approx((2 * 186_376_192 * 2 / 1e6,) * 2)
+    assert items["aligner RKNN encoder weights"] == pytest.approx((316_427_904 * 2 / 1e6,) * 2)
+    # buffers reused: the stem's first two fp16 outputs, n x 480 x (64 x 50 + 32 x 25) x 2 bytes
+    assert items["ASR RKNN encoder activations"][0] == pytest.approx((2 + 8) * 480 * 4000 * 2 / 1e6)
+    assert items["aligner RKNN encoder activations"][0] == pytest.approx(8 * 480 * 4000 * 2 / 1e6)
+    handles = [(i.low_mb, i.high_mb) for i in b.items if i.name.startswith("RKLLM handle")]
+    assert handles == [pytest.approx((500.0, 500.0 + 114688 * 1000 / 1e6)),  # ASR decoder, fp16 KV of 1000
+                       pytest.approx((500.0, 500.0 + 114688 * 500 / 1e6))]  # the aligner's LLM
+    assert items["host embedding rows"] == pytest.approx((2 * 1000 * 4096 / 1e6, 2 * 2 * 1000 * 4096 / 1e6))
+    assert items["aligner head 5000 x 1024 + final norm"] == pytest.approx(((5000 * 1024 + 1024) * 4 / 1e6,) * 2)
+    assert b.low_mb == pytest.approx(sum(i.low_mb for i in b.items))
+    assert b.available_mb == pytest.approx(4 * 1024 ** 3 / 1e6 - 800)
+    assert b.fits == (b.high_mb <= b.available_mb)
+    shared = bb.memory_budget("rk3576", 500.0, (2, 3, 4, 5, 8), (2, 3, 4, 5, 8), 50.0, 1000, shared_weights=True)
+    w = {i.name: i.low_mb for i in shared.items}
+    assert w["ASR RKNN encoder weights"] == pytest.approx(186_376_192 * 2 / 1e6)
+    alone = bb.memory_budget("rk3588", 791.11, (4, 8), (), 50.0, 1000)
+    assert not any("aligner" in i.name for i in alone.items)
+    assert sum("RKLLM" in i.name for i in alone.items) == 1
+
+
+def test_default_load_does_not_fit_a_4_gb_board():
+    """Every variant of both models: ten fp16 .rknn files, 5.0 GB of weights alone."""
+    for soc, b in bw.budgets(bw.CHOICES[0], baseline_mb=50.0, embed_rows=1000).items():
+        assert b.low_mb > b.available_mb
+        weights = sum(i.low_mb for i in b.items if "weights" in i.name)
+        assert weights == pytest.approx(5 * (186_376_192 + 316_427_904) * 2 / 1e6)
+        assert [i for i in b.items if "RKLLM" in i.name][0].low_mb == bm.RKLLM_MEMORY_MB[soc]
+
+
+def test_recommendation_rule():
+    def row(label, today, fits, ratio, rtf):
+        soc = {"fits_low": fits, "fits": False, "low_mb": 1.0, "high_mb": 2.0,
+               "times": {"file": {"ratio": ratio}, "clips": {"ratio": 1.5}, "joined": {"rtf_words": rtf}}}
+        return {"choice": {"label": label, "how": label, "today": today}, "socs": {s: soc for s in bm.SOCS}}
+
+    rows = [row("too big", True, False, 1.5, 0.3), row("slow stream", True, True, 1.9, 0.8),
+            row("fast stream", True, True, 1.9, 0.6), row("over the goal", True, True, 2.5, 0.4),
+            row("new option", False, True, 1.8, 0.5)]
+    rec = bw.recommend(rows, ("file", "clips"), "joined")
+    assert rec["rk3576"]["today"]["label"] == "fast stream" and rec["rk3576"]["today"]["goal"]
+    assert rec["rk3588"]["any"]["label"] == "new option"
+    rec = bw.recommend([rows[0], rows[3], row("worse", True, True, 3.0, 0.2)], ("file", "clips"), "joined")
+    assert rec["rk3576"]["today"]["label"] == "over the goal" and not rec["rk3576"]["today"]["goal"]
+    assert bw.recommend([rows[0]], ("file",), "joined")["rk3576"]["today"] is None
+
+
+# ----------------------------------------------------------------------------- word timestamps: real runs
+@pytest.fixture(scope="module")
+def engine_words():
+    """The bundled model with a random-weight official aligner (only its counts are used)."""
+    pytest.importorskip("torch", reason="the random aligner checkpoint is built with the official code (torch)")
+    import bundles
+    from qwen3asr import Qwen3ASREngine
+
+    with Qwen3ASREngine(MODEL, backend="onnx", threads=1, aligner=bundles.aligner_bundle()[1]) as e:
+        yield e
+
+
+def _expected_rows(engine, pcm, start, end, text, language):
+    """(positions, slots) of the aligner's one pass over the segment, from the aligner itself."""
+    a, b = int(round(start * 16000)), int(round(end * 16000))
+    inp = engine.aligner.prepare(pcm[a:b], text, language)
+    return len(inp.embeds), len(inp.rows)
+
+
+def test_recorded_alignments_are_what_the_aligner_computes(engine_words, long_pcm):
+    from qwen3asr.encoder import CHUNK_FRAMES
+
+    pcm = long_pcm[:16000 * 11]
+    acc, r = bm.record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None, word_timestamps=True)
+    plain, _ = bm.record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None)
+    assert acc.chunks == plain.chunks  # aligning changes nothing in the transcription's work
+    worded = [s for s in r.segments if s.words]
+    assert len(acc.alignments) == len(worded) > 0
+    for a, seg in zip(acc.alignments, worded):
+        assert (a.start, a.end) == pytest.approx((seg.start, seg.end), abs=1e-4)
+        assert (a.positions, a.slots) == _expected_rows(engine_words, pcm, seg.start, seg.end, seg.text, seg.language)
+        assert a.words == len(seg.words)
+        frames = (a.end - a.start) * 100
+        assert a.graphs == (("merged", float(min(v for v in (2, 3, 4, 5, 8) if v * CHUNK_FRAMES >= frames - 1))),)
+        # committed when the window moved on (memory 2): before the run of a later chunk, or at finish
+        chunk = [i for i, c in enumerate(acc.chunks) if abs(c.end - a.end) < 1e-3][0]
+        assert chunk < a.after_runs <= len(acc.chunks) and a.ready == acc.chunks[chunk].ready
+    # the wrappers are gone
+    al = engine_words.aligner
+    assert "decode" not in vars(engine_words) and "align" not in vars(al)
+    assert type(al.encoder.runner).__name__ != "_GraphLog" and type(al.scorer).__name__ != "_Counted"
+
+
+def test_one_pass_alignment_comes_after_the_run(engine_words):
+    from qwen3asr.audio import prepare_audio
+
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "en_1.wav"))
+    acc, t = bm.record_one_pass(engine_words, pcm, "en_1", word_timestamps=True)
+    (a,) = acc.alignments
+    assert a.after_runs == 1 and (a.start, a.end) == pytest.approx((0.0, pcm.shape[0] / 16000))
+    assert a.graphs == (("merged", 2.0),) and a.slots == 2 * len(t.words)
+    assert (a.positions, a.slots) == _expected_rows(engine_words, pcm, 0.0, a.end, t.segments[0].text, t.language)
+    costs = bm.unit_costs("rk3576")
+    assert bm.predict(acc, costs).wall_s == pytest.approx(
+        bm.predict(acc.without_words(), costs).wall_s + sum(bm.align_costs(a, costs)) / 1000)
+
+
+def test_file_alignments_follow_the_vad_segments(engine_words, long_pcm):
+    pcm = long_pcm[:16000 * 20]
+    acc, r = bm.record_file(engine_words, pcm, "20 s", word_timestamps=True)
+    assert len(acc.alignments) == sum(1 for s in r.segments if s.words) > 1
+    assert all(a.ready == 0.0 for a in acc.alignments) and not acc.live
+    assert [a.after_runs for a in acc.alignments] == sorted(a.after_runs for a in acc.alignments)
+
+
+def test_words_section_of_the_report(capsys):
+    """board_words.build and print_section on hand-built runs (the script feeds them real ones)."""
+    w = bw.build("hand", _with_words(live=False), _hand_built(live=False), _with_words(), _with_words(),
+                 [_with_words(live=False)], baseline_mb=50.0, embed_rows=100, aligner="A")
+    rows = {(t["case"], t["soc"], t["overlap"]): t for t in w["time"]}
+    assert rows[("file", "rk3576", False)]["ratio"] == pytest.approx(
+        bw.case_time(bw.Case("", (_with_words(False),), (_hand_built(False),)), bm.unit_costs("rk3576"))["ratio"])
+    assert set(w["recommendation"]) == set(bm.SOCS) and w["memory"]["choices"][0]["choice"]["label"] == "defaults"
+    assert w["graphs_used"]["aligner"]["short clips"] == {"merged 2 s": 2, "merged 4 s": 1}
+    bw.print_section(w)
+    out = capsys.readouterr().out
+    assert "Recommendation for a 4 GB board" in out and "- rk3588, with today's options:" in out
+    bw.print_section(None)
+    assert "No aligner: run with --aligner DIR" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 """Board cost model: predicted wall time, RTF and caption latency on RK3576 / RK3588.
 
     PYTHONPATH=python .venv/bin/python scripts/board_model.py --model models/default --json build/board_model.json
+    ... --aligner DIR   # with word timestamps and memory (board_words; docs/board.md section 8)
 
 The model multiplies the compute accounting of a REAL run of our engine (any backend: per
 chunk the encoder graphs run, the decoder's prefill tokens and decode steps, and when the
@@ -28,6 +29,17 @@ reproduced, its RTF is not. So a second, pessimistic RK3576 prefill rate is fitt
 ``unit_costs(prefill="rtf-fit")`` uses it. No board SDK is imported here; the engine is
 imported only by the functions that run it (``record_stream``, ``record_file``,
 ``record_one_pass``).
+
+Word timestamps (``word_timestamps=True`` in the record functions): every alignment the run
+made is recorded (``AlignWork``: the segment, the aligner encoder's graphs, the positions of
+its one RKLLM prefill, its slot rows) and costs
+
+    alignment ms = sum(ASR encoder graph ms x aligner/ASR compute ratio) + positions / prefill rate
+                   + slot rows x 2 x 1024 x 5000 FLOP / host rate + one run overhead
+
+in the decoder's stage, before the decoder run during which the engine made it (a stream
+aligns a segment when it commits it). ``board_budget`` holds the compute ratio and the memory
+budget of both models.
 """
 
 from __future__ import annotations
@@ -44,6 +56,8 @@ import sys
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from qwen3asr.audio import SAMPLE_RATE
+
+from . import board_budget as bb
 
 SOCS = ("rk3576", "rk3588")
 FEED_SECONDS = 0.02  # piece size when a stream is fed to measure when each chunk became ready
@@ -72,6 +86,18 @@ FITTED = "rk3576 rtf-fit"  # report key of the RK3576 costs with the RTF-fitted 
 DECODER_RUN_MS = 15.0  # per decoder run: host mel + prompt embedding + rkllm_run setup (assumed)
 RK3588_ENCODER_SCALE = 1.0  # RK3588 encoder ms = RK3576 ms x this (assumed, see unit_costs)
 
+# Memory of the same benchmark rows (memory(MB) column; the context it was measured at is not stated).
+# rockchip.md's 513 MB for RK3576 is the per-channel W4A16 row (512.71), not the W4A16_G128 one we run.
+RKLLM_MEMORY_MB = {"rk3576": 545.35, "rk3588": 791.11}
+# Word timestamps. The aligner's encoder has no published board figures: its graph costs the ASR
+# encoder's graph of the same size x the ratio of their MACs (board_budget, from the two configs;
+# assumed: NPU time proportional to MACs). Per part: the merged graph, the split front end (conv
+# stem + conv_out of one chunk) and back end (the rest).
+ALIGNER_ENCODER_SCALE = (("merged", bb.encoder_flop_ratio()), ("frontend", bb.part_flop_ratio("frontend")),
+                         ("backend", bb.part_flop_ratio("backend")))
+HEAD_GFLOPS = 5.0  # host fp32 rate of the aligner head's matmul (assumed, see unit_costs)
+HEAD_FLOP_PER_SLOT = 2 * 1024 * bb.ALIGNER_CLASSES  # one slot row through the 5000 x 1024 head
+
 PUBLISHED_RTF = {  # reference design, RK3576, clocks locked: chunk seconds -> (low, high) published
     2.0: (0.55, 0.58), 3.0: (0.55, 0.58), 4.0: (0.57, 0.57), 5.0: (0.55, 0.58)}
 PUBLISHED_LATENCY_S = (1.8, 1.4)  # reference design at 4 s chunks: first chunk, later chunks
@@ -92,8 +118,10 @@ class UnitCosts:
     backend_ms: Tuple[Tuple[float, float], ...]  # split back end: (graph seconds, ms per call)
     prefill_tok_s: float  # decoder prefill, prompt positions per second
     decode_tok_s: float  # decoder generation, tokens per second
-    decoder_run_ms: float  # fixed cost of each decoder run
+    decoder_run_ms: float  # fixed cost of each decoder run (and of each aligner RKLLM run)
     sources: Tuple[Tuple[str, str], ...]  # (cost, where it comes from)
+    aligner_scale: Tuple[Tuple[str, float], ...] = ALIGNER_ENCODER_SCALE  # (part, aligner ms per ASR ms)
+    head_gflops: float = HEAD_GFLOPS  # host rate of the aligner head (fp32 GFLOP/s)
 
     def __post_init__(self):
         problems = []
@@ -104,6 +132,12 @@ class UnitCosts:
             low_ok = v >= 0 if name in ("frontend_ms", "decoder_run_ms") else v > 0
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low_ok:
                 problems.append(f"{name} must be a finite number > 0 (>= 0 for overheads), got {v!r}")
+        if isinstance(self.head_gflops, bool) or not isinstance(self.head_gflops, (int, float)) or \
+                not math.isfinite(self.head_gflops) or self.head_gflops <= 0:
+            problems.append(f"head_gflops must be a finite number > 0, got {self.head_gflops!r}")
+        if sorted(p for p, _ in self.aligner_scale) != ["backend", "frontend", "merged"] or \
+                not all(isinstance(v, (int, float)) and v > 0 for _, v in self.aligner_scale):
+            problems.append("aligner_scale needs a factor > 0 for each of merged, frontend, backend")
         for name in ("merged_ms", "backend_ms"):
             table = getattr(self, name)
             if len(table) < 2 or any(b[0] <= a[0] for a, b in zip(table, table[1:])):
@@ -132,6 +166,15 @@ class UnitCosts:
                 if a[0] < seconds < b[0]:
                     (s0, m0), (s1, m1) = a, b
         return m0 + (m1 - m0) * (seconds - s0) / (s1 - s0)
+
+    def aligner_graph_ms(self, part: str, seconds: float) -> float:
+        """ms of one call of the aligner encoder's ``part`` graph of ``seconds``: the ASR graph's
+        ms x the compute ratio of that part."""
+        return self.graph_ms(part, seconds) * dict(self.aligner_scale)[part]
+
+    def head_ms(self, slots: int) -> float:
+        """ms of the aligner head on the host for ``slots`` rows."""
+        return slots * HEAD_FLOP_PER_SLOT / (self.head_gflops * 1e9) * 1000.0
 
 
 def unit_costs(soc: str, prefill_tok_s: Optional[float] = None, decoder_run_ms: float = DECODER_RUN_MS,
@@ -181,7 +224,21 @@ def unit_costs(soc: str, prefill_tok_s: Optional[float] = None, decoder_run_ms: 
                  ("prefill", pre_src),
                  ("decode", f"{bench}: {decode:g} tokens/s"),
                  ("decoder run", f"{decoder_run_ms:g} ms per run, assumed (host mel, prompt embedding, "
-                                 "rkllm_run setup on the CPU; not measured, 5-30 ms)")))
+                                 "rkllm_run setup on the CPU; not measured, 5-30 ms)"),
+                 ("aligner encoder", "derived, no published figures: the ASR encoder graph of the same size x the "
+                                     "ratio of their MACs counted from the two configs (board_budget): "
+                                     + ", ".join(f"{p} x{v:.3f}" for p, v in ALIGNER_ENCODER_SCALE)
+                                     + f"; assumed: NPU time proportional to MACs (the conv stem, "
+                                       f"{100 * bb.stem_share(bb.ASR_AUDIO):.0f} % of the ASR graph's MACs, is the "
+                                       "same in both; without it the ratio is "
+                                     + f"{bb.transformer_flop_ratio():.2f})"),
+                 ("aligner prefill", "the decoder's prefill rate: the aligner's LLM is Qwen3-0.6B-shaped, converted "
+                                     "with the same quantisation; GET_LAST_HIDDEN_LAYER runs generate nothing "
+                                     "(rknn-llm issue #278: 'Generate ... 1 token 0.00 ms')"),
+                 ("aligner head", f"{HEAD_FLOP_PER_SLOT / 1e6:.2f} MFLOP per slot row (2 per word) at "
+                                  f"{HEAD_GFLOPS:g} GFLOP/s on one CPU core, assumed: a seventh of a Cortex-A72/A76 "
+                                  "core's fp32 NEON peak (2 x 128-bit FMA pipes, 16 FLOP/cycle at 2.2-2.4 GHz), "
+                                  "and the 20 MB head read once per alignment")))
 
 
 # ----------------------------------------------------------------------------- accounting
@@ -202,6 +259,26 @@ CHUNK_FIELDS = tuple(f.name for f in dataclasses.fields(ChunkWork))
 
 
 @dataclasses.dataclass(frozen=True)
+class AlignWork:
+    """What the forced aligner computed for one segment's words (one alignment)."""
+
+    start: float  # s of the input: the aligned audio
+    end: float
+    ready: float  # s of input time at which the segment's audio was complete (its chunk's ``ready``)
+    after_runs: int  # ASR decoder runs done when it ran: it runs before run ``after_runs`` (== len(chunks): after all)
+    graphs: Tuple[Tuple[str, float], ...]  # the aligner encoder's calls, as ChunkWork.graphs
+    positions: int  # rows of its one RKLLM prefill: audio + 2 + the words' tokens and slots
+    slots: int  # <timestamp> rows the host head scores (2 per word)
+
+    @property
+    def words(self) -> int:
+        return self.slots // 2
+
+
+ALIGN_FIELDS = tuple(f.name for f in dataclasses.fields(AlignWork))
+
+
+@dataclasses.dataclass(frozen=True)
 class Accounting:
     """The compute of one real run: its chunks in decoding order."""
 
@@ -210,12 +287,21 @@ class Accounting:
     chunks: Tuple[ChunkWork, ...]
     live: bool  # ready times are those of a stream fed in real time (caption latency applies)
     system_tokens: int = 5  # prompt tokens of the empty system block (what a compact prompt drops)
+    alignments: Tuple[AlignWork, ...] = ()  # word timestamps: the alignments, in the order they ran
 
     def __post_init__(self):
         if not (isinstance(self.audio_seconds, (int, float)) and self.audio_seconds > 0):
             raise ValueError(f"audio_seconds must be > 0, got {self.audio_seconds!r}")
         if not self.chunks:
             raise ValueError("an accounting needs at least one chunk")
+        runs = [a.after_runs for a in self.alignments]
+        if runs != sorted(runs) or any(not 0 <= r <= len(self.chunks) for r in runs):
+            raise ValueError(f"alignment after_runs must be ascending in 0..{len(self.chunks)} (the chunks), "
+                             f"got {runs}")
+
+    def without_words(self) -> "Accounting":
+        """The same run without its alignments (the transcription alone)."""
+        return dataclasses.replace(self, alignments=())
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -239,20 +325,38 @@ class Accounting:
             miss = [k for k in CHUNK_FIELDS if k not in c and k != "prefix_tokens"]
             if miss:
                 raise ValueError(f"chunk {i} is missing {', '.join(miss)}; chunk fields: {', '.join(CHUNK_FIELDS)}")
-            graphs = []
-            for g in c["graphs"]:
-                if len(g) != 2 or g[0] not in ("merged", "backend", "frontend"):
-                    raise ValueError(f"chunk {i}: bad encoder graph {g!r}; expected [part, seconds] with part "
-                                     "merged, backend or frontend")
-                graphs.append((str(g[0]), float(g[1])))
+            graphs = _graphs(c["graphs"], f"chunk {i}")
             for k in ("prefill_tokens", "decode_tokens"):
                 if not isinstance(c[k], int) or c[k] < 0:
                     raise ValueError(f"chunk {i}: {k} must be an integer >= 0, got {c[k]!r}")
             chunks.append(ChunkWork(start=float(c["start"]), end=float(c["end"]), ready=float(c["ready"]),
-                                    graphs=tuple(graphs), prefill_tokens=c["prefill_tokens"],
+                                    graphs=graphs, prefill_tokens=c["prefill_tokens"],
                                     decode_tokens=c["decode_tokens"], prefix_tokens=int(c.get("prefix_tokens", 0))))
+        aligns = []
+        for i, a in enumerate(d.get("alignments") or ()):
+            miss = [k for k in ALIGN_FIELDS if not isinstance(a, Mapping) or k not in a]
+            if miss:
+                raise ValueError(f"alignment {i} is missing {', '.join(miss)}; alignment fields: "
+                                 f"{', '.join(ALIGN_FIELDS)}")
+            for k in ("after_runs", "positions", "slots"):
+                if not isinstance(a[k], int) or a[k] < 0:
+                    raise ValueError(f"alignment {i}: {k} must be an integer >= 0, got {a[k]!r}")
+            aligns.append(AlignWork(start=float(a["start"]), end=float(a["end"]), ready=float(a["ready"]),
+                                    after_runs=a["after_runs"], graphs=_graphs(a["graphs"], f"alignment {i}"),
+                                    positions=a["positions"], slots=a["slots"]))
         return Accounting(label=str(d["label"]), audio_seconds=float(d["audio_seconds"]), chunks=tuple(chunks),
-                          live=bool(d["live"]), system_tokens=int(d.get("system_tokens", 5)))
+                          live=bool(d["live"]), system_tokens=int(d.get("system_tokens", 5)),
+                          alignments=tuple(aligns))
+
+
+def _graphs(items, where: str) -> Tuple[Tuple[str, float], ...]:
+    out = []
+    for g in items:
+        if len(g) != 2 or g[0] not in ("merged", "backend", "frontend"):
+            raise ValueError(f"{where}: bad encoder graph {g!r}; expected [part, seconds] with part "
+                             "merged, backend or frontend")
+        out.append((str(g[0]), float(g[1])))
+    return tuple(out)
 
 
 def compact_prompt(acc: Accounting, header_tokens: int = 3) -> Accounting:
@@ -301,25 +405,72 @@ class Prediction:
     latency_median_s: Optional[float]  # median over the later chunks
     latency_max_s: Optional[float]
     per_chunk: Tuple[ChunkPrediction, ...]
+    align_s: float = 0.0  # word timestamps: all alignments (part of wall_s)
+    per_align: Tuple["AlignPrediction", ...] = ()
 
     @property
     def rtf(self) -> float:
         return self.wall_s / self.audio_seconds
 
+    @property
+    def words_latency_median_s(self) -> Optional[float]:
+        """Live: median over the segments of their audio being complete -> their words."""
+        lat = [a.latency_s for a in self.per_align if a.latency_s is not None]
+        return statistics.median(lat) if lat else None
 
-def _schedule(ready: Sequence[float], enc: Sequence[float], dec: Sequence[float], overlap: bool) -> List[float]:
-    """Finish time (s) of each chunk's decoder run. Serial: one resource, encoder then decoder
-    of each chunk. Overlap: encoder and decoder stages, chunk n's decoder after its encoder and
-    after chunk n-1's decoder; chunk n+1's encoder after its audio and chunk n's encoder."""
-    done, t_enc, t_dec = [], 0.0, 0.0
-    for r, e, d in zip(ready, enc, dec):
+    @property
+    def words_latency_max_s(self) -> Optional[float]:
+        lat = [a.latency_s for a in self.per_align if a.latency_s is not None]
+        return max(lat) if lat else None
+
+
+@dataclasses.dataclass(frozen=True)
+class AlignPrediction:
+    """Predicted cost of one alignment (ms) and, live, when its words come (s after the segment's audio)."""
+
+    start: float
+    end: float
+    encoder_ms: float  # the aligner's encoder graphs
+    prefill_ms: float  # its one RKLLM prefill
+    head_ms: float  # the host head on the slot rows
+    run_ms: float  # run overhead
+    latency_s: Optional[float]
+
+    @property
+    def total_ms(self) -> float:
+        return self.encoder_ms + self.prefill_ms + self.head_ms + self.run_ms
+
+
+def align_costs(a: AlignWork, costs: UnitCosts) -> Tuple[float, float, float, float]:
+    """(encoder, prefill, head, run) ms of one alignment under ``costs``."""
+    return (sum(costs.aligner_graph_ms(part, s) for part, s in a.graphs), a.positions / costs.prefill_tok_s * 1000.0,
+            costs.head_ms(a.slots), costs.decoder_run_ms)
+
+
+def _schedule(ready: Sequence[float], enc: Sequence[float], dec: Sequence[float], overlap: bool,
+              before: Sequence[Sequence[float]] = ()) -> Tuple[List[float], List[float]]:
+    """Finish times (s): of each chunk's decoder run, and of each alignment. Serial: one resource,
+    encoder then decoder of each chunk. Overlap: encoder and decoder stages, chunk n's decoder after
+    its encoder and after chunk n-1's decoder; chunk n+1's encoder after its audio and chunk n's
+    encoder. ``before[n]``: alignments (s each) run in the decoder's stage just before chunk n's
+    decoder run, as the engine aligns a segment when a decoder run commits it; ``before[len(enc)]``:
+    after the last chunk (ready with it)."""
+    before = list(before) or [[] for _ in range(len(enc) + 1)]
+    done, aligned, t_enc, t_dec = [], [], 0.0, 0.0
+    steps = list(zip(ready, enc, dec)) + [(ready[-1], 0.0, 0.0)]
+    for n, (r, e, d) in enumerate(steps):
         if overlap:
             t_enc = max(r, t_enc) + e
-            t_dec = max(t_enc, t_dec) + d
+            t_dec = max(t_enc, t_dec)
         else:
-            t_dec = max(r, t_dec) + e + d
-        done.append(t_dec)
-    return done
+            t_dec = max(r, t_dec) + e
+        for a in before[n]:
+            t_dec += a
+            aligned.append(t_dec)
+        t_dec += d
+        if n < len(enc):
+            done.append(t_dec)
+    return done, aligned
 
 
 def predict(acc: Accounting, costs: UnitCosts, overlap: bool = False) -> Prediction:
@@ -335,11 +486,19 @@ def predict(acc: Accounting, costs: UnitCosts, overlap: bool = False) -> Predict
         per.append((c, e, p, g, costs.decoder_run_ms))
         enc.append(e / 1000.0)
         dec.append((p + g + costs.decoder_run_ms) / 1000.0)
-    wall = _schedule([0.0] * len(enc), enc, dec, overlap)[-1]
+    parts = [align_costs(a, costs) for a in acc.alignments]
+    before: List[List[float]] = [[] for _ in range(len(enc) + 1)]
+    for a, x in zip(acc.alignments, parts):
+        before[a.after_runs].append(sum(x) / 1000.0)
+    done, aligned = _schedule([0.0] * len(enc), enc, dec, overlap, before)
+    wall = max(done + aligned)
     lat: List[Optional[float]] = [None] * len(per)
+    alat: List[Optional[float]] = [None] * len(parts)
     if acc.live:
         ready = [c.ready for c in acc.chunks]
-        lat = [d - r for d, r in zip(_schedule(ready, enc, dec, overlap), ready)]
+        done, aligned = _schedule(ready, enc, dec, overlap, before)
+        lat = [d - r for d, r in zip(done, ready)]
+        alat = [t - a.ready for t, a in zip(aligned, acc.alignments)]
     chunks = tuple(ChunkPrediction(c.start, c.end, e, p, g, o, l) for (c, e, p, g, o), l in zip(per, lat))
     later = [x for x in lat[1:] if x is not None]
     return Prediction(
@@ -347,7 +506,10 @@ def predict(acc: Accounting, costs: UnitCosts, overlap: bool = False) -> Predict
         encoder_s=sum(x[1] for x in per) / 1000, prefill_s=sum(x[2] for x in per) / 1000,
         decode_s=sum(x[3] for x in per) / 1000, overhead_s=sum(x[4] for x in per) / 1000, wall_s=wall,
         latency_first_s=lat[0], latency_median_s=statistics.median(later) if later else None,
-        latency_max_s=max(x for x in lat if x is not None) if acc.live else None, per_chunk=chunks)
+        latency_max_s=max(x for x in lat if x is not None) if acc.live else None, per_chunk=chunks,
+        align_s=sum(sum(x) for x in parts) / 1000,
+        per_align=tuple(AlignPrediction(a.start, a.end, *x, latency_s=lt)
+                        for a, x, lt in zip(acc.alignments, parts, alat)))
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -497,6 +659,97 @@ def graph_log(engine):
         enc.runner = log._runner
 
 
+class _Counted:
+    """Wraps an object and calls ``record(args)`` before each call of its method ``name``."""
+
+    def __init__(self, inner, name: str, record):
+        self._inner, self._name, self._record = inner, name, record
+
+    def __getattr__(self, attr):
+        if attr == self._name:
+            def call(*args, **kw):
+                self._record(args)
+                return getattr(self._inner, attr)(*args, **kw)
+            return call
+        return getattr(self._inner, attr)
+
+    def __call__(self, *args, **kw):  # a callable object (the embedding table)
+        self._record(args)
+        return self._inner(*args, **kw)
+
+
+class AlignLog:
+    """What the forced aligner of an engine computes while it is recorded (``align_log``).
+
+    Attributes: works (the AlignWork of every alignment that ran; ``ready`` is filled in by
+    the record functions), rows (distinct embedding rows the aligner looked up), graphs (its
+    encoder's _GraphLog), runs (ASR decoder runs so far)."""
+
+    def __init__(self):
+        self.works: List[AlignWork] = []
+        self.rows: set = set()
+        self.runs = 0
+        self.graphs: Optional[_GraphLog] = None
+        self._scored: List[Tuple[int, int]] = []
+
+
+@contextlib.contextmanager
+def align_log(engine):
+    """Record every alignment ``engine``'s aligner makes (loads the aligner) and count the engine's
+    decoder runs, so that each alignment knows before which run it came."""
+    log = AlignLog()
+    aligner = engine.aligner
+    runner, scorer, table = aligner.encoder.runner, aligner.scorer, aligner.embeddings
+    log.graphs = _GraphLog(runner)
+    decode, align = engine.decode, aligner.align
+
+    def counted_decode(*args, **kw):
+        try:
+            return decode(*args, **kw)
+        finally:
+            log.runs += 1
+
+    def recorded_align(audio, text, language, *, sample_rate=None, offset=0.0):
+        n_graphs, n_scored = len(log.graphs.calls), len(log._scored)
+        out = align(audio, text, language, sample_rate=sample_rate, offset=offset)
+        if len(log._scored) > n_scored:  # a text without words is not scored, nor encoded
+            from qwen3asr.audio import prepare_audio
+
+            positions, slots = log._scored[-1]
+            seconds = prepare_audio(audio, sample_rate).shape[0] / SAMPLE_RATE
+            log.works.append(AlignWork(start=float(offset), end=float(offset) + seconds, ready=float(offset) + seconds,
+                                       after_runs=log.runs, graphs=tuple(log.graphs.calls[n_graphs:]),
+                                       positions=positions, slots=slots))
+        return out
+
+    shadowed = [(obj, name, obj.__dict__.get(name)) for obj, name in ((engine, "decode"), (aligner, "align"))]
+    aligner.encoder.runner = log.graphs
+    aligner.scorer = _Counted(scorer, "score", lambda a: log._scored.append((len(a[0]), len(a[1]))))
+    aligner.embeddings = _Counted(table, "__call__", lambda a: log.rows.update(int(i) for i in a[0]))
+    engine.decode, aligner.align = counted_decode, recorded_align
+    try:
+        yield log
+    finally:
+        aligner.encoder.runner, aligner.scorer, aligner.embeddings = runner, scorer, table
+        for obj, name, before in shadowed:  # back to the method, or to an outer log's wrapper
+            if before is None:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, before)
+
+
+def _alignments(log: Optional[AlignLog], chunks: Sequence[ChunkWork]) -> Tuple[AlignWork, ...]:
+    """The recorded alignments, each ready when the chunk that ends its segment was (its own end
+    if none does: an offline run's chunks are all ready at 0)."""
+    if log is None:
+        return ()
+    out = []
+    for a in log.works:
+        ends = [c.ready for c in chunks if abs(c.end - a.end) < 1e-3]
+        out.append(dataclasses.replace(a, ready=ends[0] if ends else a.ready))
+    return tuple(out)
+
+
 def chunk_works(chunks, calls, ready: Sequence[float]) -> Tuple[ChunkWork, ...]:
     """ChunkStats of a session + the recorded graph calls -> ChunkWork (checks they agree)."""
     if sum(c.encoder_calls for c in chunks) != len(calls):
@@ -516,9 +769,9 @@ def record_stream(engine, pcm, label: str, feed_seconds: float = FEED_SECONDS, *
     in pieces of ``feed_seconds``; returns (Accounting, StreamResult). A chunk's ``ready`` is the
     input time at the end of the piece whose feeding decoded it (finish(): the end of the audio)."""
     step = max(1, int(round(feed_seconds * SAMPLE_RATE)))
-    session = engine.create_stream(**stream_options)
     ready: List[float] = []
-    with graph_log(engine) as log:
+    with _recording(engine, bool(stream_options.get("word_timestamps"))) as (log, words):
+        session = engine.create_stream(**stream_options)
         for a in range(0, pcm.shape[0], step):
             r = session.feed_audio(pcm[a:a + step])
             t = min(pcm.shape[0], a + step) / SAMPLE_RATE
@@ -526,12 +779,24 @@ def record_stream(engine, pcm, label: str, feed_seconds: float = FEED_SECONDS, *
         r = session.finish()
     total = pcm.shape[0] / SAMPLE_RATE
     ready.extend([total] * (len(r.chunks) - len(ready)))
-    return Accounting(label=label, audio_seconds=total, chunks=chunk_works(r.chunks, log.calls, ready), live=True,
-                      system_tokens=system_tokens(engine)), r
+    chunks = chunk_works(r.chunks, log.calls, ready)
+    return Accounting(label=label, audio_seconds=total, chunks=chunks, live=True, system_tokens=system_tokens(engine),
+                      alignments=_alignments(words, chunks)), r
+
+
+@contextlib.contextmanager
+def _recording(engine, words: bool):
+    """(graph log of the ASR encoder, align log or None without ``words``)."""
+    with graph_log(engine) as log:
+        if not words:
+            yield log, None
+            return
+        with align_log(engine) as alog:
+            yield log, alog
 
 
 def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: int = 2, rollback_tokens: int = 5,
-                max_new_tokens: int = 256, vad=True):
+                max_new_tokens: int = 256, vad=True, word_timestamps: bool = False):
     """A file the way ``engine.transcribe(pcm, vad=..., chunk_size=...)`` decodes it (qwen3asr.longform:
     a StreamSession with the clip's mel ceiling, fed in chunk-size pieces); returns (Accounting, StreamResult).
     transcribe_long returns totals only, so the session is run here with the same options."""
@@ -539,27 +804,29 @@ def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: i
     from qwen3asr.streaming import StreamOptions, StreamSession
 
     opts = StreamOptions(chunk_size=chunk_size, memory_num=memory_num, rollback_tokens=rollback_tokens,
-                         max_new_tokens=max_new_tokens, vad=vad)
-    session = StreamSession(engine, opts, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
-    with graph_log(engine) as log:
+                         max_new_tokens=max_new_tokens, vad=vad, word_timestamps=word_timestamps)
+    with _recording(engine, word_timestamps) as (log, words):
+        session = StreamSession(engine, opts, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
         for a in range(0, pcm.shape[0], opts.chunk_samples):
             session.feed_audio(pcm[a:a + opts.chunk_samples])
         r = session.finish()
-    return Accounting(label=label, audio_seconds=pcm.shape[0] / SAMPLE_RATE,
-                      chunks=chunk_works(r.chunks, log.calls, [0.0] * len(r.chunks)), live=False,
-                      system_tokens=system_tokens(engine)), r
+    chunks = chunk_works(r.chunks, log.calls, [0.0] * len(r.chunks))
+    return Accounting(label=label, audio_seconds=pcm.shape[0] / SAMPLE_RATE, chunks=chunks, live=False,
+                      system_tokens=system_tokens(engine),
+                      alignments=tuple(dataclasses.replace(a, ready=0.0) for a in _alignments(words, ()))), r
 
 
-def record_one_pass(engine, pcm, label: str, max_new_tokens: int = 256):
-    """The whole clip in one decoder pass (``engine.transcribe(pcm)``); returns (Accounting, Transcription)."""
-    with graph_log(engine) as log:
-        t = engine.transcribe(pcm, max_new_tokens=max_new_tokens, one_pass=True)
+def record_one_pass(engine, pcm, label: str, max_new_tokens: int = 256, word_timestamps: bool = False):
+    """The whole clip in one decoder pass (``engine.transcribe(pcm, one_pass=True)``), with its
+    alignment after it when ``word_timestamps``; returns (Accounting, Transcription)."""
+    with _recording(engine, word_timestamps) as (log, words):
+        t = engine.transcribe(pcm, max_new_tokens=max_new_tokens, one_pass=True, word_timestamps=word_timestamps)
     s = t.stats
     total = pcm.shape[0] / SAMPLE_RATE
     work = ChunkWork(start=0.0, end=total, ready=total, graphs=tuple(log.calls), prefill_tokens=int(s.prefill_tokens),
                      decode_tokens=int(s.decode_tokens))
     return Accounting(label=label, audio_seconds=total, chunks=(work,), live=False,
-                      system_tokens=system_tokens(engine)), t
+                      system_tokens=system_tokens(engine), alignments=_alignments(words, (work,))), t
 
 
 def system_tokens(engine) -> int:
@@ -619,11 +886,15 @@ def _load_audio(path: str):
     return prepare_audio(path)
 
 
-def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
-    """All runs and predictions of docs/board.md "Cost model" (runs the engine on the CPU backend)."""
+def build_report(model: str, audio: str, threads: Optional[int] = None, aligner: Optional[str] = None) -> dict:
+    """All runs and predictions of docs/board.md "Cost model" (runs the engine on the CPU backend).
+    With an aligner (``aligner``, else the engine's default one), the file and stream runs are
+    made with word timestamps and the report gains the "words" section (board_words); without,
+    r["words"] is None."""
     from qwen3asr import Qwen3ASREngine
 
-    engine = Qwen3ASREngine(model, backend="onnx", threads=threads)
+    engine = Qwen3ASREngine(model, backend="onnx", threads=threads, aligner=aligner)
+    words = engine.aligner_dir is not None
     pcm = _load_audio(audio)
     name = os.path.basename(audio)
     joined = joined_speech(pcm, name)
@@ -672,10 +943,24 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
 
     # 2. our defaults: files (one pass; VAD-first 30 s, memory 2, rollback 5), streams (4 s,
     #    memory 2, rollback 2, pause rules), on the clip and on continuous speech
-    ours = [record_one_pass(engine, pcm, f"file, one pass, {name}")[0],
-            record_file(engine, pcm, f"file, VAD-first, {name}")[0],
-            record_stream(engine, pcm, f"stream defaults, {name}")[0],
-            record_stream(engine, joined, "stream defaults, continuous speech")[0]]
+    #    (with an aligner these runs align every segment: their ASR work is the same, the
+    #    alignments are left out here and predicted in the "words" section)
+    with contextlib.ExitStack() as stack:
+        every = stack.enter_context(align_log(engine)) if words else None  # distinct rows over all runs
+        one_pass = record_one_pass(engine, pcm, f"file, one pass, {name}")[0]
+        with_words = [record_file(engine, pcm, f"file, VAD-first, {name}", word_timestamps=words)[0],
+                      record_stream(engine, pcm, f"stream defaults, {name}", word_timestamps=words)[0],
+                      record_stream(engine, joined, "stream defaults, continuous speech", word_timestamps=words)[0]]
+        clips: List[Accounting] = []
+        if words:
+            from . import REPO_ROOT, board_budget, board_words
+
+            clips = board_words.clip_runs(engine, os.path.join(REPO_ROOT, "audio"))
+            r["words"] = board_words.build(name, with_words[0], one_pass, *with_words[1:], clips,
+                                           board_budget.import_rss_mb(), len(every.rows), engine.aligner_dir)
+        else:
+            r["words"] = None
+    ours = [one_pass] + [a.without_words() for a in with_words]
     r["defaults"] = []
     for a in ours:
         row = {"run": a.label}
@@ -708,8 +993,8 @@ def build_report(model: str, audio: str, threads: Optional[int] = None) -> dict:
                     "fitted_rtf_overlap": predict(a, costs[FITTED], True).rtf,
                     "rate_for": {f"{t:.2f}_{'overlap' if ov else 'serial'}": rate_needed(a, costs["rk3576"], t, ov)
                                  for t in (0.30, 0.25) for ov in (False, True)}})
-    r["accountings"] = {a.label: a.to_dict() for a in list(calib.values()) + list(calib_joined.values()) + ours
-                        + grid_accs}
+    r["accountings"] = {a.label: a.to_dict() for a in list(calib.values()) + list(calib_joined.values())
+                        + [one_pass] + with_words + clips + grid_accs}
     r["summaries"] = [accounting_summary(a) for a in list(calib.values()) + list(calib_joined.values()) + ours
                       + grid_accs]
     return r
@@ -786,6 +1071,9 @@ def _print_report(r: dict) -> None:
     print("\n## Accountings (bundled model on the CPU: only these counts feed the model)\n")
     for s in r["summaries"]:
         print("-", s)
+    from . import board_words
+
+    board_words.print_section(r.get("words"))
 
 
 def main(argv=None) -> int:
@@ -794,6 +1082,8 @@ def main(argv=None) -> int:
     ap.add_argument("--audio", default="audio/long_mixed.wav", help="clip with speech segments in "
                     "audio/transcripts.json (default %(default)s)")
     ap.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
+    ap.add_argument("--aligner", default=None, help="forced-aligner bundle whose runs give the word-timestamp counts "
+                    "(default: $QWEN3ASR_ALIGNER, else the bundled demo aligner; none: no word-timestamp section)")
     ap.add_argument("--accounting", help="instead: predict a saved accounting (JSON from --json or bench_board.py)")
     ap.add_argument("--soc", default="rk3576", help=f"with --accounting: {', '.join(SOCS)}")
     ap.add_argument("--prefill", default="published", help="with --accounting: the decoder prefill rate, "
@@ -816,7 +1106,7 @@ def main(argv=None) -> int:
             print("error: the qwen3asr package is not importable: run with PYTHONPATH=python or after "
                   "pip install -e .", file=sys.stderr)
             return 2
-        report = build_report(args.model, args.audio, args.threads)
+        report = build_report(args.model, args.audio, args.threads, args.aligner)
     except (ValueError, OSError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
