@@ -30,6 +30,14 @@ def engine_stream_result(engine, pcm16, chunk_size: float, **options):
     return s.finish()
 
 
+def engine_stream_pieces(engine, pcm16, chunk_size: float, **options) -> str:
+    """The committed pieces (``on_text``) of :func:`engine_stream_result`, joined: what a live
+    stream's "committed" messages must add up to."""
+    pieces = []
+    engine_stream_result(engine, pcm16, chunk_size, on_text=pieces.append, **options)
+    return "".join(pieces)
+
+
 def engine_stream(engine, pcm16, chunk_size: float, **options) -> str:
     """The text of :func:`engine_stream_result`."""
     return engine_stream_result(engine, pcm16, chunk_size, **options).text

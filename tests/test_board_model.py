@@ -564,3 +564,39 @@ def test_words_section_of_the_report(capsys):
     assert "Recommendation for a 4 GB board" in out and "- rk3588, with today's options:" in out
     bw.print_section(None)
     assert "No aligner: run with --aligner DIR" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- final passes
+def test_after_stop_of_a_hand_built_stream_and_pass():
+    from qwen3asr_tools import board_finals as bf
+
+    one = bm.Accounting(label="pass", audio_seconds=9.0, live=False, system_tokens=5, chunks=(
+        bm.ChunkWork(start=0.0, end=9.0, ready=9.0, graphs=(("merged", 2.0),), prefill_tokens=100,
+                     decode_tokens=20),))
+    stream, pieces = bf.after_stop(_hand_built(), one, COSTS)
+    # stream: the last chunk (ready 9.0) waits for B (done 11.51), then 0.96 s: 3.47 s after the stop
+    assert stream == pytest.approx(3.47)
+    # pieces: the decoder is free at 11.51 (A, B), then the pass: 300 + 1000 + 1000 + 10 ms
+    assert pieces == pytest.approx(11.51 - 9.0 + 2.31)
+    single = bm.Accounting(label="one chunk", audio_seconds=1.0, live=True, system_tokens=5,
+                           chunks=(_hand_built().chunks[2],))
+    assert bf.after_stop(single, one, COSTS)[1] == pytest.approx(2.31)  # nothing streamed before: just the pass
+
+
+def test_final_pass_runs_are_the_sessions_own(engine):
+    """The recorded pass is one encoder call over the whole clip and one decoder run, with the
+    token counts of the engine's own one-pass transcription; the stream's chunks cover the clip."""
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr_tools import board_finals as bf
+
+    [(clip, stream, one)] = bf.runs(engine, os.path.join(ROOT, "audio"), clips=("en_1.wav",))
+    pcm = prepare_audio(os.path.join(ROOT, "audio", clip))
+    t = engine.transcribe(pcm, one_pass=True)
+    assert len(one.chunks) == 1 and one.chunks[0].prefill_tokens == t.stats.prefill_tokens
+    assert one.chunks[0].decode_tokens == t.stats.decode_tokens
+    assert sum(s for _, s in one.chunks[0].graphs) >= pcm.shape[0] / 16000
+    assert stream.chunks[-1].end == pytest.approx(pcm.shape[0] / 16000, abs=0.01)
+    report = bf.build([(clip, stream, one)])
+    for soc in bm.SOCS:
+        s, p = report["rows"][0][soc]["stream_s"], report["rows"][0][soc]["pieces_s"]
+        assert 0 < s and p >= bm.predict(one, bm.unit_costs(soc)).wall_s

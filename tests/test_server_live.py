@@ -12,7 +12,7 @@ import pytest
 websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import ServerProcess, engine_stream, engine_stream_result, expected  # noqa: E402
+from server_proc import ServerProcess, engine_stream, engine_stream_pieces, engine_stream_result, expected  # noqa: E402
 from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 
@@ -104,7 +104,7 @@ def test_live_16k_s16le_in_100ms_frames(server, engine, name, chunk):
     if chunk == 2.0 or name.startswith("en"):
         assert final["text"] == expected(name)
     committed = "".join(m["text"] for m in msgs if m["type"] == "committed")
-    assert committed == engine_stream(engine, pcm, chunk, final_pass=False)  # the streamed pieces
+    assert committed == engine_stream_pieces(engine, pcm, chunk)  # the streamed pieces
     # each finished piece's one-pass text replaces its streamed pieces: the segments make the final text
     assert " ".join(m["text"] for m in msgs if m["type"] == "segment") == final["text"]
     tails = [m for m in msgs if m["type"] == "tail"]

@@ -960,6 +960,10 @@ def build_report(model: str, audio: str, threads: Optional[int] = None, aligner:
                                            board_budget.import_rss_mb(), len(every.rows), engine.aligner_dir)
         else:
             r["words"] = None
+    from . import REPO_ROOT, board_finals
+
+    finals = board_finals.runs(engine, os.path.join(REPO_ROOT, "audio"))
+    r["finals"] = board_finals.build(finals)
     ours = [one_pass] + [a.without_words() for a in with_words]
     r["defaults"] = []
     for a in ours:
@@ -994,7 +998,7 @@ def build_report(model: str, audio: str, threads: Optional[int] = None, aligner:
                     "rate_for": {f"{t:.2f}_{'overlap' if ov else 'serial'}": rate_needed(a, costs["rk3576"], t, ov)
                                  for t in (0.30, 0.25) for ov in (False, True)}})
     r["accountings"] = {a.label: a.to_dict() for a in list(calib.values()) + list(calib_joined.values())
-                        + [one_pass] + with_words + clips + grid_accs}
+                        + [one_pass] + with_words + clips + grid_accs + [a for _, *pair in finals for a in pair]}
     r["summaries"] = [accounting_summary(a) for a in list(calib.values()) + list(calib_joined.values()) + ours
                       + grid_accs]
     return r
@@ -1074,6 +1078,9 @@ def _print_report(r: dict) -> None:
     from . import board_words
 
     board_words.print_section(r.get("words"))
+    from . import board_finals
+
+    board_finals.print_section(r.get("finals"))
 
 
 def main(argv=None) -> int:

@@ -9,8 +9,8 @@ flushes the decoder and may apply ITN to the segment's text.
 With final passes (TranscribeOptions.final_pass) a finished *piece* of speech (the chunks
 between two pauses, VAD speech ends or the stream's ends) gets its text from one decode of
 the whole piece, which replaces the piece's streamed text and its per-chunk segments
-(``finish_piece``): ``on_text`` has sent the streamed text, and ``final_segments`` tells which
-segments are final.
+(``finish_piece``): ``on_text`` has sent the streamed text (and gets what the final text adds
+when it only extends it), and ``final_segments`` tells which segments are final.
 """
 
 from __future__ import annotations
@@ -89,12 +89,18 @@ class CommittedText:
 
     def finish_piece(self, text: str, segment: Optional[Segment]) -> None:
         """The open piece ends with ``text`` (its one-pass decode, raw) in place of its streamed
-        text, and ``segment`` (None when the text is empty) in place of its per-chunk segments."""
+        text, and ``segment`` (None when the text is empty) in place of its per-chunk segments.
+        When the new text only extends the streamed text (the usual case when the piece's last
+        partial chunk was left to the final pass), the extension goes to ``on_text``."""
         self._run_text = join_text(self._run_text[:self._piece_mark], text.strip())
+        self._text = self.tokenizer.incremental_decoder()  # bytes it held belong to the replaced text
+        self._held, self._held_text = [], ""
         del self.segments[self.final_segments:]
         if segment is not None:
             self.segments.append(segment)
-        self.text = join_text(self._done_text, self._run_text)
+        before, self.text = self.text, join_text(self._done_text, self._run_text)
+        if self._on_text is not None and len(self.text) > len(before) and self.text.startswith(before):
+            self._on_text(self.text[len(before):])
         self.mark_piece()
 
     def tail_text(self, tail_ids: List[int]) -> str:

@@ -244,12 +244,20 @@ class StreamSession:
         self._run(ready)
 
     def _close_segment(self, end: int) -> None:
+        """The open segment ends at sample ``end``. When its last piece gets a final pass, the
+        partial chunk before ``end`` is not decoded and the window's unstable chunks are not
+        committed (``on_text`` never sends a guess the final text revises): the one-pass text
+        replaces them, so the time after a stop is one pass, not a chunk and a pass."""
+        final = self._final_audio(end)
         n = (end - self._next) // HOP * HOP
-        if n > 0 and self._room():
+        if n > 0 and final is None and self._room():
             self._run([self._prepare(self._next, self._next + n, last=True, right_edge=end)])
         self._next = end
-        self._commit(self._window.clear())
-        self._finish_piece(end)
+        if final is None:
+            self._commit(self._window.clear())
+        else:
+            self._window.clear()  # its unstable text is not committed: the final pass replaces it
+        self._finish_piece(end, final)
         self._text.close_segment(self.options.itn, self._language)
         self._window.new_segment()
         self._seg_start = None if self._vad is not None else end
@@ -281,24 +289,35 @@ class StreamSession:
             words = self._aligner.align(self._audio(a, b), seg.text, lang, offset=seg.start)
             self._text.segments[i] = dataclasses.replace(seg, words=words)
 
-    def _finish_piece(self, end: int) -> None:
-        """The piece of speech since the last pause (or speech start) ends at sample ``end``:
-        with final passes on, its audio is decoded again in one pass and that text replaces the
-        piece's streamed text (when the piece has text, was short enough to keep and fits one
-        pass); else its per-chunk segments stay as they are."""
-        a, self._piece_start, ok = self._piece_start, end, self._piece_ok
-        self._piece_ok = True
+    def _final_audio(self, end: int) -> Optional[np.ndarray]:
+        """The open piece's audio up to sample ``end`` when it gets a final pass (final passes on,
+        the piece short enough to have been kept, within the bundle's one-pass limit, fitting
+        one pass); else None."""
+        a = self._piece_start
+        if not (self._final and self._piece_ok and a is not None
+                and HOP <= end - a <= FINAL_PASS_MAX_SECONDS * SAMPLE_RATE):
+            return None
+        pcm = self._audio(a, end)
+        limit = self.engine.bundle.one_pass_seconds  # the model's own one-pass limit, when it declares one
+        if limit is not None and pcm.shape[0] > limit * SAMPLE_RATE:
+            return None
+        return pcm if self.engine.fits_one_pass(pcm, self._one_pass) else None
+
+    def _finish_piece(self, end: int, pcm: Optional[np.ndarray] = None) -> None:
+        """The piece of speech since the last pause (or speech start) ends at sample ``end``.
+        ``pcm``: its audio for a final pass (_final_audio, taken before its last partial chunk
+        would have been decoded), None to decide here (the piece's chunks all decoded: a piece
+        without streamed text gets none). With a final pass, the piece's one-pass text replaces
+        its streamed text; else its per-chunk segments stay as they are."""
+        if pcm is None and self._text.piece_segments():
+            pcm = self._final_audio(end)
+        a, self._piece_start, self._piece_ok = self._piece_start, end, True
         if not self._final:
             self._text.mark_piece()
             return
         first = self._text.final_segments
-        ok = ok and a is not None and HOP <= end - a <= FINAL_PASS_MAX_SECONDS * SAMPLE_RATE
-        pcm = self._audio(a, end) if ok else None
         o = self._one_pass
-        limit = self.engine.bundle.one_pass_seconds  # the model's own one-pass limit, when it declares one
-        if pcm is not None and limit is not None and pcm.shape[0] > limit * SAMPLE_RATE:
-            pcm = None
-        if pcm is None or not self._text.piece_segments() or not self.engine.fits_one_pass(pcm, o):
+        if pcm is None:
             self._align(first)  # the streamed text stays final: align it chunk by chunk
             self._text.mark_piece()
             return
