@@ -38,6 +38,9 @@ class ClipResult:
     language: str         # detected language name, "None" for no speech
     text: str             # transcript
     raw: str              # decoded output incl. the language prefix
+    finish_reason: str = "eos"  # how the (last) decoder run ended ("repetition": the loop guard)
+    loops: int = 0        # decoder runs the loop guard stopped
+    fallback_tries: int = 0  # decoder runs made again with fallback settings
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ def run_bundle(rows, base: str, model: str, decoder_dtype: str, threads: Optiona
     out = []
     for r in rows:
         t = engine.transcribe(os.path.join(base, r["audio"]))
-        out.append(ClipResult(r["audio"], r["language"], r["text"], t.language or "None", t.text, t.raw_text))
+        out.append(ClipResult(r["audio"], r["language"], r["text"], t.language or "None", t.text, t.raw_text,
+                              t.finish_reason, t.stats.loops, t.stats.fallback_tries))
     return out
 
 
@@ -174,6 +178,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(table(f"bundle {args.model} (decoder {args.decoder_dtype}), {len(rows)} clips", s_ours))
         errors = [asdict(r) for r in ours if (r.language, r.text) != (r.ref_language, r.ref_text)]
         report["bundle"]["errors"] = errors
+        guarded = [r for r in ours if r.loops or r.fallback_tries or r.finish_reason != "eos"]
+        print(f"  loop guard       {sum(r.loops for r in ours)} runs stopped, "
+              f"{sum(r.fallback_tries for r in ours)} fallback tries, "
+              f"{sum(r.finish_reason != 'eos' for r in ours)} clips not ended by the model"
+              + "".join(f"\n    {r.audio}: {r.finish_reason}, {r.loops} loops, {r.fallback_tries} tries, {r.text!r}"
+                        for r in guarded[:10]))
+        report["bundle"]["guarded"] = [asdict(r) for r in guarded]
     if args.official:
         t1 = time.time()
         off = run_official(rows, base, args.official)
