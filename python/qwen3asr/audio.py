@@ -17,11 +17,13 @@ from typing import Union
 
 import numpy as np
 
+from . import checks
 from .errors import Qwen3ASRError
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000  # Hz, what the model expects (the one definition; mel, vad, stream use it)
+MAX_STREAM_SECONDS = float(2**63 // SAMPLE_RATE)  # positions in a stream stay 64-bit sample counts (18 million years)
 MIN_SAMPLES = 160  # one mel hop (10 ms): anything shorter yields no feature frame
 # soxr quality of every resampling, whole inputs and streams alike. "VHQ" rather than "HQ":
 # 48 kHz -> 16 kHz streamed in 100 ms blocks costs 0.27 instead of 0.24 ms per audio second
@@ -29,7 +31,7 @@ MIN_SAMPLES = 160  # one mel hop (10 ms): anything shorter yields no feature fra
 # (audio/*.wav at 44.1 and 48 kHz, 1 s and 2 s chunks and one pass), and a file and the same
 # audio streamed get the same filter.
 RESAMPLE_QUALITY = "VHQ"
-PCM_RATES = (1000, 384000)  # Hz accepted for raw PCM (the range Wyoming clients may send)
+PCM_RATES = (1000, 384000)  # Hz accepted for raw PCM and arrays: what soxr and audio hardware use (the Wyoming range)
 PCM_WIDTHS = (1, 2, 3, 4)  # bytes per integer sample
 PCM_ENCODINGS = ("int", "float")  # PcmFormat.encoding: integer PCM, or IEEE float32
 PCM_MAX_CHANNELS = 32  # interleaved channels accepted (averaged to mono)
@@ -49,6 +51,9 @@ def load_audio(path: Union[str, os.PathLike]) -> tuple[np.ndarray, int]:
     """
     import soundfile as sf
 
+    problem = checks.path("audio path", path)
+    if problem:
+        raise AudioError(problem)
     path = os.fspath(path)
     if not os.path.exists(path):
         raise AudioError(f"audio file not found: {path}")
@@ -93,7 +98,8 @@ def prepare_audio(audio: AudioInput, sample_rate: int | None = None) -> np.ndarr
     Args:
       audio: a file path, or a numpy array (float or integer PCM; ``(n,)``, ``(n, ch)`` or
         ``(ch, n)``).
-      sample_rate: rate of an array input in Hz (default 16000); ignored for files.
+      sample_rate: rate of an array input in Hz (default 16000), 1000..384000 (PCM_RATES); a file
+        has its own (a valid sample_rate given with a file is ignored).
 
     Returns:
       ``(n,)`` float32 mono at 16 kHz, peak-normalised if it exceeded 1.0, clipped to [-1, 1].
@@ -101,12 +107,13 @@ def prepare_audio(audio: AudioInput, sample_rate: int | None = None) -> np.ndarr
     Raises:
       AudioError: unreadable, empty, too short (< 10 ms), non-finite, or a bad shape/dtype.
     """
+    rate = SAMPLE_RATE if sample_rate is None else _checked_rate(sample_rate)  # checked even when ignored
     if isinstance(audio, (str, os.PathLike)):
         source = os.fspath(audio)
         samples, sr = load_audio(source)
     elif isinstance(audio, np.ndarray):
         source = "audio array"
-        sr = SAMPLE_RATE if sample_rate is None else int(sample_rate)
+        sr = rate
         samples = _array_to_float(audio)
     else:
         raise AudioError(
@@ -129,6 +136,20 @@ def prepare_audio(audio: AudioInput, sample_rate: int | None = None) -> np.ndarr
     if peak > 1.0:
         samples = samples / peak
     return np.clip(samples, -1.0, 1.0).astype(np.float32, copy=False)
+
+
+def _checked_rate(sample_rate) -> int:
+    """The sample rate of an array input as an int; AudioError unless it is a whole number of Hz
+    within PCM_RATES (a non-positive one keeps its own message)."""
+    from . import checks
+
+    if checks.is_number(sample_rate) and sample_rate <= 0:
+        raise AudioError(f"sample rate must be positive, got {sample_rate}")
+    if not (checks.is_number(sample_rate) and float(sample_rate).is_integer()) or \
+            checks.integer("sample_rate", int(sample_rate), *PCM_RATES):
+        raise AudioError(checks.problem("sample_rate", checks.requirement("a whole number of Hz", *PCM_RATES),
+                                        sample_rate))
+    return int(sample_rate)
 
 
 def _array_to_float(audio: np.ndarray) -> np.ndarray:
@@ -180,9 +201,9 @@ class PcmChecker:
 
 def _validate(pcm, sample_rate: int, where: str) -> tuple[np.ndarray, bool]:
     """(the ``(n,)`` float32 chunk clipped to [-1, 1], whether clipping changed it); AudioError if unusable."""
-    if sample_rate != SAMPLE_RATE:
-        raise AudioError(f"{where} needs {SAMPLE_RATE} Hz audio, got {sample_rate} Hz; resample first "
-                         f"(qwen3asr.audio.resample or soxr.resample(pcm, {sample_rate}, {SAMPLE_RATE}))")
+    if not (checks.is_number(sample_rate) and sample_rate == SAMPLE_RATE):
+        raise AudioError(f"{where} needs {SAMPLE_RATE} Hz audio, got {checks.show(sample_rate)} Hz; resample first "
+                         f"(qwen3asr.audio.resample or soxr.resample(pcm, {checks.show(sample_rate)}, {SAMPLE_RATE}))")
     if not isinstance(pcm, np.ndarray):
         raise AudioError(f"{where} needs a numpy float32 array, got {type(pcm).__name__}")
     if pcm.dtype != np.float32:
@@ -217,18 +238,20 @@ class PcmFormat:
     def __post_init__(self):
         vals = {"rate": self.rate, "width": self.width, "channels": self.channels}
         if any(isinstance(v, bool) or not isinstance(v, int) for v in vals.values()):
-            raise PcmFormatError(f"audio format needs integer rate, width and channels; got {vals}")
+            shown = ", ".join(f"{k!r}: {checks.show(v)}" for k, v in vals.items())
+            raise PcmFormatError(f"audio format needs integer rate, width and channels; got {{{shown}}}")
         problems = []
         if not PCM_RATES[0] <= self.rate <= PCM_RATES[1]:
-            problems.append(f"rate must be {PCM_RATES[0]}..{PCM_RATES[1]} Hz (got {self.rate})")
+            problems.append(f"rate must be {PCM_RATES[0]}..{PCM_RATES[1]} Hz (got {checks.show(self.rate)})")
         if self.encoding not in PCM_ENCODINGS:
-            problems.append(f"encoding must be one of {', '.join(PCM_ENCODINGS)} (got {self.encoding!r})")
+            problems.append(f"encoding must be one of {', '.join(PCM_ENCODINGS)} (got {checks.show(self.encoding)})")
         elif self.encoding == "float" and self.width != 4:
-            problems.append(f"width must be 4 bytes for float samples (got {self.width})")
+            problems.append(f"width must be 4 bytes for float samples (got {checks.show(self.width)})")
         elif self.width not in PCM_WIDTHS:
-            problems.append(f"width must be one of {', '.join(map(str, PCM_WIDTHS))} bytes (got {self.width})")
+            problems.append(f"width must be one of {', '.join(map(str, PCM_WIDTHS))} bytes "
+                            f"(got {checks.show(self.width)})")
         if not 1 <= self.channels <= PCM_MAX_CHANNELS:
-            problems.append(f"channels must be 1..{PCM_MAX_CHANNELS} (got {self.channels})")
+            problems.append(f"channels must be 1..{PCM_MAX_CHANNELS} (got {checks.show(self.channels)})")
         if problems:
             raise PcmFormatError("unsupported audio format: " + "; ".join(problems))
 

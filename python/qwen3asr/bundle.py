@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import checks
 from .encoder import EncoderVariant
 from .errors import Qwen3ASRError
 
@@ -121,6 +122,9 @@ class Bundle:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Bundle":
+        problem = checks.path("model directory", path)
+        if problem:
+            raise BundleError(problem)
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise BundleError(

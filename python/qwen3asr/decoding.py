@@ -22,42 +22,50 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from . import checks
+
 logger = logging.getLogger(__name__)
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) \
-        and math.isfinite(v)
-
-
+# The largest decoder context any backend takes (prompt + generated positions): the RKLLM
+# runtime 1.2+ accepts at most 16384 (qwen3asr_tools/export_rkllm.py MAX_CONTEXT_LIMIT); the ONNX
+# export holds 4096 (onnx_graphs.DECODER_MAX_POSITIONS). No run can use more positions.
+MAX_CONTEXT = 16384
+MAX_NEW_TOKENS = MAX_CONTEXT  # a token budget beyond the context can never be spent
+# Qwen3's vocabulary (the official config's vocab_size): a larger top_k keeps every token, as 0 does.
+MAX_TOP_K = 151936
+# Sampling settings reach the RKLLM runtime as C floats (RKLLMParam.temperature, repeat_penalty):
+# a larger number is infinite there. Within it any temperature or penalty is a choice, not an error
+# (a temperature of 1e30 samples uniformly).
+FLOAT32_MAX = 3.4028234663852886e38
 SEED_MAX = 2**64 - 1  # sampling seeds are unsigned 64-bit (numpy's SeedSequence takes any, RKLLM none)
+SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
 
 
 def sampling_problems(**fields) -> list[str]:
     """The one check of sampling settings, shared by every options object that carries them
     (DecodingOptions, TranscribeOptions, the RKLLM runtime's): one message per bad field, naming
-    the field, the value and what is accepted. Fields not given are not checked; ``seed`` and
-    ``max_new_tokens`` may be None (the caller's default)."""
+    the field, the value and what is accepted (qwen3asr.checks). Fields not given are not
+    checked; ``seed`` and ``max_new_tokens`` may be None (the caller's default)."""
     problems = []
     for name, v in fields.items():
-        if name == "temperature" and not (_is_number(v) and v >= 0):
-            problems.append(f"temperature must be a number >= 0 (got {v!r})")
-        elif name == "top_k" and not (_is_int(v) and v >= 0):
-            problems.append(f"top_k must be an integer >= 0 (got {v!r})")
-        elif name == "top_p" and not (_is_number(v) and 0 < v <= 1):
-            problems.append(f"top_p must be in (0, 1] (got {v!r})")
-        elif name == "repetition_penalty" and not (_is_number(v) and v > 0):
-            problems.append(f"repetition_penalty must be a number > 0 (got {v!r})")
-        elif name == "seed" and v is not None and not (_is_int(v) and 0 <= v <= SEED_MAX):
-            problems.append(f"seed must be an integer in 0..2**64-1 or None (got {v!r})")
-        elif name == "max_new_tokens" and v is not None and not (_is_int(v) and v >= 1):
-            problems.append(f"max_new_tokens must be an integer >= 1 (got {v!r})")
-        elif name not in ("temperature", "top_k", "top_p", "repetition_penalty", "seed", "max_new_tokens"):
-            raise TypeError(f"sampling_problems() got an unknown field {name!r}")
+        if name == "temperature":
+            p = checks.number(name, v, 0, FLOAT32_MAX)
+        elif name == "top_k":
+            p = checks.integer(name, v, 0, MAX_TOP_K)
+        elif name == "top_p":
+            p = checks.number(name, v, 0, 1, kind="", low_open=True)
+        elif name == "repetition_penalty":
+            p = checks.number(name, v, 0, FLOAT32_MAX, low_open=True)
+        elif name == "seed":
+            p = None if v is None or (checks.is_integer(v) and 0 <= v <= SEED_MAX) else \
+                checks.problem(name, "an integer in 0..2**64-1 or None", v)
+        elif name == "max_new_tokens":
+            p = checks.integer(name, v, 1, MAX_NEW_TOKENS, optional=True)
+        else:
+            raise TypeError(f"sampling_problems() got an unknown field {name!r}; fields: {', '.join(SAMPLING_FIELDS)}")
+        if p:
+            problems.append(p)
     return problems
 
 
@@ -77,7 +85,8 @@ class DecodingOptions:
                                      top_k=self.top_k, top_p=self.top_p,
                                      repetition_penalty=self.repetition_penalty, seed=self.seed)
         if self.max_new_tokens is None:
-            problems.insert(0, "max_new_tokens must be an integer >= 1 (got None)")
+            problems.insert(0, checks.problem("max_new_tokens", checks.requirement("an integer", 1, MAX_NEW_TOKENS),
+                                              None))
         if problems:
             raise ValueError("invalid decoding options: " + "; ".join(problems))
 
@@ -100,9 +109,9 @@ class RepetitionGuard:
 
     def __post_init__(self):
         for name in ("max_same_token", "max_pattern_len", "min_pattern_repeats", "min_tokens"):
-            v = getattr(self, name)
-            if not _is_int(v) or v < 0:
-                raise ValueError(f"RepetitionGuard.{name} must be an integer >= 0, got {v!r}")
+            problem = checks.integer(f"RepetitionGuard.{name}", getattr(self, name), 0)
+            if problem:
+                raise ValueError(problem)
         if self.min_pattern_repeats == 1:
             raise ValueError("RepetitionGuard.min_pattern_repeats must be 0 (off) or >= 2")
 

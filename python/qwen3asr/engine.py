@@ -20,8 +20,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from . import checks
 from . import mel as melmod
-from .audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
+from .audio import MAX_STREAM_SECONDS, SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from .backends import BACKENDS, BackendOptions, PrefixCacheOptions, create_backend
 from .bundle import Bundle, BundleError, EmbeddingTable, default_model_dir
 from .decoding import (COMPRESSION_LIMIT, FALLBACK_STEPS, FINISH_RANK, compression_ratio, DecodingOptions, Generation, RepetitionGuard, fallback_options,
@@ -115,8 +116,12 @@ class Qwen3ASREngine:
                  spin_wait: bool = False, aligner: Optional[str] = None):
         from .backends import RKOptions
 
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if not isinstance(backend, str) or backend not in BACKENDS:
+            raise ValueError(f"unknown backend {checks.show(backend)}; choose one of {', '.join(BACKENDS)}")
+        for name, value in (("model_dir", model_dir), ("aligner", aligner)):
+            problem = checks.path(name, value, optional=True)
+            if problem:
+                raise ValueError(problem)
         if rk is not None and not isinstance(rk, RKOptions):
             raise TypeError(f"rk must be a qwen3asr.RKOptions, got {type(rk).__name__}")
         rk = rk or RKOptions()
@@ -228,8 +233,23 @@ class Qwen3ASREngine:
         return build_prompt(self.tokenizer, n_audio, context=context, language=language, compact=compact)
 
     def request_prompt(self, n_audio: int, options: TranscribeOptions) -> Prompt:
-        """The prompt of a request with these options."""
+        """The prompt of a request with these options. A context that cannot fit the decoder
+        context whatever its tokens is refused from its length, before it is tokenized."""
+        n_bytes = len(options.context.encode("utf-8"))
+        if n_bytes > self.max_context * self.tokenizer.max_token_bytes:
+            raise ValueError(f"context is {n_bytes} bytes, at least {n_bytes // self.tokenizer.max_token_bytes} "
+                             f"tokens: over the decoder context of {self.max_context} tokens; shorten it")
         return self.prompt(n_audio, options.context, options.language, options.compact_prompt)
+
+    def check_prompt(self, options: TranscribeOptions) -> None:
+        """ValueError when the prompt alone (the system turn with the context) and the token
+        budget of ``options`` (resolved for their mode) leave no room for audio in the decoder."""
+        n_prompt = len(self.request_prompt(1, options)) - 1
+        budget = options.decoding().max_new_tokens
+        if n_prompt + budget >= self.max_context:
+            raise ValueError(f"the prompt takes {n_prompt} tokens (the context {len(options.context)} characters) and "
+                             f"max_new_tokens={budget}: no room for audio in the decoder context of "
+                             f"{self.max_context} tokens; shorten the context or lower max_new_tokens")
 
     def embed_prompt(self, prompt: Prompt, audio_embeds: np.ndarray) -> np.ndarray:
         """Embed the prompt ids and splice the audio embeddings over the audio pads: (L, hidden) float32."""
@@ -332,11 +352,12 @@ class Qwen3ASREngine:
         self.check_open()
         o = build_options(options or self.options, kw, "prepare")
         t0 = time.perf_counter()
+        # checked against the context before the mel and the prompt are made: their size grows with the audio
+        n_audio = tokens_for_frames(melmod.n_frames(pcm.shape[0]))
+        self._check_length(n_audio, len(self.request_prompt(1, o)) - 1 + n_audio, o.decoding().max_new_tokens,
+                           pcm.shape[0] / SAMPLE_RATE)
         mel = self.features(pcm)
-        n_audio = tokens_for_frames(mel.shape[1])
-        prompt = self.request_prompt(n_audio, o)
-        max_new = o.decoding().max_new_tokens
-        self._check_length(n_audio, len(prompt), max_new, pcm.shape[0] / SAMPLE_RATE)
+        prompt = self.request_prompt(tokens_for_frames(mel.shape[1]), o)
         emb, es = self.encode_timed(mel)
         return Request(prompt=prompt, embeds=self.embed_prompt(prompt, emb), audio_seconds=pcm.shape[0] / SAMPLE_RATE,
                        encoder_ms=(time.perf_counter() - t0) * 1000, encoder_calls=es.calls, t0=t0)
@@ -365,6 +386,7 @@ class Qwen3ASREngine:
         work: scheduling hooks (qwen3asr.work.Work): each chunk is one unit of model work.
         """
         self.check_open()
+        _check_hooks("create_stream", on_text=on_text, work=work)
         from .streaming import StreamSession
         from .vad import SileroVAD
 
@@ -372,6 +394,7 @@ class Qwen3ASREngine:
         if isinstance(kw.get("vad"), SileroVAD):
             vad_model, kw["vad"] = kw["vad"], True
         o = build_options(options or self.options, kw, "create_stream")
+        self.check_prompt(o.for_stream())
         if o.word_timestamps:
             self._check_words(o)
         return StreamSession(self, o, on_text=on_text, vad_model=vad_model, work=work)
@@ -400,12 +423,13 @@ class Qwen3ASREngine:
             chunked audio one unit per chunk; a set cancel flag raises qwen3asr.work.Cancelled.
         """
         self.check_open()
+        _check_hooks("transcribe", on_text=on_text, progress=progress, work=work)
         o = build_options(options or self.options, kw, "transcribe")
         pcm = prepare_audio(audio, sample_rate)
-        if start_second or duration is not None:
+        if not (checks.is_number(start_second) and start_second == 0) or duration is not None:
             from .longform import select_audio
 
-            pcm = select_audio(pcm, start_second, duration)
+            pcm = select_audio(pcm, start_second, duration)  # checks both (finite, within the audio)
         if o.word_timestamps:
             self._check_words(o)
         mode, o = self.plan(pcm, o)
@@ -468,6 +492,9 @@ class Qwen3ASREngine:
         covered.
         """
         self.check_open()
+        problem = checks.number("start_second", start_second, 0, MAX_STREAM_SECONDS, kind="a number of seconds")
+        if problem:
+            raise ValueError(problem)
         pcm = prepare_audio(audio, sample_rate)
         if language is None:
             detected = self.transcribe(pcm, language=None, one_pass=True, word_timestamps=False).language
@@ -512,6 +539,7 @@ class Qwen3ASREngine:
         """How ``transcribe`` decodes (n,) 16 kHz audio: ("one pass" | "VAD segments" | "chunks",
         the options with that mode's defaults filled in)."""
         o = options or self.options
+        self.check_prompt(o)
         if o.one_pass:
             return "one pass", o
         if not o.wants_chunks():
@@ -552,8 +580,8 @@ class Qwen3ASREngine:
     def fits_one_pass(self, pcm: np.ndarray, options: Optional[TranscribeOptions] = None, **kw) -> bool:
         """Whether (n,) 16 kHz audio fits one decoder pass (prompt + audio + max_new_tokens <= context)."""
         o = build_options(options or self.options, kw, "fits_one_pass")
-        n_audio = tokens_for_frames(melmod.n_frames(pcm.shape[0]))
-        return len(self.request_prompt(max(n_audio, 1), o)) + o.decoding().max_new_tokens <= self.max_context
+        n_audio = max(tokens_for_frames(melmod.n_frames(pcm.shape[0])), 1)
+        return len(self.request_prompt(1, o)) - 1 + n_audio + o.decoding().max_new_tokens <= self.max_context
 
     def _transcribe_one(self, pcm: np.ndarray, o: TranscribeOptions, on_text, work: Work) -> Transcription:
         req = self.prepare(pcm, o)
@@ -588,6 +616,15 @@ class Qwen3ASREngine:
                              token_ids=tuple(int(t) for t in tokens), raw_text=raw,
                              truncated=ds.finish_reason == "length", stats=stats,
                              finish_reason=ds.finish_reason if ds.finish_reason in FINISH_RANK else "eos")
+
+
+def _check_hooks(where: str, work: Work, **callbacks) -> None:
+    """TypeError unless every callback is callable or None and ``work`` is a qwen3asr.work.Work."""
+    for name, fn in callbacks.items():
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{where}(): {name} must be a function or None (got {checks.show(fn)})")
+    if not isinstance(work, Work):
+        raise TypeError(f"{where}(): work must be a qwen3asr.work.Work (got {checks.show(work)})")
 
 
 def _aligner_dir(given: Optional[str], model_dir: str) -> Optional[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
+from .checks import show
 from .errors import Qwen3ASRError
 
 # Canonical name -> BCP-47 code, in the official order (qwen_asr.inference.utils).
@@ -73,7 +74,7 @@ def normalize_language_name(language: str) -> str:
 def validate_language(name: str) -> str:
     """Return ``name`` if it is a canonical supported name, else raise LanguageError."""
     if name not in LANGUAGE_CODES:
-        raise LanguageError(f"unsupported language {name!r}; accepted: {_accepted()}")
+        raise LanguageError(f"unsupported language {show(name)}; accepted: {_accepted()}")
     return name
 
 
@@ -85,9 +86,13 @@ def resolve_language(language: Optional[str]) -> Optional[str]:
     BCP-47 codes such as "en" or "yue" are accepted too (region subtags like "zh-CN"
     are not). Raises LanguageError listing the accepted names otherwise.
     """
-    if language is None or str(language).strip() == "":
+    if language is None:
         return None
-    raw = str(language).strip()
+    if not isinstance(language, str):
+        raise LanguageError(f"language must be a str or None (got {show(language)})")
+    raw = language.strip()
+    if not raw:
+        return None
     code = raw.lower()
     if code in _NAME_BY_CODE:
         return _NAME_BY_CODE[code]

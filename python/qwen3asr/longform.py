@@ -24,6 +24,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from . import checks
 from . import mel as melmod
 from .audio import SAMPLE_RATE
 from .decoding import FINISH_RANK
@@ -42,14 +43,16 @@ OVERLAP_FEED_CHUNKS = 4  # chunks of audio fed at once when the session overlaps
 def select_audio(pcm: np.ndarray, start_second: float = 0.0, duration: Optional[float] = None) -> np.ndarray:
     """The part [start_second, start_second + duration) of (n,) 16 kHz audio; errors name the length."""
     total = pcm.shape[0] / SAMPLE_RATE
-    if not (isinstance(start_second, (int, float)) and math.isfinite(start_second) and start_second >= 0):
-        raise ValueError(f"start_second must be a number of seconds >= 0, got {start_second!r}")
-    if duration is not None and not (isinstance(duration, (int, float)) and duration > 0):
-        raise ValueError(f"duration must be a number of seconds > 0 or None, got {duration!r}")
+    for p in (checks.number("start_second", start_second, 0, kind="a number of seconds"),
+              checks.number("duration", duration, 0, kind="a number of seconds", low_open=True, optional=True)):
+        if p:
+            raise ValueError(p)
     if start_second >= total:
         raise ValueError(f"start_second={start_second} is past the end of the audio ({total:.2f} s)")
     a = int(round(start_second * SAMPLE_RATE))
-    b = pcm.shape[0] if duration is None else min(pcm.shape[0], a + int(round(duration * SAMPLE_RATE)))
+    # a duration past the end takes the rest (compared in seconds: a huge one is never multiplied out)
+    b = pcm.shape[0] if duration is None or duration >= total - start_second else \
+        min(pcm.shape[0], a + int(round(duration * SAMPLE_RATE)))
     if b - a < melmod.HOP_LENGTH:
         raise ValueError(f"the selected audio is shorter than 10 ms ({(b - a) / SAMPLE_RATE * 1000:.1f} ms)")
     return pcm[a:b]

@@ -28,10 +28,10 @@ VAD-first when the VAD model is available (``vad=None``), else in chunks (docs/s
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional, Union
 
-from .decoding import DecodingOptions, sampling_problems
+from . import checks
+from .decoding import MAX_CONTEXT, DecodingOptions, sampling_problems
 from .languages import resolve_language
 from .mel import HOP_LENGTH as HOP  # samples per 10 ms mel frame
 from .vad import VADOptions
@@ -44,16 +44,30 @@ STREAM_CHUNK_SIZE = 4.0
 STREAM_MAX_NEW_TOKENS = 128
 STREAM_ROLLBACK_TOKENS = 2
 
-_INTS = (("memory_num", 1), ("unfixed_chunks", 0))
-_OPTIONAL_INTS = (("rollback_tokens", 0), ("max_chunks", 1))
+MIN_CHUNK_SECONDS = 0.2  # shortest chunk: 20 mel frames, 3 encoder tokens
+# Longest chunk: the official model's longest one pass (docs/streaming.md). At 13 encoder tokens
+# per second (qwen3asr.encoder.TOKENS_PER_CHUNK) that is 15600 audio positions, within the largest
+# decoder context of any backend (decoding.MAX_CONTEXT, 16384); a decoder window never holds
+# more audio than this, so memory_num x chunk_size is bounded by it too.
+MAX_CHUNK_SECONDS = 1200.0
+MAX_MEMORY_NUM = int(MAX_CHUNK_SECONDS / MIN_CHUNK_SECONDS)  # 6000 chunks of the shortest size in one window
+MAX_ROLLBACK_TOKENS = MAX_CONTEXT  # a window's text never holds more tokens than the context
+# pause_db has no upper bound: frame levels span 100 dB (streaming.pause.frame_db floors at
+# -100 dBFS), so beyond 100 dB no frame is quiet enough and pauses are off, as with None.
+# max_chunks has none either: a cap beyond the audio's chunks caps nothing.
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def chunk_problems(chunk_size, name: str = "chunk_size", optional: bool = True) -> list[str]:
+    """The check of a chunk length in seconds (every surface that takes one: TranscribeOptions,
+    the WebSocket start message, the Wyoming options): a number of seconds in
+    [MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS], a whole number of 10 ms mel frames."""
+    p = checks.number(name, chunk_size, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS, kind="a number of seconds",
+                      optional=optional)
+    if p:
+        return [p]
+    if chunk_size is not None and abs(chunk_size * 100 - round(chunk_size * 100)) > 1e-6:
+        return [f"{name} must be a whole number of 10 ms frames, e.g. 2.0 or 0.64 (got {checks.show(chunk_size)})"]
+    return []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,26 +129,19 @@ class TranscribeOptions:
         problems = []
         if not isinstance(self.context, str):
             problems.append(f"context must be str (got {type(self.context).__name__})")
-        for name, low in _INTS:
-            v = getattr(self, name)
-            if not _is_int(v) or v < low:
-                problems.append(f"{name} must be an integer >= {low} (got {v!r})")
-        for name, low in _OPTIONAL_INTS:
-            v = getattr(self, name)
-            if v is not None and (not _is_int(v) or v < low):
-                problems.append(f"{name} must be an integer >= {low} or None (got {v!r})")
+        problems += filter(None, (
+            checks.integer("memory_num", self.memory_num, 1, MAX_MEMORY_NUM),
+            checks.integer("unfixed_chunks", self.unfixed_chunks, 0, MAX_MEMORY_NUM - 1),
+            checks.integer("rollback_tokens", self.rollback_tokens, 0, MAX_ROLLBACK_TOKENS, optional=True),
+            checks.integer("max_chunks", self.max_chunks, 1, optional=True),
+            checks.number("pause_db", self.pause_db, 0, kind="a number of dB", low_open=True, optional=True)))
         problems += sampling_problems(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                       top_k=self.top_k, top_p=self.top_p,
                                       repetition_penalty=self.repetition_penalty, seed=self.seed)
-        cs = self.chunk_size
-        if cs is not None:
-            if not _is_number(cs) or cs < 0.2:
-                problems.append(f"chunk_size must be a number of seconds >= 0.2 or None (got {cs!r})")
-            elif abs(cs * 100 - round(cs * 100)) > 1e-6:
-                problems.append(f"chunk_size must be a whole number of 10 ms frames, e.g. 2.0 or 0.64 (got {cs!r})")
-        pd = self.pause_db
-        if pd is not None and (not _is_number(pd) or pd <= 0):
-            problems.append(f"pause_db must be a number of dB > 0 or None (got {pd!r})")
+        problems += chunk_problems(self.chunk_size)
+        if not problems and self.chunk_size is not None and self.memory_num * self.chunk_size > MAX_CHUNK_SECONDS:
+            problems.append(f"memory_num x chunk_size must be <= {MAX_CHUNK_SECONDS:g} s, the most audio a decoder "
+                            f"window can hold (got {self.memory_num} x {self.chunk_size:g} s)")
         if not problems and self.unfixed_chunks >= self.memory_num:
             problems.append(f"unfixed_chunks must be < memory_num ({self.memory_num}), got {self.unfixed_chunks}")
         if self.vad is True:
@@ -142,13 +149,10 @@ class TranscribeOptions:
         elif self.vad is not None and self.vad is not False and not isinstance(self.vad, VADOptions):
             problems.append(f"vad must be None, True, False or a VADOptions (got {type(self.vad).__name__}); "
                             "pass a loaded SileroVAD model to create_stream(vad=...) instead")
-        for name in ("overlap", "fallback", "final_pass"):
-            v = getattr(self, name)
-            if v is not None and not isinstance(v, bool):
-                problems.append(f"{name} must be True, False or None (got {v!r})")
-        for name in ("itn", "compact_prompt", "one_pass", "word_timestamps"):
-            if not isinstance(getattr(self, name), bool):
-                problems.append(f"{name} must be True or False (got {getattr(self, name)!r})")
+        problems += filter(None, [checks.flag(name, getattr(self, name), optional=True)
+                                  for name in ("overlap", "fallback", "final_pass")])
+        problems += filter(None, [checks.flag(name, getattr(self, name))
+                                  for name in ("itn", "compact_prompt", "one_pass", "word_timestamps")])
         if self.one_pass is True and (self.chunk_size is not None or self.vad not in (None, False)
                                       or self.max_chunks is not None):
             problems.append("one_pass excludes chunk_size, vad and max_chunks (they ask for chunked decoding)")
@@ -191,7 +195,7 @@ class TranscribeOptions:
         """The options with the stream defaults filled in (vad None -> off, fallback None -> off)."""
         return dataclasses.replace(
             self, fallback=bool(self.fallback),
-            chunk_size=STREAM_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
+            chunk_size=self._chunk_size_or(STREAM_CHUNK_SIZE),
             max_new_tokens=self.max_new_tokens or STREAM_MAX_NEW_TOKENS,
             rollback_tokens=STREAM_ROLLBACK_TOKENS if self.rollback_tokens is None else self.rollback_tokens,
             vad=self.vad_options)
@@ -201,10 +205,17 @@ class TranscribeOptions:
         (fallback None -> on)."""
         return dataclasses.replace(
             self, fallback=self.fallback is not False,
-            chunk_size=FILE_CHUNK_SIZE if self.chunk_size is None else self.chunk_size,
+            chunk_size=self._chunk_size_or(FILE_CHUNK_SIZE),
             max_new_tokens=self.max_new_tokens or FILE_CHUNK_MAX_NEW_TOKENS,
             rollback_tokens=FILE_ROLLBACK_TOKENS if self.rollback_tokens is None else self.rollback_tokens,
             vad=vad)
+
+    def _chunk_size_or(self, default: float) -> float:
+        """chunk_size, else the mode's ``default`` shortened (in whole 10 ms frames) until
+        memory_num chunks fit MAX_CHUNK_SECONDS."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        return min(default, int(MAX_CHUNK_SECONDS * 100 / self.memory_num) / 100)
 
     def wants_chunks(self) -> bool:
         """Whether the caller asked for chunked decoding (chunk_size, VAD on, or max_chunks)."""

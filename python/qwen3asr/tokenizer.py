@@ -15,6 +15,7 @@ Special ids are always resolved by name from the loaded files, never hard-coded.
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import logging
 import os
@@ -244,6 +245,14 @@ class Tokenizer:
     def added_tokens(self) -> Dict[int, Tuple[str, bool]]:
         """id -> (content, special) for every added token."""
         return dict(self._added)
+
+    @functools.cached_property
+    def max_token_bytes(self) -> int:
+        """Most UTF-8 bytes one token stands for (vocabulary entries and added tokens): a text of
+        n bytes takes at least n / max_token_bytes tokens."""
+        vocab = self._tok.get_vocab(with_added_tokens=False)
+        longest = max((len(t) for t in vocab), default=1)  # byte-level entries: one character per byte
+        return max([longest] + [len(content.encode("utf-8")) for content, _ in self._added.values()])
 
     @property
     def vocab_size(self) -> int:

@@ -37,6 +37,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import checks
 from .audio import SAMPLE_RATE, PcmChecker, check_pcm  # 16000 Hz, the only rate this module accepts
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,12 @@ CONTEXT_SAMPLES = 64  # samples of the previous input prepended to each window
 STATE_SIZE = 128  # width of the recurrent state, shape (2, 1, STATE_SIZE)
 MODEL_FILENAME = "silero_vad.onnx"
 PACKAGED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", MODEL_FILENAME)
+# Longest silence, padding and split pause (ms): a minute, the longest segment the forced aligner
+# takes in one pass (aligner.model.MAX_ALIGN_SECONDS) and far beyond any pause within speech
+# (silero's defaults: 100 ms of silence, 30 ms of padding). A stream holds min_silence + 2 x padding
+# of audio behind the VAD before it may cut a chunk (StreamSession), so this also bounds that
+# buffer: 3 minutes, 11.5 MB. min_speech_ms needs no bound: a longer minimum only drops more segments.
+MAX_VAD_MS = 60_000.0
 PACKAGED_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"  # silero-vad 6.2.3
 
 _INSTALL_HINT = (
@@ -164,21 +171,27 @@ class VADOptions:
     min_silence_at_max_speech_ms: float = 98.0  # shortest pause at which an over-long segment may be split
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"VADOptions.threshold must be in (0, 1), got {self.threshold}")
-        if self.neg_threshold is not None and not 0.0 < self.neg_threshold <= self.threshold:
+        for name, low, high in (("threshold", 0, 1), ("neg_threshold", 0, 1)):
+            value = getattr(self, name)
+            if not (value is None and name == "neg_threshold") and not (checks.is_number(value) and low < value < high):
+                raise ValueError(f"VADOptions.{name} must be in (0, 1){' or None' if name == 'neg_threshold' else ''}, "
+                                 f"got {checks.show(value)}")
+        if self.neg_threshold is not None and not self.neg_threshold <= self.threshold:
             raise ValueError(
                 f"VADOptions.neg_threshold must be in (0, threshold={self.threshold}] or None, got {self.neg_threshold}"
             )
         for name in ("min_speech_ms", "min_silence_ms", "speech_pad_ms", "min_silence_at_max_speech_ms"):
             value = getattr(self, name)
-            if not (value >= 0.0 and math.isfinite(value)):
-                raise ValueError(f"VADOptions.{name} must be a finite number >= 0, got {value}")
+            high = None if name == "min_speech_ms" else MAX_VAD_MS
+            if checks.number(name, value, 0, high):
+                raise ValueError(f"VADOptions.{name} must be {checks.requirement('a finite number', 0, high)}, "
+                                 f"got {checks.show(value)}")
         shortest = (WINDOW_SAMPLES / SAMPLE_RATE) + 2 * self.speech_pad_ms / 1000.0
-        if not self.max_speech_s > shortest:
+        if not (self.max_speech_s == math.inf or checks.is_number(self.max_speech_s)) or \
+                not self.max_speech_s > shortest:
             raise ValueError(
                 f"VADOptions.max_speech_s must exceed one window plus twice the padding "
-                f"({shortest:.3f} s) or be math.inf, got {self.max_speech_s}"
+                f"({shortest:.3f} s) or be math.inf, got {checks.show(self.max_speech_s)}"
             )
 
     @property

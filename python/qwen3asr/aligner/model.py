@@ -19,8 +19,9 @@ from typing import Optional
 
 import numpy as np
 
+from .. import checks
 from .. import mel as melmod
-from ..audio import SAMPLE_RATE, AudioError, AudioInput, prepare_audio
+from ..audio import MAX_STREAM_SECONDS, SAMPLE_RATE, AudioError, AudioInput, prepare_audio
 from ..bundle import Bundle, BundleError, EmbeddingTable
 from ..encoder import tokens_for_frames
 from ..errors import Qwen3ASRError
@@ -130,8 +131,9 @@ class ForcedAligner:
         Times are the official ones (its 80 ms bins, repaired), clipped to the audio: the model
         can place a slot past the end of a clip, where no word was said.
         """
-        if not (isinstance(offset, (int, float)) and not isinstance(offset, bool) and math.isfinite(offset)):
-            raise ValueError(f"offset must be a finite number of seconds, got {offset!r}")
+        if checks.number("offset", offset, -MAX_STREAM_SECONDS, MAX_STREAM_SECONDS):
+            raise ValueError(f"offset must be a finite number of seconds within +-{MAX_STREAM_SECONDS:g} "
+                             f"(got {checks.show(offset)})")
         t0 = time.perf_counter()
         pcm = prepare_audio(audio, sample_rate)
         layout, logits = self.slot_logits(pcm, text, language)
@@ -164,6 +166,11 @@ class ForcedAligner:
             raise RuntimeError("this ForcedAligner was closed; create a new one")
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
+        n_bytes = len(text.encode("utf-8"))  # refused from its length when no tokens could fit (before tokenizing)
+        if n_bytes > self.scorer.max_positions * self.tokenizer.max_token_bytes:
+            raise AlignmentError(f"text is {n_bytes} bytes, at least {n_bytes // self.tokenizer.max_token_bytes} "
+                                 f"tokens: over the aligner's {self.scorer.max_positions} positions; align shorter "
+                                 f"pieces")
         name = self.check_language(language)
         pcm = prepare_audio(audio, sample_rate)
         seconds = pcm.shape[0] / SAMPLE_RATE
@@ -178,8 +185,8 @@ class ForcedAligner:
         n_audio = tokens_for_frames(mel.shape[1])
         total = n_audio + 2 + layout.ids.shape[0]
         if total > self.scorer.max_positions:
-            raise AlignmentError(f"{len(layout.words)} words over {seconds:.1f} s make {total} aligner positions, over "
-                                 f"its {self.scorer.max_positions}; align shorter pieces")
+            raise AlignmentError(f"text of {len(layout.words)} words over {seconds:.1f} s make {total} aligner "
+                                 f"positions, over its {self.scorer.max_positions}; align shorter pieces")
         ids = np.concatenate([[self._ids["<|audio_start|>"]], np.full(n_audio, self._ids["<|audio_pad|>"]),
                               [self._ids["<|audio_end|>"]], layout.ids]).astype(np.int64)
         x = self.embeddings(ids)

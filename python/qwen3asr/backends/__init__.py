@@ -21,10 +21,12 @@ import logging
 import os
 from typing import Optional, Tuple
 
+from .. import checks
 from ..bundle import Bundle
 from ..aligner.scoring import SlotScorer
 from ..decoding import DecodingOptions, TextDecoder
 from ..encoder import AudioEncoder
+from ..options import MAX_CHUNK_SECONDS
 from .prefix_cache import PrefixCacheOptions
 from .rk.options import RKOptions
 
@@ -52,23 +54,20 @@ class BackendOptions:
     def __post_init__(self):
         problems = []
         if self.encoder_form not in ENCODER_FORMS:
-            problems.append(f"the encoder form (encoder_form) must be 'merged' or 'split' (got {self.encoder_form!r})")
+            problems.append(f"the encoder form (encoder_form) must be 'merged' or 'split' "
+                            f"(got {checks.show(self.encoder_form)})")
         if self.encoder_sizes is not None:
-            try:
-                sizes = tuple(sorted({_whole(s) for s in self.encoder_sizes}))
-                if not sizes:
-                    raise ValueError
+            sizes = _encoder_sizes(self.encoder_sizes)
+            if sizes is None:
+                problems.append(checks.problem("encoder_sizes", f"whole seconds in 1..{MAX_CHUNK_SECONDS:g}, e.g. "
+                                                                "[2, 4], or None", self.encoder_sizes))
+            else:
                 object.__setattr__(self, "encoder_sizes", sizes)
-            except (TypeError, ValueError):
-                problems.append(f"encoder_sizes must be whole seconds >= 1, e.g. [2, 4], or None "
-                                f"(got {self.encoder_sizes!r})")
         if self.decoder_dtype not in DECODER_DTYPES:
-            problems.append(f"decoder_dtype must be one of {', '.join(DECODER_DTYPES)} (got {self.decoder_dtype!r})")
-        t = self.threads
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_THREADS):
-            problems.append(f"threads must be an integer in 1..{MAX_THREADS} or None (got {t!r})")
-        if not isinstance(self.spin_wait, bool):
-            problems.append(f"spin_wait must be True or False (got {self.spin_wait!r})")
+            problems.append(f"decoder_dtype must be one of {', '.join(DECODER_DTYPES)} "
+                            f"(got {checks.show(self.decoder_dtype)})")
+        problems += filter(None, (checks.integer("threads", self.threads, 1, MAX_THREADS, optional=True),
+                                  checks.flag("spin_wait", self.spin_wait)))
         if not isinstance(self.prefix_cache, PrefixCacheOptions):
             problems.append(f"prefix_cache must be a qwen3asr.PrefixCacheOptions "
                             f"(got {type(self.prefix_cache).__name__})")
@@ -78,10 +77,14 @@ class BackendOptions:
             raise ValueError("invalid backend options: " + "; ".join(problems))
 
 
-def _whole(v) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
-        raise ValueError(v)
-    return int(v)
+def _encoder_sizes(sizes) -> Optional[Tuple[int, ...]]:
+    """Encoder durations as sorted unique whole seconds in 1..MAX_CHUNK_SECONDS (a graph longer
+    than the longest pass is never run), or None when they are not."""
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (list, tuple, set, frozenset)) or not sizes:
+        return None
+    if not all(checks.is_number(s) and float(s).is_integer() and 1 <= s <= MAX_CHUNK_SECONDS for s in sizes):
+        return None
+    return tuple(sorted({int(s) for s in sizes}))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,9 +21,16 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import checks
+from ..decoding import MAX_CONTEXT
+
 logger = logging.getLogger(__name__)
 
 MIB = 1 << 20
+# The most KV memory the kept prefixes may take: one whole decoder context of the largest model
+# (decoding.MAX_CONTEXT positions x 28 layers x 8 KV heads x 128 x K and V x float32 = 3.5 GiB),
+# as much as a 4 GB board has. max_entries needs no bound of its own: max_bytes bounds the memory.
+MAX_BYTES = MAX_CONTEXT * 28 * 8 * 128 * 2 * 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +44,8 @@ class PrefixCacheOptions:
     max_bytes: int = 128 * MIB  # KV (and key) bytes of all kept prefixes together
 
     def __post_init__(self):
-        problems = []
-        for name in ("max_entries", "max_bytes"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                problems.append(f"{name} must be an integer >= 0 (got {v!r})")
+        problems = [p for p in (checks.integer("max_entries", self.max_entries, 0),
+                                checks.integer("max_bytes", self.max_bytes, 0, MAX_BYTES)) if p]
         if problems:
             raise ValueError("invalid prefix cache options: " + "; ".join(problems))
 

@@ -5,7 +5,38 @@ from __future__ import annotations
 import argparse
 import logging
 
+from ..checks import show
 from ..options import TranscribeOptions
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose error line quotes no more than a part of an overlong value (a
+    1 MB argument given to a choice flag is not echoed back whole)."""
+
+    MAX_ERROR_CHARS = 400
+
+    def error(self, message: str):
+        n = self.MAX_ERROR_CHARS // 2
+        if len(message) > 2 * n:
+            message = f"{message[:n]} ... {message[-n:]}"
+        super().error(message)
+
+
+def int_arg(text: str) -> int:
+    """argparse type of an integer flag (the range is the options' check; the error never
+    echoes more than a short quote of the value)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer value: {show(text)}") from None
+
+
+def float_arg(text: str) -> float:
+    """argparse type of a number flag (NaN and infinities parse; the options refuse them)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number value: {show(text)}") from None
 
 
 def add_engine_args(ap: argparse.ArgumentParser) -> None:
@@ -16,7 +47,7 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--aligner", default=None,
                     help="forced-aligner bundle for word timestamps (default: $QWEN3ASR_ALIGNER, else the bundled "
                          "demo aligner with the bundled model; loaded when words are first asked for)")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads for ONNX Runtime")
+    ap.add_argument("--threads", type=int_arg, default=None, help="CPU threads for ONNX Runtime")
     ap.add_argument("--spin-wait", action="store_true",
                     help="ONNX Runtime's idle threads spin before sleeping: faster on a quiet machine, "
                          "slower on a busy one (default off)")
@@ -32,7 +63,7 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
                                                       "else searched: lib/, /usr/lib, ...)")
     rk.add_argument("--rkllm-abi", default=None, choices=["1.2", "1.3"], help="C layout of librkllmrt.so "
                                                                              "(default: detected)")
-    rk.add_argument("--max-context", type=int, default=None,
+    rk.add_argument("--max-context", type=int_arg, default=None,
                     help="RKLLM KV-cache length (<= the converted model's; default: the model's)")
     rk.add_argument("--no-embed-flash", action="store_true", help="keep the RKLLM embedding table in RAM")
 
@@ -41,18 +72,19 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     """The TranscribeOptions flags (None = the mode's default, as documented in qwen3asr.options)."""
     ap.add_argument("--language", default=None, help="force a language (English, Chinese, en, zh, ...); default: detect")
     ap.add_argument("--context", default="", help="context text to bias recognition (names, terms)")
-    ap.add_argument("--max-new-tokens", type=int, default=None,
+    ap.add_argument("--max-new-tokens", type=int_arg, default=None,
                     help="generation budget (per chunk when chunked; default 256, streams 128)")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off (default, as official)")
-    ap.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible sampled output)")
-    ap.add_argument("--chunk-size", type=float, default=None,
+    ap.add_argument("--temperature", type=float_arg, default=0.0, help="0 = greedy (default)")
+    ap.add_argument("--top-k", type=int_arg, default=0)
+    ap.add_argument("--top-p", type=float_arg, default=1.0)
+    ap.add_argument("--repetition-penalty", type=float_arg, default=1.0, help="1 = off (default, as official)")
+    ap.add_argument("--seed", type=int_arg, default=None, help="sampling seed (reproducible sampled output)")
+    ap.add_argument("--chunk-size", type=float_arg, default=None,
                     help="seconds per chunk (files: default one pass if the audio fits, else VAD segments or 30 s "
                          "chunks; streams: 4)")
-    ap.add_argument("--memory-num", type=int, default=2, help="chunks the decoder sees at once (default %(default)s)")
-    ap.add_argument("--rollback-tokens", type=int, default=None,
+    ap.add_argument("--memory-num", type=int_arg, default=2,
+                    help="chunks the decoder sees at once (default %(default)s)")
+    ap.add_argument("--rollback-tokens", type=int_arg, default=None,
                     help="tokens re-decoded at each chunk boundary (default: files 5, streams 2)")
     ap.add_argument("--no-fallback", action="store_true",
                     help="keep a decoder run that looped as it is (default for files: decode it again with a "
@@ -64,15 +96,23 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
                          "no language header (no detection)")
 
 
-def engine_from_args(args):
-    from .. import Qwen3ASREngine
-    from ..backends import RKOptions
+def backend_options_from_args(args):
+    """The BackendOptions of the engine flags (checked here, before any model loads: ValueError)."""
+    from ..backends import BackendOptions, RKOptions
 
     rk = RKOptions(soc=args.soc, npu_cores=args.npu_cores, cpus=args.cpus, lib_path=args.rkllm_lib,
                    abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
-    return Qwen3ASREngine(args.model, backend=args.backend, threads=args.threads, rk=rk, spin_wait=args.spin_wait,
-                          encoder_form=getattr(args, "encoder_form", "merged"),  # qwen3asr-mic has no such flags
-                          decoder_dtype=getattr(args, "decoder_dtype", "auto"), aligner=args.aligner)
+    return BackendOptions(encoder_form=getattr(args, "encoder_form", "merged"),  # qwen3asr-mic has no such flags
+                          decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,
+                          spin_wait=args.spin_wait, rk=rk)
+
+
+def engine_from_args(args):
+    from .. import Qwen3ASREngine
+
+    o = backend_options_from_args(args)
+    return Qwen3ASREngine(args.model, backend=args.backend, threads=o.threads, rk=o.rk, spin_wait=o.spin_wait,
+                          encoder_form=o.encoder_form, decoder_dtype=o.decoder_dtype, aligner=args.aligner)
 
 
 def options_from_args(args, **extra) -> TranscribeOptions:

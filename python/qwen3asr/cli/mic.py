@@ -17,8 +17,11 @@ import shutil
 import signal
 import sys
 
-from ..audio import SAMPLE_RATE, PcmConverter, PcmFormat
-from .common import add_decoding_args, add_engine_args, engine_from_args, options_from_args, setup_logging
+from .. import checks
+from ..checks import show
+from ..audio import MAX_STREAM_SECONDS, SAMPLE_RATE, PcmConverter, PcmFormat
+from .common import (ArgumentParser, add_decoding_args, add_engine_args, backend_options_from_args, engine_from_args,
+                     float_arg, options_from_args, setup_logging)
 
 BLOCK_SECONDS = 0.1  # audio per capture callback
 CLEAR = "\r\033[K"  # carriage return + erase to end of line
@@ -26,12 +29,12 @@ DIM, RESET = "\033[2m", "\033[0m"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="qwen3asr-mic", description="Live captions from a capture device with Qwen3-ASR.")
+    ap = ArgumentParser(prog="qwen3asr-mic", description="Live captions from a capture device with Qwen3-ASR.")
     ap.add_argument("--list-devices", action="store_true", help="list capture devices and exit")
     ap.add_argument("--device", default=None, help="capture device: index or part of its name (default: system default)")
     add_engine_args(ap)
     add_decoding_args(ap)
-    ap.add_argument("--max-seconds", type=float, default=None, help="stop after this much audio")
+    ap.add_argument("--max-seconds", type=float_arg, default=None, help="stop after this much audio")
     ap.add_argument("--vad", action="store_true", help="decode only speech (Silero VAD)")
     ap.add_argument("--stats", action="store_true", help="print the compute accounting at the end (stderr)")
     ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
@@ -71,13 +74,13 @@ def pick_device(sd, spec):
         default = sd.default.device[0]
         return default if default is not None and default >= 0 else inputs[0]
     if spec.isdigit():
-        idx = int(spec)
+        idx = int(spec) if len(spec) <= 6 else -1  # (a longer number is no device index)
         if idx not in inputs:
-            raise SystemExit(f"error: device {idx} is not a capture device; run with --list-devices")
+            raise SystemExit(f"error: device {show(spec)} is not a capture device; run with --list-devices")
         return idx
     matches = [i for i in inputs if spec.lower() in sd.query_devices(i)["name"].lower()]
     if not matches:
-        raise SystemExit(f"error: no capture device matches {spec!r}; run with --list-devices")
+        raise SystemExit(f"error: no capture device matches {show(spec)}; run with --list-devices")
     return matches[0]
 
 
@@ -108,13 +111,17 @@ class Line:
 
 
 def run(args) -> int:
+    options = options_from_args(args, vad=bool(args.vad))  # flags first: a bad one is refused before any device
+    problem = checks.number("--max-seconds", args.max_seconds, 0, MAX_STREAM_SECONDS, low_open=True, optional=True)
+    if problem:
+        raise ValueError(problem)
+    backend_options_from_args(args)
     sd = _import_sounddevice()
     if args.list_devices:
         print(list_devices(sd))
         return 0
     device = pick_device(sd, args.device)
     info = sd.query_devices(device)
-    options = options_from_args(args, vad=bool(args.vad))
     engine = engine_from_args(args)
     session = engine.create_stream(options)
     blocks: "queue.Queue" = queue.Queue()

@@ -11,15 +11,16 @@ import json
 import logging
 import sys
 
-from .common import add_decoding_args, add_engine_args, engine_from_args, options_from_args, setup_logging
+from .common import (ArgumentParser, add_decoding_args, add_engine_args, engine_from_args, float_arg,
+                     options_from_args, setup_logging)
 
 log = logging.getLogger("transcribe")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="qwen3asr-transcribe",
-                                 description="Transcribe an audio file with Qwen3-ASR (ONNX Runtime CPU or Rockchip "
-                                             "NPU).")
+    ap = ArgumentParser(prog="qwen3asr-transcribe",
+                        description="Transcribe an audio file with Qwen3-ASR (ONNX Runtime CPU or Rockchip "
+                                    "NPU).")
     ap.add_argument("--audio", required=True, help="audio file (WAV, FLAC, OGG, ...; any rate and channel count)")
     add_engine_args(ap)
     ap.add_argument("--encoder-form", default="merged", choices=["merged", "split"], help="encoder graphs to use")
@@ -30,8 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--word-timestamps", action="store_true",
                     help="when each word was said (the forced aligner, --aligner): json gains \"words\", srt/vtt "
                          "cues are cut at words and vtt cues carry every word's time")
-    ap.add_argument("--start", type=float, default=0.0, help="start at this second")
-    ap.add_argument("--duration", type=float, default=None, help="transcribe only this many seconds")
+    ap.add_argument("--start", type=float_arg, default=0.0, help="start at this second")
+    ap.add_argument("--duration", type=float_arg, default=None, help="transcribe only this many seconds")
     ap.add_argument("--vad", dest="vad", action="store_const", const=True, default=None,
                     help="decode only speech (Silero VAD). Default: on for audio too long for one pass when the "
                          "Silero model is installed, else 30 s chunks")

@@ -15,20 +15,23 @@ import os
 import signal
 import sys
 
-from ..cli.common import add_engine_args, engine_from_args
+from .. import checks
+from ..cli.common import (ArgumentParser, add_engine_args, backend_options_from_args, engine_from_args, float_arg,
+                          int_arg)
 
 log = logging.getLogger("qwen3asr-serve")
 # After Runtime.finish (the grace period), how long uvicorn waits for the last responses (the
 # 503s of cancelled requests) before it cancels their tasks.
 BACKSTOP_SECONDS = 5.0
+MAX_PORT = 65535  # TCP ports are 16-bit (0: any free port)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="qwen3asr-serve", description="Serve Qwen3-ASR: OpenAI-compatible HTTP "
-                                 "transcription, live captions over WebSocket with a browser page, and Wyoming.")
+    ap = ArgumentParser(prog="qwen3asr-serve", description="Serve Qwen3-ASR: OpenAI-compatible HTTP "
+                        "transcription, live captions over WebSocket with a browser page, and Wyoming.")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
                     "0.0.0.0 for all interfaces)")
-    ap.add_argument("--port", type=int, default=8000, help="HTTP port (default %(default)s)")
+    ap.add_argument("--port", type=int_arg, default=8000, help="HTTP port (default %(default)s)")
     add_engine_args(ap)
     ap.add_argument("--model-name", default=None, help="model id /v1/models lists (default qwen3-asr)")
     ap.add_argument("--strict-model", action="store_true",
@@ -36,12 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "is served, so clients with a fixed name such as whisper-1 work")
     ap.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: "
                     "$QWEN3ASR_API_KEY; none: open)")
-    ap.add_argument("--max-upload-mb", type=float, default=100.0, help="largest upload (default %(default)s MB)")
-    ap.add_argument("--max-audio-seconds", type=float, default=3600.0,
+    ap.add_argument("--max-upload-mb", type=float_arg, default=100.0, help="largest upload (default %(default)s MB)")
+    ap.add_argument("--max-audio-seconds", type=float_arg, default=3600.0,
                     help="longest uploaded audio (default %(default)s s)")
-    ap.add_argument("--max-clients", type=int, default=64,
+    ap.add_argument("--max-clients", type=int_arg, default=64,
                     help="requests admitted at once (running or queued); more get 503 (default %(default)s)")
-    ap.add_argument("--grace-seconds", type=float, default=30.0,
+    ap.add_argument("--grace-seconds", type=float_arg, default=30.0,
                     help="on SIGTERM, time in-flight requests get to finish (default %(default)s s)")
     ap.add_argument("--wyoming", default=None, metavar="tcp://HOST:PORT",
                     help="also serve the Wyoming protocol (Home Assistant) at this URI")
@@ -153,11 +156,19 @@ def main(argv=None) -> int:
         if serve_wyoming is None:
             return 2
     try:
+        problem = checks.integer("--port", args.port, 0, MAX_PORT)
+        if problem:
+            raise ValueError(problem)
         settings = ServerSettings(api_key=args.api_key or os.environ.get("QWEN3ASR_API_KEY") or None,
                                   model_name=args.model_name or DEFAULT_MODEL_NAME,
                                   max_upload_mb=args.max_upload_mb, max_audio_seconds=args.max_audio_seconds,
                                   grace_seconds=args.grace_seconds, strict_model=args.strict_model)
         scheduler = Scheduler(args.max_clients)
+        backend_options_from_args(args)  # the engine flags, before the server starts and the model loads
+        if args.wyoming:
+            from .wyoming.server import check_uri
+
+            check_uri(args.wyoming)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -36,11 +36,14 @@ from typing import Optional
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from .. import checks
 from ..audio import SAMPLE_RATE, AudioError, PcmConverter, PcmFormat
 from ..languages import LanguageError, resolve_language
+from ..options import chunk_problems
 from ..work import Cancelled
 from .errors import ApiError
 from .scheduler import LIVE
+from .settings import MAX_CONTEXT_CHARS
 
 logger = logging.getLogger(__name__)
 
@@ -84,37 +87,42 @@ class StartMessage:
         msg = _json(text)
         if msg.get("type") != "start":
             raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start", f"the first message must be "
-                                    f"{{\"type\": \"start\", ...}}, got type {msg.get('type')!r}")
+                                    f"{{\"type\": \"start\", ...}}, got type {checks.show(msg.get('type'))}")
         known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words", "final_pass"}
         unknown = sorted(set(msg) - known)
         if unknown:
-            raise LiveProtocolError(CLOSE_INVALID, "unknown_field", f"unknown start field(s) {', '.join(unknown)}; "
+            shown = ", ".join(checks.show(k) for k in unknown[:5]) + (", ..." if unknown[5:] else "")
+            raise LiveProtocolError(CLOSE_INVALID, "unknown_field", f"unknown start field(s) {shown}; "
                                     f"accepted: {', '.join(sorted(known))}")
         rate = msg.get("sample_rate", SAMPLE_RATE)
-        if isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE:
-            raise LiveProtocolError(CLOSE_INVALID, "invalid_sample_rate",
-                                    f"sample_rate must be an integer from {MIN_RATE} to {MAX_RATE} Hz, got {rate!r}")
+        problem = checks.integer("sample_rate", rate, MIN_RATE, MAX_RATE)
+        if problem:
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_sample_rate", problem)
         fmt = msg.get("format", "s16le")
-        if fmt not in FORMATS:
+        if not isinstance(fmt, str) or fmt not in FORMATS:
             raise LiveProtocolError(CLOSE_INVALID, "invalid_format",
-                                    f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+                                    f"format must be one of {', '.join(FORMATS)}, got {checks.show(fmt)}")
         try:
             language = resolve_language(msg.get("language"))
         except LanguageError as exc:
             raise LiveProtocolError(CLOSE_INVALID, "invalid_language", str(exc)) from None
         context = msg.get("context") or ""
-        if not isinstance(context, str):
-            raise LiveProtocolError(CLOSE_INVALID, "invalid_context", "context must be a string")
+        problem = checks.text("context", context, MAX_CONTEXT_CHARS)
+        if problem:
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_context", problem)
         chunk = msg.get("chunk_size", cls.chunk_size)
-        if isinstance(chunk, bool) or not isinstance(chunk, (int, float)):
+        if not checks.is_number(chunk):
             raise LiveProtocolError(CLOSE_INVALID, "invalid_chunk_size",
-                                    f"chunk_size must be a number of seconds, got {chunk!r}")
+                                    checks.problem("chunk_size", "a number of seconds", chunk))
+        problems = chunk_problems(chunk, optional=False)  # the stream options' own check
+        if problems:
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {problems[0]}")
         flags = {}
         for name in ("vad", "words", "final_pass"):
             flags[name] = msg.get(name, getattr(cls, name))
             if not isinstance(flags[name], bool):
                 raise LiveProtocolError(CLOSE_INVALID, f"invalid_{name}",
-                                        f"{name} must be true or false, got {flags[name]!r}")
+                                        f"{name} must be true or false, got {checks.show(flags[name])}")
         return cls(sample_rate=rate, format=fmt, language=language, context=context, chunk_size=float(chunk), **flags)
 
 

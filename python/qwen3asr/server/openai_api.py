@@ -17,20 +17,23 @@ from typing import Optional
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from .. import checks
 from ..audio import SAMPLE_RATE
+from ..checks import SHOW_CHARS, show
 from ..languages import LanguageError, resolve_language
 from ..results import Transcription
 from ..work import Cancelled
 from .errors import ApiError
 from .jobs import decode_upload, transcribe_file
 from .scheduler import BULK
+from .settings import MAX_CONTEXT_CHARS
 
 logger = logging.getLogger(__name__)
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+MAX_TEMPERATURE = 2.0  # OpenAI's audio API accepts 0..2
 FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature", "stream",
           "timestamp_granularities[]", "timestamp_granularities", "include[]", "chunking_strategy")
-MAX_PROMPT_CHARS = 4000  # a longer context only fills the decoder's window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +80,7 @@ async def _read_form(request: Request, rt) -> TranscriptionRequest:
     ctype = request.headers.get("content-type", "")
     if not ctype.lower().startswith("multipart/form-data"):
         raise ApiError(400, f"expected a multipart/form-data body with a 'file' field, got content type "
-                            f"{ctype or 'none'!r}", code="invalid_content_type")
+                            f"{show(ctype or 'none')}", code="invalid_content_type")
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > settings.max_upload_bytes:
         raise _too_large(settings.max_upload_mb)
@@ -101,7 +104,7 @@ def _field(form, name: str) -> Optional[str]:
     if v is None:
         return None
     if not isinstance(v, str):
-        raise ApiError(400, f"field {name!r} must be text, not a file", code="invalid_field", param=name)
+        raise ApiError(400, f"field {show(name)} must be text, not a file", code="invalid_field", param=name)
     return v
 
 
@@ -114,7 +117,7 @@ def _granularities(form) -> set:
     for name in ("timestamp_granularities[]", "timestamp_granularities"):
         for v in form.getlist(name):
             if v not in GRANULARITIES:
-                raise ApiError(400, f"{name} {v!r} is not supported; accepted: {', '.join(GRANULARITIES)}",
+                raise ApiError(400, f"{name} {show(v)} is not supported; accepted: {', '.join(GRANULARITIES)}",
                                code="unsupported_value", param=name)
             asked.add(v)
     return asked
@@ -128,7 +131,7 @@ def _check_unsupported(form) -> None:
                        code="unsupported_value", param="include[]")
     strategy = _field(form, "chunking_strategy")
     if strategy not in (None, "auto"):
-        raise ApiError(400, f"chunking_strategy {strategy!r} is not supported; long audio is always cut "
+        raise ApiError(400, f"chunking_strategy {show(strategy)} is not supported; long audio is always cut "
                             f"at speech (VAD) or in 30 s chunks ('auto')", code="unsupported_value",
                        param="chunking_strategy")
 
@@ -136,8 +139,9 @@ def _check_unsupported(form) -> None:
 async def _fields(form, rt) -> TranscriptionRequest:
     unknown = sorted(set(form.keys()) - set(FIELDS))
     if unknown:
-        raise ApiError(400, f"unknown field(s) {', '.join(unknown)}; accepted: {', '.join(FIELDS[:7])}",
-                       code="unknown_field", param=unknown[0])
+        raise ApiError(400, f"unknown field(s) {', '.join(show(k) for k in unknown[:5])}"
+                            f"{', ...' if unknown[5:] else ''}; accepted: {', '.join(FIELDS[:7])}",
+                       code="unknown_field", param=unknown[0][:SHOW_CHARS])
     upload = form.get("file")
     if upload is None:
         raise ApiError(400, "missing the 'file' field: attach the audio file as multipart field 'file'",
@@ -148,7 +152,7 @@ async def _fields(form, rt) -> TranscriptionRequest:
     model = _field(form, "model")
     if model is not None and model != rt.settings.model_name:
         if rt.settings.strict_model:
-            raise ApiError(400, f"unknown model {model!r}; this server serves {rt.settings.model_name!r} "
+            raise ApiError(400, f"unknown model {show(model)}; this server serves {rt.settings.model_name!r} "
                                 f"(GET /v1/models)", code="model_not_found", param="model")
         logger.info("a request names model %r; serving it with %r (--strict-model refuses other names)",
                     model[:100], rt.settings.model_name)
@@ -158,7 +162,7 @@ async def _fields(form, rt) -> TranscriptionRequest:
         raise ApiError(400, str(exc), code="invalid_language", param="language") from None
     fmt = (_field(form, "response_format") or "json").strip()
     if fmt not in RESPONSE_FORMATS:
-        raise ApiError(400, f"unknown response_format {fmt!r}; accepted: {', '.join(RESPONSE_FORMATS)}",
+        raise ApiError(400, f"unknown response_format {show(fmt)}; accepted: {', '.join(RESPONSE_FORMATS)}",
                        code="invalid_response_format", param="response_format")
     raw_t = _field(form, "temperature")
     temperature = 0.0
@@ -167,12 +171,13 @@ async def _fields(form, rt) -> TranscriptionRequest:
             temperature = float(raw_t)
         except ValueError:
             temperature = float("nan")
-        if not 0.0 <= temperature <= 2.0:
-            raise ApiError(400, f"temperature must be a number from 0 to 2, got {raw_t!r}",
-                           code="invalid_temperature", param="temperature")
+        if checks.number("temperature", temperature, 0, MAX_TEMPERATURE):
+            accepted = checks.requirement("a number", 0, MAX_TEMPERATURE)
+            raise ApiError(400, checks.problem("temperature", accepted, raw_t), code="invalid_temperature",
+                           param="temperature")
     raw_s = (_field(form, "stream") or "false").strip().lower()
     if raw_s not in ("true", "false", "1", "0"):
-        raise ApiError(400, f"stream must be true or false, got {raw_s!r}", code="invalid_stream", param="stream")
+        raise ApiError(400, f"stream must be true or false, got {show(raw_s)}", code="invalid_stream", param="stream")
     stream = raw_s in ("true", "1")
     if stream and fmt not in ("json", "text"):
         raise ApiError(400, f"stream=true sends text events; response_format {fmt!r} cannot be streamed "
@@ -185,8 +190,8 @@ async def _fields(form, rt) -> TranscriptionRequest:
         raise ApiError(400, "this server has no forced aligner, so no word timestamps: start it with --aligner DIR "
                             "(docs/aligner.md)", code="unsupported_value", param="timestamp_granularities[]")
     context = _field(form, "prompt") or ""
-    if len(context) > MAX_PROMPT_CHARS:
-        raise ApiError(400, f"prompt is {len(context)} characters, over the limit of {MAX_PROMPT_CHARS}",
+    if len(context) > MAX_CONTEXT_CHARS:
+        raise ApiError(400, f"prompt is {len(context)} characters, over the limit of {MAX_CONTEXT_CHARS}",
                        code="prompt_too_long", param="prompt")
     data = await upload.read()
     return TranscriptionRequest(data=data, filename=upload.filename or "file", language=language,

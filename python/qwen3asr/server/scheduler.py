@@ -27,11 +27,15 @@ import threading
 import time
 from typing import Iterator, Optional
 
+from .. import checks
 from ..work import Cancelled, Work
 
 logger = logging.getLogger(__name__)
 
 LIVE, BULK = "live", "bulk"
+# Most requests admitted at once: each may hold a worker thread (server.runtime) and a socket, and
+# 1024 is the default limit of open files per process (ulimit -n).
+MAX_CLIENTS = 1024
 CLASSES = (LIVE, BULK)  # in order of precedence
 
 
@@ -111,8 +115,9 @@ class Scheduler:
     """
 
     def __init__(self, max_clients: int = 64):
-        if isinstance(max_clients, bool) or not isinstance(max_clients, int) or max_clients < 1:
-            raise ValueError(f"max_clients must be an integer >= 1, got {max_clients!r}")
+        problem = checks.integer("max_clients", max_clients, 1, MAX_CLIENTS)
+        if problem:
+            raise ValueError(problem)
         self.max_clients = max_clients
         self._cond = threading.Condition()
         self._active: set[Client] = set()

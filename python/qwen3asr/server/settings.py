@@ -5,7 +5,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from .. import checks
+
 DEFAULT_MODEL_NAME = "qwen3-asr"
+# Context biasing text a request may send (HTTP prompt, WebSocket context): a longer one only
+# fills the decoder's window.
+MAX_CONTEXT_CHARS = 4000
+# The largest upload: a WAV file holds at most 4 GiB (RIFF sizes are 32-bit), and an upload is
+# read into memory whole.
+MAX_UPLOAD_MB = 4096.0
+# The longest upload: 4 GiB of 16 kHz 16-bit mono WAV, 37.3 hours.
+MAX_AUDIO_SECONDS = MAX_UPLOAD_MB * 1024 * 1024 / (16000 * 2)
+# The longest a shutdown waits for requests in flight: the longest upload decoded at real time.
+MAX_GRACE_SECONDS = MAX_AUDIO_SECONDS
+# The longest "try again later" (RFC 9110 sets no limit): an hour; a busy server that needs longer is
+# better reported down.
+MAX_RETRY_AFTER = 3600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,21 +38,18 @@ class ServerSettings:
     retry_after: int = 1  # seconds a client told "busy" (503) should wait
 
     def __post_init__(self):
-        if self.api_key is not None and not self.api_key.strip():
+        if self.api_key is not None and not (isinstance(self.api_key, str) and self.api_key.strip()):
             raise ValueError("api_key must be a non-empty string or None (no key)")
-        if not self.model_name or not self.model_name.strip():
+        if not isinstance(self.model_name, str) or not self.model_name.strip():
             raise ValueError("model_name must be a non-empty string")
-        if not isinstance(self.strict_model, bool):
-            raise ValueError(f"strict_model must be True or False, got {self.strict_model!r}")
-        for name in ("max_upload_mb", "max_audio_seconds"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"{name} must be a positive number, got {v!r}")
-        if isinstance(self.grace_seconds, bool) or not isinstance(self.grace_seconds, (int, float)) \
-                or self.grace_seconds < 0:
-            raise ValueError(f"grace_seconds must be a number >= 0, got {self.grace_seconds!r}")
-        if isinstance(self.retry_after, bool) or not isinstance(self.retry_after, int) or self.retry_after < 0:
-            raise ValueError(f"retry_after must be an integer >= 0, got {self.retry_after!r}")
+        problems = [p for p in (
+            checks.flag("strict_model", self.strict_model),
+            checks.number("max_upload_mb", self.max_upload_mb, 0, MAX_UPLOAD_MB, low_open=True),
+            checks.number("max_audio_seconds", self.max_audio_seconds, 0, MAX_AUDIO_SECONDS, low_open=True),
+            checks.number("grace_seconds", self.grace_seconds, 0, MAX_GRACE_SECONDS),
+            checks.integer("retry_after", self.retry_after, 0, MAX_RETRY_AFTER)) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
 
     @property
     def max_upload_bytes(self) -> int:

@@ -6,7 +6,12 @@ import dataclasses
 import os
 from typing import Any, Optional, Sequence
 
+from ... import checks
+from ...decoding import MAX_CONTEXT
 from .soc import SUPPORTED_SOCS, cpu_capacities, resolve_core_mask
+
+MIN_CONTEXT = 16  # the shortest KV cache worth a prompt: a prompt without audio takes about 10 positions
+MAX_CPU = 7  # RK3576 and RK3588 have 8 CPUs (0-3 little, 4-7 big): enabled_cpus_mask has 8 bits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +41,7 @@ class RKOptions:
     def __post_init__(self):
         problems = []
         if self.soc is not None and self.soc not in SUPPORTED_SOCS:
-            problems.append(f"soc must be one of {', '.join(SUPPORTED_SOCS)} or None (got {self.soc!r})")
+            problems.append(f"soc must be one of {', '.join(SUPPORTED_SOCS)} or None (got {checks.show(self.soc)})")
         if self.npu_cores is not None:
             try:
                 resolve_core_mask("rk3588", self.npu_cores)  # the SoC's own core count is checked at load
@@ -48,12 +53,10 @@ class RKOptions:
             except ValueError as exc:
                 problems.append(f"cpus: {exc}")
         if self.abi is not None and self.abi not in ("1.2", "1.3"):
-            problems.append(f"abi must be \"1.2\", \"1.3\" or None (got {self.abi!r})")
-        mc = self.max_context
-        if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 16):
-            problems.append(f"max_context must be an integer >= 16 or None (got {mc!r})")
-        if not isinstance(self.embed_flash, bool):
-            problems.append(f"embed_flash must be True or False (got {self.embed_flash!r})")
+            problems.append(f"abi must be \"1.2\", \"1.3\" or None (got {checks.show(self.abi)})")
+        problems += filter(None, (checks.integer("max_context", self.max_context, MIN_CONTEXT, MAX_CONTEXT,
+                                                 optional=True),
+                                  checks.flag("embed_flash", self.embed_flash)))
         if self.lib_path is not None and not isinstance(self.lib_path, (str, os.PathLike)):
             problems.append(f"lib_path must be a path or None (got {type(self.lib_path).__name__})")
         if problems:
@@ -75,32 +78,36 @@ class RKOptions:
 
 
 def _parse_cpus(value) -> Any:
-    """A count (int) or a sorted tuple of CPU numbers 0-7, from an int, a list or "4-7,0"."""
+    """A count (int) or a sorted tuple of CPU numbers 0..MAX_CPU, from an int, a list or "4-7,0"."""
     if isinstance(value, bool):
         raise ValueError(f"give a CPU count, or CPU numbers such as \"4-7\" (got {value!r})")
-    if isinstance(value, int):
-        if not 1 <= value <= 8:
-            raise ValueError(f"a CPU count must be 1..8 (got {value})")
-        return value
+    if checks.is_integer(value):
+        if not 1 <= value <= MAX_CPU + 1:
+            raise ValueError(f"a CPU count must be 1..{MAX_CPU + 1} (got {checks.show(value)})")
+        return int(value)
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():  # "4": a count, as the reference CLI's --cpus
+        if text.isdigit() and len(text) <= 2:  # "4": a count, as the reference CLI's --cpus
             return _parse_cpus(int(text))
         cpus = set()
         for part in text.split(","):
-            part = part.strip()
-            a, _, b = part.partition("-")
+            a, _, b = part.strip().partition("-")
             if not (a.isdigit() and (not b or b.isdigit())):
-                raise ValueError(f"CPU list {value!r} is not like \"4-7\" or \"4,5,6,7\"")
-            cpus.update(range(int(a), int(b or a) + 1))
+                raise ValueError(f"CPU list {checks.show(value)} is not like \"4-7\" or \"4,5,6,7\"")
+            first, last = _cpu_number(a, value), _cpu_number(b or a, value)  # bounded before any range is built
+            cpus.update(range(first, last + 1))
         value = sorted(cpus)
-    try:
-        cpus = tuple(sorted({int(c) for c in value}))
-    except (TypeError, ValueError):
-        raise ValueError(f"give a CPU count or CPU numbers, got {value!r}") from None
-    if not cpus or cpus[0] < 0 or cpus[-1] > 7:
-        raise ValueError(f"CPU numbers must be 0..7 (got {value!r})")
-    return cpus
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(f"give a CPU count or CPU numbers, got {checks.show(value)}")
+    if not value or not all(checks.is_integer(c) and 0 <= c <= MAX_CPU for c in value):
+        raise ValueError(f"CPU numbers must be 0..{MAX_CPU} (got {checks.show(value)})")
+    return tuple(sorted({int(c) for c in value}))
+
+
+def _cpu_number(digits: str, value) -> int:
+    if len(digits) > 2 or int(digits) > MAX_CPU:
+        raise ValueError(f"CPU numbers must be 0..{MAX_CPU} (got {checks.show(value)})")
+    return int(digits)
 
 
 __all__ = ["RKOptions"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...checks import is_integer, show
+
 ENV_SOC = "QWEN3ASR_SOC"  # "rk3576" / "rk3588": skip device-tree detection
 SUPPORTED_SOCS = ("rk3576", "rk3588")
 # NPU core masks (rknnlite's RKNNLite.NPU_CORE_* values)
@@ -43,10 +45,12 @@ def resolve_core_mask(soc: str, core_mask: Any = None) -> int:
     if isinstance(core_mask, str):
         key = core_mask.strip().lower().removeprefix("npu_core_")
         if key not in CORE_MASKS:
-            raise ValueError(f"unknown NPU core mask {core_mask!r}; use one of {', '.join(CORE_MASKS)} or an int")
+            raise ValueError(f"unknown NPU core mask {show(core_mask)}; use one of {', '.join(CORE_MASKS)} or an int")
         mask = CORE_MASKS[key]
-    else:
+    elif is_integer(core_mask):
         mask = int(core_mask)
+    else:
+        raise TypeError(f"an NPU core mask is a name ({', '.join(CORE_MASKS)}) or an int, got {show(core_mask)}")
     if mask not in CORE_MASKS.values():
         raise ValueError(f"NPU core mask {mask} is not one of {sorted(CORE_MASKS.values())}")
     if mask >> SOC_CORES[soc]:

@@ -20,16 +20,16 @@ from .utterance import FINALS, WyomingOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ...cli.common import add_engine_args
+    from ...cli.common import ArgumentParser, add_engine_args, float_arg, int_arg
 
-    ap = argparse.ArgumentParser(prog="qwen3asr-wyoming",
-                                 description="Wyoming speech-to-text server for Home Assistant (Qwen3-ASR).")
+    ap = ArgumentParser(prog="qwen3asr-wyoming",
+                        description="Wyoming speech-to-text server for Home Assistant (Qwen3-ASR).")
     ap.add_argument("--uri", default=DEFAULT_URI,
                     help="where to listen: tcp://HOST:PORT or unix://PATH (default %(default)s; "
                          "tcp://0.0.0.0:10300 to accept other machines, such as Home Assistant's)")
     add_engine_args(ap)
-    ap.add_argument("--max-clients", type=int, default=16, help="utterances admitted at once (default %(default)s)")
-    ap.add_argument("--chunk-size", type=float, default=WyomingOptions.chunk_size,
+    ap.add_argument("--max-clients", type=int_arg, default=16, help="utterances admitted at once (default %(default)s)")
+    ap.add_argument("--chunk-size", type=float_arg, default=WyomingOptions.chunk_size,
                     help="stream chunk in seconds (default %(default)s)")
     ap.add_argument("--final", choices=FINALS, default=WyomingOptions.final,
                     help="final transcript: one pass over each finished piece of the utterance (pieces), one "
@@ -47,9 +47,9 @@ async def _main_async(args) -> None:
     from ..scheduler import Scheduler
 
     options = WyomingOptions(chunk_size=args.chunk_size, final=args.final)
-    check_uri(args.uri)  # before the model loads
-    engine = engine_from_args(args)
+    check_uri(args.uri)  # the flags before the model loads
     scheduler = Scheduler(max_clients=args.max_clients)
+    engine = engine_from_args(args)  # checks the engine flags before it loads
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict
 from urllib.parse import urlparse
 
+from ...checks import show
 from .handler import WyomingHandler
 from .protocol import MAX_LINE_BYTES
 from .utterance import WyomingOptions
@@ -94,12 +95,12 @@ def check_uri(uri: str):
         except ValueError:
             port = None
         if not parsed.hostname or port is None:
-            raise ValueError(f"a tcp:// URI needs a host and a port (0-65535), e.g. {DEFAULT_URI} (got {uri!r})")
+            raise ValueError(f"a tcp:// URI needs a host and a port (0-65535), e.g. {DEFAULT_URI} (got {show(uri)})")
     elif parsed.scheme == "unix":
         if not parsed.path:
-            raise ValueError(f"a unix:// URI needs a socket path, e.g. unix:///run/qwen3asr.sock (got {uri!r})")
+            raise ValueError(f"a unix:// URI needs a socket path, e.g. unix:///run/qwen3asr.sock (got {show(uri)})")
     else:
-        raise ValueError(f"Wyoming URI must be tcp://HOST:PORT or unix://PATH, got {uri!r}")
+        raise ValueError(f"Wyoming URI must be tcp://HOST:PORT or unix://PATH, got {show(uri)}")
     return parsed
 
 

@@ -23,7 +23,9 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ...audio import MIN_SAMPLES, SAMPLE_RATE, PcmConverter, PcmFormat, PcmFormatError
+from ...checks import show, text
 from ...languages import LANGUAGE_CODES, LanguageError, resolve_language
+from ...options import chunk_problems
 
 logger = logging.getLogger(__name__)
 
@@ -120,11 +122,11 @@ class WyomingOptions:
     final: str = "pieces"
 
     def __post_init__(self):
-        if self.final not in FINALS:
-            raise ValueError(f"final must be one of {', '.join(FINALS)}, got {self.final!r}")
-        cs = self.chunk_size
-        if isinstance(cs, bool) or not isinstance(cs, (int, float)) or not cs >= 0.2:
-            raise ValueError(f"chunk_size must be a number of seconds >= 0.2, got {cs!r}")
+        if not isinstance(self.final, str) or self.final not in FINALS:
+            raise ValueError(f"final must be one of {', '.join(FINALS)}, got {show(self.final)}")
+        problems = chunk_problems(self.chunk_size, optional=False)  # the stream options' own check
+        if problems:
+            raise ValueError(problems[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +136,15 @@ class UtteranceOptions:
     language: Optional[str] = None  # canonical name, None to detect
     context: str = ""  # biasing text for the model
     echo: Optional[Dict[str, Any]] = None  # the event's context object, copied into the transcript events
+
+    def __post_init__(self):
+        if self.language is not None and not (isinstance(self.language, str) and self.language in LANGUAGE_CODES):
+            raise ValueError(f"language must be a supported language name or None (got {show(self.language)})")
+        problem = text("context", self.context, MAX_CONTEXT_CHARS)
+        if problem:
+            raise ValueError(problem)
+        if self.echo is not None and not isinstance(self.echo, dict):
+            raise ValueError(f"echo must be the event's context object (a dict) or None (got {show(self.echo)})")
 
 
 class Utterance:
