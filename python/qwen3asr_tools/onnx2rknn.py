@@ -4,29 +4,46 @@
 Runs on an x86_64 PC in the rknn-toolkit2 venv (bash scripts/setup_rknn_env.sh):
 
     .venv-rknn/bin/python scripts/onnx2rknn.py --bundle models/qwen3-asr-0.6b --target rk3576 \\
-        --forms merged,split --sizes 2,3,4,5 --verify audio/long_mixed.wav
+        --forms merged,split --verify audio/long_mixed.wav
 
-Each graph is converted with fixed input shapes (config(float_dtype='float16',
-optimization_level=3), load_onnx(inputs=..., input_size_list=...), build(do_quantization=False),
-export_rknn) and gets its variant metadata (form, part, duration, tokens, input order and
-shapes, the bundle's encoder digest, exporter/converter/toolkit versions) in the model's
-custom string, which qwen3asr.backends.rk.rknn_meta checks at load. The files are recorded in the
-bundle manifest under rk.rknn.<target> (other keys of model.json are kept).
+Two shape kinds (--shapes):
+
+- ``dynamic`` (default): one .rknn per encoder part (``merged_dynamic.rknn``,
+  ``backend_dynamic.rknn``) for every duration converted, holding one copy of the weights.
+  The part's fixed-size graphs are merged into one graph with free dimensions
+  (qwen3asr_tools.onnx_dynamic) and built with ``config(dynamic_input=[<the input shapes of
+  each size>])``. rknn-toolkit2 calls dynamic_input experimental; whether the NPU runs it as
+  fast as fixed shapes is unmeasured (docs/rknn.md). The split front end (one 1 s chunk) is
+  converted with fixed shapes either way.
+- ``fixed``: one .rknn per graph and size (``merged_{N}s.rknn``, ``backend_{N}s.rknn``), each with
+  its own copy of the weights: the NPU compiles each for its exact shapes.
+
+Each graph is converted with config(float_dtype='float16', optimization_level=3),
+load_onnx(inputs=..., input_size_list=...), build(do_quantization=False), export_rknn, and gets
+its metadata (form, part, shape kind, duration(s), input order and shapes, the bundle's encoder
+digest, exporter/converter/toolkit versions) in the model's custom string, which
+qwen3asr.backends.rk.rknn_meta checks at load. The files are recorded in the bundle manifest
+under rk.rknn.<target>, each entry with its ``shapes`` kind (and ``sizes`` when dynamic); a run
+replaces the target's entries of the other kind for the forms it converts (other keys of
+model.json are kept).
 
 --verify AUDIO: right after each build the model runs in the toolkit's simulator
 (init_runtime(target=None); a prebuilt .rknn cannot be loaded into the simulator) on
-real log-mel input from AUDIO, through the same AudioEncoder code as the board, and is
-compared with ONNX Runtime; a cosine below --min-cosine fails the conversion.
+real log-mel input from AUDIO, through the same AudioEncoder code as the board, at every size
+the model holds, and is compared with ONNX Runtime on that size's own graph; a cosine below
+--min-cosine fails the conversion.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -38,10 +55,13 @@ from qwen3asr.encoder import AudioEncoder
 from qwen3asr.mel import log_mel, SAMPLE_RATE
 from qwen3asr.backends.onnx import OnnxEncoderRunner
 from qwen3asr.backends.rk.rknn import RknnModel
-from qwen3asr.backends.rk.rknn_meta import META_VERSION, RknnEntry, custom_string, encoder_digest
+from qwen3asr.backends.rk.rknn_meta import META_VERSION, SHAPE_KINDS, RknnEntry, custom_string, encoder_digest
+from qwen3asr.backends.rk.rknn_meta import entry_shapes
 from qwen3asr.backends.rk.soc import SUPPORTED_SOCS
 
-CONVERTER_VERSION = "1.0.0"
+from .onnx_dynamic import DynamicGraphError, dynamic_graph
+
+CONVERTER_VERSION = "1.1.0"  # 1.1: dynamic-shape models
 DEFAULT_LENGTHS = (1.37, 3.0)  # seconds of audio compared in --verify
 log = logging.getLogger("onnx2rknn")
 
@@ -53,7 +73,8 @@ class ConversionError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class VerifyResult:
     target: str
-    graph: str  # e.g. "merged_2s", "frontend", "backend_3s"
+    graph: str  # e.g. "merged_2s", "frontend", "backend_3s", "merged_dynamic"
+    size: int  # the graph size (s) the model ran at (the front end: 1)
     seconds: float  # audio length compared
     tokens_rknn: int  # output rows of the simulator path
     tokens_onnx: int  # output rows of the ONNX Runtime path
@@ -124,7 +145,47 @@ def select_graphs(bundle: Bundle, forms, sizes) -> list[dict]:
 
 
 def graph_name(v: dict) -> str:
+    """File stem of a fixed-shape model of manifest variant ``v``."""
     return "frontend" if v["part"] == "frontend" else f"{v['part']}_{int(v['n_chunks'])}s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One .rknn to build: a part of a form at one size (fixed shapes) or at several (dynamic)."""
+
+    form: str  # "merged" or "split"
+    part: str  # "merged", "frontend" or "backend"
+    shapes: str  # "fixed" or "dynamic"
+    variants: tuple  # the manifest's encoder variants it holds (dicts), ascending size
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(int(v["n_chunks"]) for v in self.variants)
+
+    @property
+    def name(self) -> str:
+        """File stem: frontend, merged_2s / backend_3s (fixed), merged_dynamic / backend_dynamic."""
+        return f"{self.part}_dynamic" if self.shapes == "dynamic" else graph_name(self.variants[0])
+
+
+def plan(graphs: list[dict], shapes: str) -> list[Job]:
+    """The models to build from the selected manifest variants ``graphs`` (select_graphs):
+    fixed, one per graph; dynamic, one per form and part (the front end, one chunk, stays
+    fixed; a part with a single size is converted with fixed shapes, which is the same model)."""
+    if shapes not in SHAPE_KINDS:
+        raise ValueError(f"--shapes must be one of {', '.join(SHAPE_KINDS)}, got {shapes!r}")
+    jobs, groups = [], {}
+    for v in graphs:
+        if shapes == "fixed" or v["part"] == "frontend":
+            jobs.append(Job(v["form"], v["part"], "fixed", (v,)))
+        else:
+            groups.setdefault((v["form"], v["part"]), []).append(v)
+    for (form, part), vs in groups.items():
+        vs = tuple(sorted(vs, key=lambda v: int(v["n_chunks"])))
+        if len(vs) == 1:
+            log.info("%s %s: one size (%d s), converted with fixed shapes", form, part, int(vs[0]["n_chunks"]))
+        jobs.append(Job(form, part, "dynamic" if len(vs) > 1 else "fixed", vs))
+    return jobs
 
 
 class _HybridRunner:
@@ -134,7 +195,7 @@ class _HybridRunner:
         self.onnx, self.part, self.model = onnx_runner, part, model
 
     def run_merged(self, variant, mel, m1, m2, bias):
-        return self.model.run({"mel": mel, "conv_mask1": m1, "conv_mask2": m2, "attn_bias": bias})
+        return self.model.run({"mel": mel, "conv_mask1": m1, "conv_mask2": m2, "attn_bias": bias}, variant.n_chunks)
 
     def run_frontend(self, mel, m1, m2):
         if self.part == "frontend":
@@ -143,28 +204,29 @@ class _HybridRunner:
 
     def run_backend(self, variant, hidden, bias):
         if self.part == "backend":
-            return self.model.run({"hidden": hidden, "attn_bias": bias})
+            return self.model.run({"hidden": hidden, "attn_bias": bias}, variant.n_chunks)
         return self.onnx.run_backend(variant, hidden, bias)
 
 
-def verify_graph(bundle: Bundle, target: str, v: dict, model: RknnModel, mels: list[np.ndarray]) -> list[VerifyResult]:
-    """Simulator vs ONNX Runtime through AudioEncoder on each mel in ``mels``."""
-    form = v["form"]
+def verify_graph(bundle: Bundle, target: str, job: Job, model: RknnModel, mels: list[np.ndarray]) -> list[VerifyResult]:
+    """Simulator vs ONNX Runtime through AudioEncoder on each mel in ``mels``, at each size of
+    the model, each against that size's own ONNX graph."""
     onnx_runner = OnnxEncoderRunner(bundle.frontend_path())
-    if v["part"] == "frontend":  # judged with the ONNX back ends that hold the audio
-        variants = bundle.encoder_variants("split")
+    if job.part == "frontend":  # judged with the ONNX back ends that hold the audio
+        runs = [(1, bundle.encoder_variants("split"))]
     else:
-        onnx_v = bundle.encoder_variants(form, [int(v["n_chunks"])])[0]
-        variants = [onnx_v]
+        runs = [(n, bundle.encoder_variants(job.form, [n])) for n in job.sizes]
     window, n_mels = bundle.manifest["encoder"]["window_tokens"], int(bundle.audio_config["num_mel_bins"])
-    hybrid = _HybridRunner(onnx_runner, v["part"], model)
+    hybrid = _HybridRunner(onnx_runner, job.part, model)
     results = []
-    for mel in mels:
-        ref = AudioEncoder(onnx_runner, variants, window, n_mels, form).encode(mel)
-        got = AudioEncoder(hybrid, variants, window, n_mels, form).encode(mel)
-        n = min(len(ref), len(got))
-        results.append(VerifyResult(target, graph_name(v), mel.shape[1] / 100.0, int(got.shape[0]), int(ref.shape[0]),
-                                    cosine(got[:n], ref[:n]), float(np.max(np.abs(got[:n] - ref[:n])))))
+    for size, variants in runs:
+        for mel in mels:
+            ref = AudioEncoder(onnx_runner, variants, window, n_mels, job.form).encode(mel)
+            got = AudioEncoder(hybrid, variants, window, n_mels, job.form).encode(mel)
+            n = min(len(ref), len(got))
+            results.append(VerifyResult(target, job.name, size, mel.shape[1] / 100.0, int(got.shape[0]),
+                                        int(ref.shape[0]), cosine(got[:n], ref[:n]),
+                                        float(np.max(np.abs(got[:n] - ref[:n])))))
     return results
 
 
@@ -181,94 +243,166 @@ def verify_mels(audio_path: str, lengths, start: float, n_mels: int) -> list[np.
     return out
 
 
-def convert_graph(bundle: Bundle, target: str, v: dict, out_dir: str, mels, min_cosine: float):
-    """Convert one graph; returns (manifest entry, verify results)."""
+@contextlib.contextmanager
+def _scratch_cwd():
+    """Run the toolkit in a private empty working directory: while it builds a dynamic-shape
+    model it writes check_dynshape{i}.onnx (one per shape) into the working directory and reads
+    them back, so two conversions in one directory break each other ("Cannot parse onnx input
+    file"; seen here) and a failed build leaves them behind. Every path it is given is absolute."""
+    old = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="onnx2rknn-") as d:
+        os.chdir(d)
+        try:
+            yield d
+        finally:
+            os.chdir(old)
+
+
+def _job_graph(bundle: Bundle, target: str, job: Job, inputs: list[str]):
+    """(ONNX path to convert, temporary file to delete or None, size -> (input shapes, output shape))."""
+    if job.shapes == "fixed":
+        path = bundle.file(job.variants[0]["file"], f"encoder graph {job.variants[0]['file']}")
+        shapes, out_shape = graph_io(path)
+        io = {job.sizes[0]: (shapes, out_shape)}
+        tmp = None
+    else:
+        paths = {int(v["n_chunks"]): bundle.file(v["file"], f"encoder graph {v['file']}") for v in job.variants}
+        # next to the fixed graphs: their weights file (encoder/weights.bin) resolves from there
+        tmp = os.path.join(os.path.dirname(paths[job.sizes[-1]]), f".{job.name}_{target}.tmp.onnx")
+        try:
+            dg = dynamic_graph(paths, tmp)
+        except DynamicGraphError as exc:
+            raise ConversionError(f"{exc} (or convert with --shapes fixed)") from exc
+        io = {n: (dg.input_shapes[n], dg.output_shapes[n]) for n in dg.sizes}
+        path = tmp
+    for n, (shapes, _) in io.items():
+        if sorted(inputs) != sorted(shapes):
+            raise ConversionError(f"{job.name} at {n} s: inputs {sorted(shapes)} differ from the manifest's {inputs}")
+    return path, tmp, io
+
+
+def convert_graph(bundle: Bundle, target: str, job: Job, out_dir: str, mels, min_cosine: float):
+    """Convert one job's graph(s) into one .rknn; returns (manifest entry, verify results)."""
     RKNN = toolkit()
-    name = graph_name(v)
-    onnx_path = bundle.file(v["file"], f"encoder graph {v['file']}")
-    shapes, out_shape = graph_io(onnx_path)
-    inputs = list(bundle.manifest["encoder"]["inputs"][v["part"]])
-    if sorted(inputs) != sorted(shapes):
-        raise ConversionError(f"{onnx_path} inputs {sorted(shapes)} differ from the manifest's {inputs}")
-    meta = {"meta_version": META_VERSION, "form": v["form"], "part": v["part"], "n_chunks": int(v["n_chunks"]),
-            "seconds": int(v["seconds"]), "tokens": int(v["tokens"]), "target": target, "dtype": "float16",
-            "inputs": inputs, "input_shapes": {k: shapes[k] for k in inputs}, "output_shape": out_shape,
-            "encoder_sha256": encoder_digest(bundle.manifest),
+    name = job.name
+    inputs = list(bundle.manifest["encoder"]["inputs"][job.part])
+    largest = job.variants[-1]
+    meta = {"meta_version": META_VERSION, "form": job.form, "part": job.part, "shapes": job.shapes,
+            "n_chunks": int(largest["n_chunks"]), "seconds": int(largest["seconds"]), "tokens": int(largest["tokens"]),
+            "target": target, "dtype": "float16", "inputs": inputs, "encoder_sha256": encoder_digest(bundle.manifest),
             "exporter_version": bundle.manifest.get("exporter_version"),
             "converter": f"onnx2rknn/{CONVERTER_VERSION}", "toolkit": toolkit_version()}
     out_path = os.path.join(out_dir, f"{name}.rknn")
-    graph = f"{v['file']} ({target})"
-    log.info("converting %s -> %s", graph, out_path)
+    graph = f"{', '.join(v['file'] for v in job.variants)} ({target})"
+    onnx_path, tmp_onnx, io = _job_graph(bundle, target, job, inputs)
+    if job.shapes == "dynamic":
+        meta.update(sizes=list(job.sizes), size_shapes={str(n): [ins[k] for k in inputs] + [out]
+                                                        for n, (ins, out) in io.items()})
+        dynamic = {"dynamic_input": [[io[n][0][k] for k in inputs] for n in job.sizes]}
+    else:
+        ins, out = io[job.sizes[0]]
+        meta.update(input_shapes={k: ins[k] for k in inputs}, output_shape=out)
+        dynamic = {}
+    log.info("converting %s -> %s (%s shapes, %s s)", graph, out_path, job.shapes, ", ".join(map(str, job.sizes)))
+    largest_shapes = [io[job.sizes[-1]][0][k] for k in inputs]  # the toolkit's MaxShape when dynamic
     tmp = os.path.join(out_dir, f".{name}.tmp.rknn")
     rk = RKNN(verbose=False)
     results = []
     try:
-        check(rk.config(target_platform=target, float_dtype="float16", optimization_level=3,
-                        custom_string=custom_string(meta)), "config", graph)
-        check(rk.load_onnx(model=onnx_path, inputs=inputs, input_size_list=[shapes[k] for k in inputs]),
-              "load_onnx", graph)
-        check(rk.build(do_quantization=False), "build", graph)
-        check(rk.export_rknn(tmp), "export_rknn", graph)
-        if mels:
-            check(rk.init_runtime(target=None), "init_runtime(simulator)", graph)
-            entry = RknnEntry(v["form"], v["part"], int(v["n_chunks"]), out_path, meta)
-            results = verify_graph(bundle, target, v, RknnModel(rk, entry), mels)
-            for r in results:
-                log.info("verify %s %-11s %5.2f s  tokens %d/%d  cosine %.7f  max|diff| %.2e", target, r.graph,
-                         r.seconds, r.tokens_rknn, r.tokens_onnx, r.cosine, r.max_abs_diff)
-            bad = [r for r in results if r.cosine < min_cosine or r.tokens_rknn != r.tokens_onnx]
-            if bad:
-                raise ConversionError(
-                    f"{graph}: simulator disagrees with ONNX Runtime: " + "; ".join(
-                        f"{r.seconds:.2f} s cosine {r.cosine:.6f} tokens {r.tokens_rknn}/{r.tokens_onnx}" for r in bad)
-                    + f" (need cosine >= {min_cosine} and equal token counts)")
-        os.replace(tmp, out_path)
+        with _scratch_cwd():
+            try:
+                text = custom_string(meta)
+            except ValueError as exc:
+                raise ConversionError(f"{graph}: {exc}") from None
+            check(rk.config(target_platform=target, float_dtype="float16", optimization_level=3, custom_string=text,
+                            **dynamic), "config", graph)
+            check(rk.load_onnx(model=onnx_path, inputs=inputs, input_size_list=largest_shapes), "load_onnx", graph)
+            check(rk.build(do_quantization=False), "build", graph)
+            check(rk.export_rknn(tmp), "export_rknn", graph)
+            if mels:
+                check(rk.init_runtime(target=None), "init_runtime(simulator)", graph)
+                entry = RknnEntry(job.form, job.part, int(largest["n_chunks"]), out_path, meta)
+                results = verify_graph(bundle, target, job, RknnModel(rk, entry), mels)
+                for r in results:
+                    log.info("verify %s %-15s at %d s %5.2f s  tokens %d/%d  cosine %.7f  max|diff| %.2e", target,
+                             r.graph, r.size, r.seconds, r.tokens_rknn, r.tokens_onnx, r.cosine, r.max_abs_diff)
+                bad = [r for r in results if r.cosine < min_cosine or r.tokens_rknn != r.tokens_onnx]
+                if bad:
+                    raise ConversionError(
+                        f"{graph}: simulator disagrees with ONNX Runtime: " + "; ".join(
+                            f"{r.size} s graph, {r.seconds:.2f} s cosine {r.cosine:.6f} tokens "
+                            f"{r.tokens_rknn}/{r.tokens_onnx}" for r in bad)
+                        + f" (need cosine >= {min_cosine} and equal token counts)")
+            os.replace(tmp, out_path)
     finally:
         rk.release()
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    entry = {"form": v["form"], "part": v["part"], "n_chunks": int(v["n_chunks"]),
+        for path in (tmp, tmp_onnx):
+            if path and os.path.exists(path):
+                os.remove(path)
+    entry = {"form": job.form, "part": job.part, "shapes": job.shapes, "n_chunks": int(largest["n_chunks"]),
              "file": os.path.relpath(out_path, bundle.path).replace(os.sep, "/"), "sha256": sha256(out_path)}
+    if job.shapes == "dynamic":
+        entry["sizes"] = list(job.sizes)
     return entry, results
 
 
-def record(bundle_dir: str, target: str, entries: list[dict]) -> None:
+def _key(e: dict) -> tuple:
+    kind = entry_shapes(e)
+    return e["form"], e["part"], kind, int(e["n_chunks"]) if kind == "fixed" else 0
+
+
+def record(bundle_dir: str, target: str, entries: list[dict]) -> list[dict]:
     """Merge ``entries`` into model.json's rk.rknn.<target> and their checksums into "files"
-    (so Bundle.verify_checksums covers them); other keys kept."""
-    key = lambda e: (e["form"], e["part"], int(e["n_chunks"]))  # noqa: E731
+    (so Bundle.verify_checksums covers them); other keys kept. A part keeps one shape kind:
+    entries of the other kind for the same form and part are dropped (returned; their files
+    are left on disk, unlisted)."""
+    kinds = {(e["form"], e["part"]): entry_shapes(e) for e in entries}
+    dropped: list[dict] = []
 
     def mutate(manifest: dict) -> None:
         lst = manifest.setdefault("rk", {}).setdefault("rknn", {}).setdefault(target, [])
-        new = {key(e): e for e in entries}
-        lst[:] = [e for e in lst if key(e) not in new] + entries
-        lst.sort(key=lambda e: (e["form"], e["part"] != "frontend", int(e["n_chunks"])))
-        manifest.setdefault("files", {}).update({e["file"]: e["sha256"] for e in entries})
+        new = {_key(e): e for e in entries}
+        stale = [e for e in lst if (e["form"], e["part"]) in kinds and entry_shapes(e) != kinds[(e["form"], e["part"])]]
+        lst[:] = [e for e in lst if _key(e) not in new and e not in stale] + entries
+        lst.sort(key=lambda e: (e["form"], e["part"] != "frontend", entry_shapes(e), int(e["n_chunks"])))
+        files = manifest.setdefault("files", {})
+        for e in stale:
+            files.pop(e["file"], None)
+        files.update({e["file"]: e["sha256"] for e in entries})
+        dropped[:] = stale
 
     update_manifest(bundle_dir, mutate)
+    for e in dropped:
+        log.info("model.json no longer lists %s (%s shapes; this run made %s ones)", e["file"], entry_shapes(e),
+                 kinds[(e["form"], e["part"])])
+    return dropped
 
 
 def convert(bundle_dir: str, target: str, forms=("merged", "split"), sizes=None, out_dir=None, verify=None,
-            lengths=DEFAULT_LENGTHS, start: float = 0.0, min_cosine: float = 0.999) -> list[VerifyResult]:
+            lengths=DEFAULT_LENGTHS, start: float = 0.0, min_cosine: float = 0.999,
+            shapes: str = "dynamic") -> list[VerifyResult]:
     if target not in SUPPORTED_SOCS:
         raise ValueError(f"--target must be one of {', '.join(SUPPORTED_SOCS)}, got {target!r}")
     for form in forms:
         if form not in ("merged", "split"):
             raise ValueError(f"unknown encoder form {form!r}; use merged and/or split")
-    bundle = Bundle.load(bundle_dir)
+    bundle = Bundle.load(os.path.abspath(bundle_dir))  # absolute: the toolkit runs in a scratch directory
+    jobs = plan(select_graphs(bundle, forms, sizes), shapes)
     out_dir = os.path.abspath(out_dir or os.path.join(bundle.path, "rknn", target))
     os.makedirs(out_dir, exist_ok=True)
     if os.path.relpath(out_dir, bundle.path).startswith(".."):
         log.warning("%s is outside the bundle: the manifest records a relative path that leaves it", out_dir)
-    graphs = select_graphs(bundle, forms, sizes)
     mels = verify_mels(verify, lengths, start, int(bundle.audio_config["num_mel_bins"])) if verify else []
     entries, results = [], []
     t0 = time.time()
-    for v in graphs:
-        entry, res = convert_graph(bundle, target, v, out_dir, mels, min_cosine)
+    for job in jobs:
+        entry, res = convert_graph(bundle, target, job, out_dir, mels, min_cosine)
         entries.append(entry)
         results += res
     record(bundle.path, target, entries)
-    log.info("%d models for %s in %s (%.1f s); manifest updated", len(entries), target, out_dir, time.time() - t0)
+    total = sum(os.path.getsize(os.path.join(bundle.path, e["file"])) for e in entries)
+    log.info("%d models (%.1f MB) for %s in %s (%.1f s); manifest updated", len(entries), total / 1e6, target, out_dir,
+             time.time() - t0)
     return results
 
 
@@ -282,6 +416,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", required=True, choices=SUPPORTED_SOCS)
     ap.add_argument("--forms", default="merged,split", help="merged, split or both (default %(default)s)")
     ap.add_argument("--sizes", default=None, help="durations in seconds, comma-separated (default: all in the bundle)")
+    ap.add_argument("--shapes", default="dynamic", choices=SHAPE_KINDS,
+                    help="dynamic: one .rknn per part for all sizes, one weight copy (default); fixed: one .rknn per "
+                         "size, each with its own weights (the NPU compiles each for its exact shapes)")
     ap.add_argument("--out", default=None, help="output directory (default BUNDLE/rknn/TARGET)")
     ap.add_argument("--verify", metavar="AUDIO", default=None,
                     help="compare each model in the simulator with ONNX Runtime on this audio file")
@@ -298,7 +435,8 @@ def main(argv=None) -> int:
     try:
         sizes = [int(x) for x in _csv(args.sizes)] if args.sizes else None
         results = convert(args.bundle, args.target, tuple(_csv(args.forms)), sizes, args.out, args.verify,
-                          [float(x) for x in _csv(args.verify_lengths)], args.verify_start, args.min_cosine)
+                          [float(x) for x in _csv(args.verify_lengths)], args.verify_start, args.min_cosine,
+                          args.shapes)
     except (ConversionError, BundleError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,17 @@
 """The ``.rknn`` files' metadata: what variant a file holds and which bundle export it came from.
 
-``scripts/onnx2rknn.py`` stores each variant's metadata in the model's custom string
+``scripts/onnx2rknn.py`` stores each model's metadata in its custom string
 (``qwen3asr-rknn:{json}``: form, part, duration, inputs and shapes, target SoC, the digest of
-the encoder export). It is read here straight from the file bytes and checked against the
+the encoder export). A file has one of two shape kinds (``"shapes"``; absent in files made
+before dynamic shapes existed: fixed):
+
+- ``"fixed"``: one duration, ``n_chunks`` seconds, inputs of ``input_shapes``;
+- ``"dynamic"``: one model, one copy of the weights, for every duration in ``sizes``
+  (rknn-toolkit2 ``dynamic_input``); ``n_chunks`` is the largest, ``size_shapes[str(n)]`` lists
+  the shapes of size n: each input in ``inputs`` order, then the output (kept compact: the
+  toolkit takes custom strings of fewer than 1024 bytes).
+
+ It is read here straight from the file bytes and checked against the
 bundle manifest before the NPU library is touched, so a missing file, a Git LFS pointer, a
 file that is not an RKNN model or a stale conversion give a clear error on any machine.
 """
@@ -18,7 +27,9 @@ from ...bundle import Bundle, BundleError, check_file
 
 RKNN_MAGIC = b"RKNN"  # first 4 bytes of every .rknn file written by rknn-toolkit2 2.x
 META_PREFIX = "qwen3asr-rknn:"  # custom string = META_PREFIX + compact JSON (see model_metadata)
+MAX_CUSTOM_STRING = 1023  # bytes: rknn-toolkit2 config() refuses 1024 or more (rknn_custom_string is char[1024])
 META_VERSION = 1
+SHAPE_KINDS = ("dynamic", "fixed")  # the "shapes" of a manifest entry / file (absent: "fixed")
 _MAX_META_SEARCH = 64 << 20  # bytes of a .rknn file searched for the custom string
 
 
@@ -39,8 +50,13 @@ def encoder_digest(manifest: dict) -> str:
 
 
 def custom_string(meta: dict) -> str:
-    """The custom string stored in a ``.rknn`` file for variant metadata ``meta``."""
-    return META_PREFIX + json.dumps(meta, sort_keys=True, separators=(",", ":"))
+    """The custom string stored in a ``.rknn`` file for variant metadata ``meta`` (ValueError
+    beyond MAX_CUSTOM_STRING bytes, which the toolkit refuses)."""
+    text = META_PREFIX + json.dumps(meta, sort_keys=True, separators=(",", ":"))
+    if len(text.encode()) > MAX_CUSTOM_STRING:
+        raise ValueError(f"the model's metadata is {len(text.encode())} bytes; an .rknn custom string holds at most "
+                         f"{MAX_CUSTOM_STRING} (convert fewer sizes into one dynamic-shape model, or --shapes fixed)")
+    return text
 
 
 def read_rknn_metadata(path: str) -> dict:
@@ -82,9 +98,33 @@ class RknnEntry:
 
     form: str  # "merged" or "split"
     part: str  # "merged", "frontend" or "backend"
-    n_chunks: int  # 1 s chunks the graph holds
+    n_chunks: int  # 1 s chunks the graph holds (dynamic: the largest size)
     path: str  # absolute path of the .rknn file
     meta: dict  # the file's custom-string metadata (inputs, shapes, output shape, ...)
+
+    @property
+    def shapes(self) -> str:
+        """"fixed" (one size) or "dynamic" (every size of ``sizes`` in one model)."""
+        return self.meta.get("shapes", "fixed")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The durations (s) the model takes: ``(n_chunks,)`` for a fixed one."""
+        return tuple(int(s) for s in self.meta["sizes"]) if self.shapes == "dynamic" else (self.n_chunks,)
+
+    def shapes_of(self, n_chunks: int) -> tuple[dict[str, list[int]], list[int]]:
+        """(input name -> shape, output shape) of size ``n_chunks`` (KeyError if the model lacks it)."""
+        if self.shapes == "dynamic":
+            *ins, out = self.meta["size_shapes"][str(int(n_chunks))]
+            return {k: list(v) for k, v in zip(self.meta["inputs"], ins)}, list(out)
+        if int(n_chunks) != self.n_chunks:
+            raise KeyError(n_chunks)
+        return {k: list(v) for k, v in self.meta["input_shapes"].items()}, list(self.meta["output_shape"])
+
+
+def entry_shapes(entry: dict) -> str:
+    """The shape kind of a manifest ``rk.rknn.<soc>`` entry ("fixed" when the entry predates the field)."""
+    return entry.get("shapes", "fixed")
 
 
 def manifest_entries(bundle: Bundle, soc: str) -> list[dict]:
@@ -101,9 +141,17 @@ def check_entry(bundle: Bundle, soc: str, entry: dict) -> RknnEntry:
     """Check one manifest entry's file (exists, not LFS, RKNN magic) and its metadata against the manifest."""
     path = os.path.join(bundle.path, entry["file"])
     meta = read_rknn_metadata(path)
+    kind = entry_shapes(entry)
+    if kind not in SHAPE_KINDS:
+        raise RknnModelError(f"model.json lists {entry['file']} with shapes {kind!r}; accepted: "
+                             f"{', '.join(SHAPE_KINDS)}. Re-run python scripts/onnx2rknn.py --bundle {bundle.path} "
+                             f"--target {soc}")
     want = {"form": entry["form"], "part": entry["part"], "n_chunks": int(entry["n_chunks"]), "target": soc,
-            "encoder_sha256": encoder_digest(bundle.manifest)}
-    bad = [f"{k}: file has {meta.get(k)!r}, expected {v!r}" for k, v in want.items() if meta.get(k) != v]
+            "encoder_sha256": encoder_digest(bundle.manifest), "shapes": kind}
+    if kind == "dynamic":
+        want["sizes"] = sorted(int(s) for s in entry.get("sizes") or ())
+    got = dict(meta, shapes=meta.get("shapes", "fixed"))
+    bad = [f"{k}: file has {got.get(k)!r}, expected {v!r}" for k, v in want.items() if got.get(k) != v]
     if bad:
         raise RknnModelError(
             f"{path} does not match this bundle ({'; '.join(bad)}). The bundle was re-exported or the file comes "
@@ -111,5 +159,6 @@ def check_entry(bundle: Bundle, soc: str, entry: dict) -> RknnEntry:
     return RknnEntry(entry["form"], entry["part"], int(entry["n_chunks"]), path, meta)
 
 
-__all__ = ["META_PREFIX", "META_VERSION", "RKNN_MAGIC", "RknnEntry", "RknnModelError", "check_entry", "custom_string",
-           "encoder_digest", "manifest_entries", "read_rknn_metadata"]
+__all__ = ["MAX_CUSTOM_STRING", "META_PREFIX", "META_VERSION", "RKNN_MAGIC", "RknnEntry", "RknnModelError",
+           "SHAPE_KINDS", "check_entry", "custom_string", "encoder_digest", "entry_shapes", "manifest_entries",
+           "read_rknn_metadata"]
