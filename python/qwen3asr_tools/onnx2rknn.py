@@ -258,7 +258,7 @@ def _scratch_cwd():
             os.chdir(old)
 
 
-def _job_graph(bundle: Bundle, target: str, job: Job, inputs: list[str]):
+def job_graph(bundle: Bundle, target: str, job: Job, inputs: list[str]):
     """(ONNX path to convert, temporary file to delete or None, size -> (input shapes, output shape))."""
     if job.shapes == "fixed":
         path = bundle.file(job.variants[0]["file"], f"encoder graph {job.variants[0]['file']}")
@@ -281,10 +281,9 @@ def _job_graph(bundle: Bundle, target: str, job: Job, inputs: list[str]):
     return path, tmp, io
 
 
-def convert_graph(bundle: Bundle, target: str, job: Job, out_dir: str, mels, min_cosine: float):
-    """Convert one job's graph(s) into one .rknn; returns (manifest entry, verify results)."""
-    RKNN = toolkit()
-    name = job.name
+def model_metadata(bundle: Bundle, target: str, job: Job, io: dict) -> dict:
+    """The metadata stored in the custom string of ``job``'s model (rknn_meta); ``io`` is
+    job_graph's size -> (input shapes, output shape)."""
     inputs = list(bundle.manifest["encoder"]["inputs"][job.part])
     largest = job.variants[-1]
     meta = {"meta_version": META_VERSION, "form": job.form, "part": job.part, "shapes": job.shapes,
@@ -292,17 +291,26 @@ def convert_graph(bundle: Bundle, target: str, job: Job, out_dir: str, mels, min
             "target": target, "dtype": "float16", "inputs": inputs, "encoder_sha256": encoder_digest(bundle.manifest),
             "exporter_version": bundle.manifest.get("exporter_version"),
             "converter": f"onnx2rknn/{CONVERTER_VERSION}", "toolkit": toolkit_version()}
-    out_path = os.path.join(out_dir, f"{name}.rknn")
-    graph = f"{', '.join(v['file'] for v in job.variants)} ({target})"
-    onnx_path, tmp_onnx, io = _job_graph(bundle, target, job, inputs)
     if job.shapes == "dynamic":
         meta.update(sizes=list(job.sizes), size_shapes={str(n): [ins[k] for k in inputs] + [out]
                                                         for n, (ins, out) in io.items()})
-        dynamic = {"dynamic_input": [[io[n][0][k] for k in inputs] for n in job.sizes]}
     else:
         ins, out = io[job.sizes[0]]
         meta.update(input_shapes={k: ins[k] for k in inputs}, output_shape=out)
-        dynamic = {}
+    return meta
+
+
+def convert_graph(bundle: Bundle, target: str, job: Job, out_dir: str, mels, min_cosine: float):
+    """Convert one job's graph(s) into one .rknn; returns (manifest entry, verify results)."""
+    RKNN = toolkit()
+    name = job.name
+    inputs = list(bundle.manifest["encoder"]["inputs"][job.part])
+    largest = job.variants[-1]
+    out_path = os.path.join(out_dir, f"{name}.rknn")
+    graph = f"{', '.join(v['file'] for v in job.variants)} ({target})"
+    onnx_path, tmp_onnx, io = job_graph(bundle, target, job, inputs)
+    meta = model_metadata(bundle, target, job, io)
+    dynamic = {"dynamic_input": [[io[n][0][k] for k in inputs] for n in job.sizes]} if job.shapes == "dynamic" else {}
     log.info("converting %s -> %s (%s shapes, %s s)", graph, out_path, job.shapes, ", ".join(map(str, job.sizes)))
     largest_shapes = [io[job.sizes[-1]][0][k] for k in inputs]  # the toolkit's MaxShape when dynamic
     tmp = os.path.join(out_dir, f".{name}.tmp.rknn")
@@ -339,11 +347,16 @@ def convert_graph(bundle: Bundle, target: str, job: Job, out_dir: str, mels, min
         for path in (tmp, tmp_onnx):
             if path and os.path.exists(path):
                 os.remove(path)
-    entry = {"form": job.form, "part": job.part, "shapes": job.shapes, "n_chunks": int(largest["n_chunks"]),
-             "file": os.path.relpath(out_path, bundle.path).replace(os.sep, "/"), "sha256": sha256(out_path)}
+    return manifest_entry(bundle, job, out_path), results
+
+
+def manifest_entry(bundle: Bundle, job: Job, path: str) -> dict:
+    """The rk.rknn.<target> entry of ``job``'s model written at ``path``."""
+    entry = {"form": job.form, "part": job.part, "shapes": job.shapes, "n_chunks": job.sizes[-1],
+             "file": os.path.relpath(path, bundle.path).replace(os.sep, "/"), "sha256": sha256(path)}
     if job.shapes == "dynamic":
         entry["sizes"] = list(job.sizes)
-    return entry, results
+    return entry
 
 
 def _key(e: dict) -> tuple:

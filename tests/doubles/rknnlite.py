@@ -4,13 +4,18 @@ stand-in .rknn / .rkllm files for them.
 Contract checked: the one qwen3asr.backends.rk.rknn follows with the real RKNNLite:
 ``load_rknn(path)`` -> ``init_runtime(core_mask=<the SoC's mask>)`` -> ``inference(inputs=[...],
 data_format="nchw")`` with float32 arrays of the converted graph's input shapes, in the order
-onnx2rknn gave load_onnx -> ``release()``. Both doubles compute the output with ONNX Runtime on
-the bundle's encoder graph the .rknn file was made from, so the encoder's result can be
-compared with the ONNX backend's.
+onnx2rknn gave load_onnx -> ``release()``. A dynamic-shape model (onnx2rknn --shapes dynamic)
+takes, per call, exactly one of the input shape sets it was built with (rknn-toolkit2
+``dynamic_input``; rknnlite picks the set from the arrays it is given, as in
+rknn-toolkit-lite2's dynamic_shape example): any other shape is a breach. Both doubles compute
+the output with ONNX Runtime on the bundle's fixed-size encoder graph of the shape set the call
+used, so the encoder's result can be compared with the ONNX backend's.
 
-- ``RecordingRKNNLite`` is handed to the runner as ``lite_class``: it finds the graph from the
-  .rknn file's metadata, asserts the call order and every input, records the calls and returns
-  scripted failure codes (``fail``) or a given output (``output_override``).
+- ``RecordingRKNNLite`` is handed to the runner as ``lite_class``: it finds the graphs from the
+  .rknn file's metadata (the declared shape sets are those of the bundle's graphs of the sizes
+  the metadata lists), asserts the call order and every input, records the calls (an inference
+  as ``("inference", n_inputs, size)``) and returns scripted failure codes (``fail``) or a given
+  output (``output_override``).
 - ``BoardRKNNLite`` is installed as the ``rknnlite.api`` module (``install``) for the engine with
   backend="rk": it knows the files ``add_rk_section`` registered, checks the state machine and the
   core mask, and collects violations instead of raising (it runs inside the engine, possibly on
@@ -62,7 +67,7 @@ class RecordingRKNNLite:
 
     def __init__(self):
         self.calls = []
-        self.onnx = None
+        self.sessions = {}
         RecordingRKNNLite.instances.append(self)
 
     def load_rknn(self, path):
@@ -73,10 +78,13 @@ class RecordingRKNNLite:
         bundle_dir = os.path.dirname(os.path.dirname(os.path.dirname(path)))
         man = json.load(open(os.path.join(bundle_dir, "model.json")))
         meta = rknn_meta.read_rknn_metadata(path)
-        src = next(v for v in man["encoder"]["variants"] if v["form"] == meta["form"]
-                   and v["part"] == meta["part"] and v["n_chunks"] == meta["n_chunks"])
+        sizes = meta["sizes"] if meta.get("shapes") == "dynamic" else [meta["n_chunks"]]
         self.names = man["encoder"]["inputs"][meta["part"]]  # the order onnx2rknn gave load_onnx
-        self.onnx = make_session(os.path.join(bundle_dir, src["file"]))
+        self.sessions = {}  # size -> ONNX Runtime session of the bundle's graph of that size
+        for n in sizes:
+            src = next(v for v in man["encoder"]["variants"] if v["form"] == meta["form"]
+                       and v["part"] == meta["part"] and v["n_chunks"] == n)
+            self.sessions[n] = make_session(os.path.join(bundle_dir, src["file"]))
         return 0
 
     def init_runtime(self, core_mask=0):
@@ -86,18 +94,19 @@ class RecordingRKNNLite:
 
     def inference(self, inputs, data_format=None):
         assert [c[0] for c in self.calls[:2]] == ["load_rknn", "init_runtime"], self.calls
-        assert isinstance(inputs, list) and len(inputs) == len(self.onnx.get_inputs()) == len(self.names)
+        assert isinstance(inputs, list) and len(inputs) == len(self.names)
         assert data_format == "nchw"
-        feeds = {}
-        by_name = {i.name: i for i in self.onnx.get_inputs()}
-        for name, a in zip(self.names, inputs):
+        for a in inputs:
             assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
-            assert list(a.shape) == list(by_name[name].shape), (name, a.shape, by_name[name].shape)
-            feeds[name] = a
-        self.calls.append(("inference", len(inputs)))
+        declared = {n: [list(i.shape) for i in sorted(s.get_inputs(), key=lambda i: self.names.index(i.name))]
+                    for n, s in self.sessions.items()}
+        got = [list(a.shape) for a in inputs]
+        size = next((n for n, shapes in declared.items() if shapes == got), None)
+        assert size is not None, f"input shapes {got} are none of the model's shape sets {declared}"
+        self.calls.append(("inference", len(inputs), size))
         if self.output_override is not None:
             return [self.output_override]
-        return self.onnx.run(None, feeds)
+        return self.sessions[size].run(None, dict(zip(self.names, inputs)))
 
     def release(self):
         self.calls.append(("release",))
@@ -106,14 +115,15 @@ class RecordingRKNNLite:
 class BoardRKNNLite:
     """rknnlite.api.RKNNLite with the board's call contract; computes with ONNX Runtime.
 
-    Class state, reset by ``reset(expected_mask)``: ``files`` (.rknn path -> (part, onnx path,
-    input names, input shapes), filled by ``add_rk_section``, for any number of bundles),
+    Class state, reset by ``reset(expected_mask)``: ``files`` (.rknn path -> (part, input names,
+    [(input shapes, onnx path) per declared shape set]), filled by ``add_rk_section``, for any
+    number of bundles),
     ``expected_mask`` (the core mask init_runtime must get), ``delay`` (seconds each inference
     takes), ``intervals`` ((start, end) perf_counter of every inference), ``instances``,
     ``violations`` (contract breaches, in words)."""
 
     NPU_CORE_AUTO, NPU_CORE_0, NPU_CORE_1, NPU_CORE_2, NPU_CORE_0_1, NPU_CORE_0_1_2 = 0, 1, 2, 4, 3, 7
-    files: dict = {}        # .rknn path -> (part, onnx path, input names, input shapes)
+    files: dict = {}        # .rknn path -> (part, input names, [(input shapes, onnx path), ...])
     expected_mask = None
     delay = 0.0  # seconds each inference takes (overlap test)
     intervals: list = []  # (start, end) perf_counter of every inference
@@ -171,14 +181,20 @@ class BoardRKNNLite:
         if self.state != "ready":
             self._bad(f"inference in state {self.state}")
             return None
-        part, onnx_path, names, shapes = self.files[self.file]
+        part, names, sets = self.files[self.file]
         if not isinstance(inputs, list) or len(inputs) != len(names):
             self._bad(f"inputs must be a list of {len(names)} arrays")
             return None
-        for a, shape, name in zip(inputs, shapes, names):
-            if not isinstance(a, np.ndarray) or a.dtype != np.float32 or list(a.shape) != shape:
-                self._bad(f"input {name}: {getattr(a, 'dtype', type(a))} {getattr(a, 'shape', '')}, want {shape}")
+        for a, name in zip(inputs, names):
+            if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+                self._bad(f"input {name}: {getattr(a, 'dtype', type(a))}, want float32")
                 return None
+        got = [list(a.shape) for a in inputs]
+        onnx_path = next((p for shapes, p in sets if shapes == got), None)
+        if onnx_path is None:
+            self._bad(f"input shapes {got} are none of {os.path.basename(self.file)}'s shape sets "
+                      f"{[shapes for shapes, _ in sets]}")
+            return None
         if any(a.ndim == 4 for a in inputs) and data_format != "nchw":
             self._bad(f"4-D inputs with data_format={data_format!r} (the toolkit default is NHWC)")
         self.shapes_seen.append([list(a.shape) for a in inputs])
@@ -209,27 +225,48 @@ def install(monkeypatch, lite_class) -> None:
     monkeypatch.setitem(sys.modules, "rknnlite.api", api)
 
 
-def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context: int = 1024) -> None:
+def add_rk_section(bundle_dir: str, soc: str, decoder: bool = True, max_context: int = 1024,
+                   shapes: str = "dynamic") -> None:
     """What onnx2rknn.py and export_rkllm.py add to a bundle: stand-in .rknn files (magic +
-    metadata) for every encoder graph, registered with BoardRKNNLite, and (``decoder``) a decoder
-    file that the librkllmrt double (doubles.rkllm_c) does not read, with the manifest entries."""
+    metadata), registered with BoardRKNNLite, and (``decoder``) a decoder file that the librkllmrt
+    double (doubles.rkllm_c) does not read, with the manifest entries. ``shapes``: "dynamic" (the
+    converter's default: one file per encoder part for all sizes, the split front end fixed) or
+    "fixed" (one file per graph)."""
     man_path = os.path.join(bundle_dir, "model.json")
     man = json.load(open(man_path))
     digest = rknn_meta.encoder_digest(man)
     os.makedirs(os.path.join(bundle_dir, "rk"), exist_ok=True)
-    entries = []
+    groups = {}  # (form, part) or the variant's file -> the variants one .rknn holds
     for v in man["encoder"]["variants"]:
-        onnx_path = os.path.join(bundle_dir, v["file"])
-        sess = make_session(onnx_path)
-        names = [i.name for i in sess.get_inputs()]
-        shapes = [list(i.shape) for i in sess.get_inputs()]
+        key = (v["form"], v["part"]) if shapes == "dynamic" and v["part"] != "frontend" else v["file"]
+        groups.setdefault(key, []).append(v)
+    entries = []
+    for vs in groups.values():
+        vs = sorted(vs, key=lambda v: v["n_chunks"])
+        sets, size_shapes = [], {}
+        for v in vs:
+            onnx_path = os.path.join(bundle_dir, v["file"])
+            sess = make_session(onnx_path)
+            names = [i.name for i in sess.get_inputs()]
+            ins, out = [list(i.shape) for i in sess.get_inputs()], list(sess.get_outputs()[0].shape)
+            sets.append((ins, onnx_path))
+            size_shapes[str(v["n_chunks"])] = ins + [out]
+        v = vs[-1]
         meta = {"meta_version": rknn_meta.META_VERSION, "form": v["form"], "part": v["part"],
-                "n_chunks": v["n_chunks"], "target": soc, "encoder_sha256": digest, "inputs": names,
-                "input_shapes": dict(zip(names, shapes)), "output_shape": list(sess.get_outputs()[0].shape)}
-        rel = f"rk/{os.path.basename(v['file'])[:-5]}_{soc}.rknn"
+                "n_chunks": v["n_chunks"], "target": soc, "encoder_sha256": digest, "inputs": names}
+        entry = {"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"]}
+        if len(vs) > 1:
+            meta.update(shapes="dynamic", sizes=[x["n_chunks"] for x in vs], size_shapes=size_shapes)
+            entry.update(shapes="dynamic", sizes=meta["sizes"])
+            rel = f"rk/{v['part']}_dynamic_{soc}.rknn"
+        else:
+            meta.update(shapes="fixed", input_shapes=dict(zip(names, sets[0][0])), output_shape=size_shapes[
+                str(v["n_chunks"])][-1])
+            entry.update(shapes="fixed")
+            rel = f"rk/{os.path.basename(v['file'])[:-5]}_{soc}.rknn"
         write_rknn_file(os.path.join(bundle_dir, rel), meta)
-        entries.append({"form": v["form"], "part": v["part"], "n_chunks": v["n_chunks"], "file": rel})
-        BoardRKNNLite.files[os.path.join(bundle_dir, rel)] = (v["part"], onnx_path, names, shapes)
+        entries.append(dict(entry, file=rel))
+        BoardRKNNLite.files[os.path.join(bundle_dir, rel)] = (v["part"], names, sets)
     rk = man.setdefault("rk", {})
     rk.setdefault("rknn", {})[soc] = entries
     if decoder:
