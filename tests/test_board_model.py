@@ -435,37 +435,58 @@ def test_case_time_ratio_and_added_time():
 
 # ----------------------------------------------------------------------------- memory
 def test_memory_budget_arithmetic():
-    b = bb.memory_budget("rk3576", 500.0, (2, 8), (8,), baseline_mb=50.0, embed_rows=1000, asr_context=1000,
-                         aligner_context=500)
-    items = {i.name.split(" (")[0].split(",")[0]: (i.low_mb, i.high_mb) for i in b.items}
-    assert items["ASR RKNN encoder weights"] == pytest.approx((2 * 186_376_192 * 2 / 1e6,) * 2)
-    assert items["aligner RKNN encoder weights"] == pytest.approx((316_427_904 * 2 / 1e6,) * 2)
-    # buffers reused: the stem's first two fp16 outputs, n x 480 x (64 x 50 + 32 x 25) x 2 bytes
-    assert items["ASR RKNN encoder activations"][0] == pytest.approx((2 + 8) * 480 * 4000 * 2 / 1e6)
-    assert items["aligner RKNN encoder activations"][0] == pytest.approx(8 * 480 * 4000 * 2 / 1e6)
-    handles = [(i.low_mb, i.high_mb) for i in b.items if i.name.startswith("RKLLM handle")]
-    assert handles == [pytest.approx((500.0, 500.0 + 114688 * 1000 / 1e6)),  # ASR decoder, fp16 KV of 1000
-                       pytest.approx((500.0, 500.0 + 114688 * 500 / 1e6))]  # the aligner's LLM
-    assert items["host embedding rows"] == pytest.approx((2 * 1000 * 4096 / 1e6, 2 * 2 * 1000 * 4096 / 1e6))
-    assert items["aligner head 5000 x 1024 + final norm"] == pytest.approx(((5000 * 1024 + 1024) * 4 / 1e6,) * 2)
-    assert b.low_mb == pytest.approx(sum(i.low_mb for i in b.items))
-    assert b.available_mb == pytest.approx(4 * 1024 ** 3 / 1e6 - 800)
-    assert b.fits == (b.high_mb <= b.available_mb)
-    shared = bb.memory_budget("rk3576", 500.0, (2, 3, 4, 5, 8), (2, 3, 4, 5, 8), 50.0, 1000, shared_weights=True)
-    w = {i.name: i.low_mb for i in shared.items}
-    assert w["ASR RKNN encoder weights"] == pytest.approx(186_376_192 * 2 / 1e6)
+    for shapes in ("fixed", "dynamic"):
+        b = bb.memory_budget("rk3576", 500.0, (2, 8), (8,), baseline_mb=50.0, embed_rows=1000, asr_context=1000,
+                             aligner_context=500, shapes=shapes)
+        items = {i.name.split(" (")[0].split(",")[0]: (i.low_mb, i.high_mb) for i in b.items}
+        copies = 2 if shapes == "fixed" else 1  # one dynamic-shape .rknn holds one copy for both sizes
+        assert items["ASR RKNN encoder weights"] == pytest.approx((copies * 186_376_192 * 2 / 1e6,) * 2)
+        assert items["aligner RKNN encoder weights"] == pytest.approx((316_427_904 * 2 / 1e6,) * 2)
+        # one compiled program per shape either way
+        assert items["ASR RKNN programs"] == pytest.approx((bb.graph_mb(bb.ASR_AUDIO, 2) + bb.graph_mb(bb.ASR_AUDIO, 8),) * 2)
+        # buffers reused: the stem's first two fp16 outputs, n x 480 x (64 x 50 + 32 x 25) x 2 bytes; a dynamic
+        # model's are its largest shape's
+        chunks = 2 + 8 if shapes == "fixed" else 8
+        assert items["ASR RKNN encoder activations"][0] == pytest.approx(chunks * 480 * 4000 * 2 / 1e6)
+        assert items["aligner RKNN encoder activations"][0] == pytest.approx(8 * 480 * 4000 * 2 / 1e6)
+        handles = [(i.low_mb, i.high_mb) for i in b.items if i.name.startswith("RKLLM handle")]
+        assert handles == [pytest.approx((500.0, 500.0 + 114688 * 1000 / 1e6)),  # ASR decoder, fp16 KV of 1000
+                           pytest.approx((500.0, 500.0 + 114688 * 500 / 1e6))]  # the aligner's LLM
+        assert items["host embedding rows"] == pytest.approx((2 * 1000 * 4096 / 1e6, 2 * 2 * 1000 * 4096 / 1e6))
+        assert items["aligner head 5000 x 1024 + final norm"] == pytest.approx(((5000 * 1024 + 1024) * 4 / 1e6,) * 2)
+        assert b.low_mb == pytest.approx(sum(i.low_mb for i in b.items))
+        assert b.available_mb == pytest.approx(4 * 1024 ** 3 / 1e6 - 800)
+        assert b.fits == (b.high_mb <= b.available_mb)
     alone = bb.memory_budget("rk3588", 791.11, (4, 8), (), 50.0, 1000)
     assert not any("aligner" in i.name for i in alone.items)
     assert sum("RKLLM" in i.name for i in alone.items) == 1
+    with pytest.raises(ValueError, match="shapes must be one of dynamic, fixed, got 'shared'"):
+        bb.memory_budget("rk3588", 791.11, (4, 8), (), 50.0, 1000, shapes="shared")
 
 
-def test_default_load_does_not_fit_a_4_gb_board():
-    """Every variant of both models: ten fp16 .rknn files, 5.0 GB of weights alone."""
-    for soc, b in bw.budgets(bw.CHOICES[0], baseline_mb=50.0, embed_rows=1000).items():
-        assert b.low_mb > b.available_mb
-        weights = sum(i.low_mb for i in b.items if "weights" in i.name)
-        assert weights == pytest.approx(5 * (186_376_192 + 316_427_904) * 2 / 1e6)
-        assert [i for i in b.items if "RKLLM" in i.name][0].low_mb == bm.RKLLM_MEMORY_MB[soc]
+def test_rknn_program_size_reproduces_the_measured_files():
+    """graph_mb against the .rknn files measured for GRAPH_MB (ASR widths, 2 and 4 layers): exact at
+    the 2 and 8 s it was fitted on, within 10 % at 3-5 s (which it interpolates)."""
+    measured = {(2, 2): 1.833, (2, 3): 2.118, (2, 4): 2.168, (2, 5): 2.345, (2, 8): 2.571,
+                (4, 2): 3.117, (4, 8): 4.166}  # (layers, s) -> MB beyond 2 bytes x encoder_params
+    for (layers, n), mb in measured.items():
+        cfg = dict(bb.ASR_AUDIO, encoder_layers=layers)
+        assert bb.graph_mb(cfg, n) == pytest.approx(mb, rel=0.1 if n in (3, 4, 5) else 0.002), (layers, n)
+    assert 12 < bb.graph_mb(bb.ASR_AUDIO, 2) < bb.graph_mb(bb.ASR_AUDIO, 8) < 16  # 18 layers
+
+
+def test_default_load_fits_a_4_gb_board():
+    """The defaults (one dynamic-shape .rknn per encoder, all five sizes): one copy of each model's
+    weights, 1.0 GB, and the whole budget fits a 4 GB board with 800 MB for the OS; the same sizes
+    as fixed-shape files (ten .rknn, 5.0 GB of weights) do not."""
+    assert bw.CHOICES[0].label == "defaults" and bw.CHOICES[0].shapes == "dynamic"
+    fixed = next(c for c in bw.CHOICES if c.shapes == "fixed" and c.asr_sizes == bw.ALL_SIZES)
+    for choice, copies, fits in ((bw.CHOICES[0], 1, True), (fixed, 5, False)):
+        for soc, b in bw.budgets(choice, baseline_mb=50.0, embed_rows=1000).items():
+            weights = sum(i.low_mb for i in b.items if "weights" in i.name)
+            assert weights == pytest.approx(copies * (186_376_192 + 316_427_904) * 2 / 1e6)
+            assert (b.low_mb <= b.available_mb) == fits, (choice.label, soc, b.low_mb)
+            assert [i for i in b.items if "RKLLM" in i.name][0].low_mb == bm.RKLLM_MEMORY_MB[soc]
 
 
 def test_recommendation_rule():

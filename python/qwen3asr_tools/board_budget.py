@@ -15,10 +15,13 @@ Layer norms, activations, softmax and biases are left out (elementwise, a few % 
 graph computes attention over all its tokens with a block-diagonal mask (qwen3asr.encoder), so
 the attention term uses the graph's tokens (104 at 8 s).
 
-Memory: ``memory_budget`` adds up what the default rk engine with word timestamps loads per
-SoC (each .rknn holds its own fp16 weights; two RKLLM handles; host tables; the Python
-process), with a low and a high estimate per item and the source of each, against a board's RAM
-minus a reserve for the OS. Units: MB = 10^6 bytes.
+Memory: ``memory_budget`` adds up what an rk engine with word timestamps loads per SoC (the
+two RKNN encoders, two RKLLM handles, host tables, the Python process), with a low and a high
+estimate per item and the source of each, against a board's RAM minus a reserve for the OS.
+The encoders come in the two shape kinds of scripts/onnx2rknn.py: "dynamic" (its default: one
+.rknn per model for all its sizes, one copy of the fp16 weights) or "fixed" (one .rknn per size,
+each with its own copy). Every compiled input shape also carries its own NPU program (command
+buffers, layout): ``graph_mb``, measured from .rknn file sizes. Units: MB = 10^6 bytes.
 """
 
 from __future__ import annotations
@@ -139,6 +142,32 @@ def activation_mb(cfg: Mapping, n_chunks: int) -> Tuple[float, float]:
     return low * FP16 / MB, high * FP16 / MB
 
 
+# .rknn bytes beyond the fp16 weights, per compiled shape (rknn-toolkit2 2.5.0, rk3576, fp16,
+# optimization_level 3), measured here on merged graphs of the real widths with random weights
+# and 2 or 4 encoder layers (the full models were not converted: 18-24 layers take too long on
+# this host): file size - 2 x parameters. (graph seconds, MB without layers, MB per layer).
+# ASR width (896, ffn 3584): 2 layers 1.83 / 2.12 / 2.17 / 2.34 / 2.57 MB at 2 / 3 / 4 / 5 / 8 s,
+# 4 layers 3.12 / 4.17 at 2 / 8 s. One dynamic-shape file of the five sizes (2 layers): 74.88 MB
+# = weights 64.10 + 10.78, the sum of the five fixed files' 11.04 less 2 %; so one weight copy,
+# one program per shape.
+GRAPH_MB = {896: ((2, 0.549, 0.642), (8, 0.976, 0.797))}
+GRAPH_SOURCE = ("measured .rknn file size beyond the fp16 weights per compiled shape, real widths with 2 and 4 "
+                "layers, extrapolated linearly in layers and graph seconds (board_budget.GRAPH_MB)")
+
+
+def graph_mb(cfg: Mapping, n_chunks: int) -> float:
+    """Estimated .rknn bytes (MB) beyond the weights for one compiled shape of ``n_chunks`` s of an
+    encoder of ``cfg``: the NPU program of that shape, linear in layers and in graph seconds
+    between the two measured sizes (GRAPH_MB; widths without a measurement scale with d_model)."""
+    d = int(cfg["d_model"])
+    width = d if d in GRAPH_MB else min(GRAPH_MB, key=lambda w: abs(w - d))
+    (s0, b0, l0), (s1, b1, l1) = GRAPH_MB[width]
+    f = (n_chunks - s0) / (s1 - s0)
+    base, per_layer = b0 + f * (b1 - b0), l0 + f * (l1 - l0)
+    scale = 1.0 if width == d else d / width
+    return base + int(cfg["encoder_layers"]) * per_layer * scale
+
+
 def kv_bytes_per_position(text_cfg: Mapping, bytes_per_value: int = FP16) -> int:
     """KV-cache bytes per position of a Qwen3 text model: K and V, every layer, every KV head."""
     return 2 * int(text_cfg["num_hidden_layers"]) * int(text_cfg["num_key_value_heads"]) * \
@@ -190,36 +219,48 @@ EMBED_ROW_PAGES = 2  # a bf16 row of 1024 (2 KB) spans at most two 4 KiB pages o
 PAGE = 4096
 
 
+SHAPE_KINDS = ("dynamic", "fixed")  # scripts/onnx2rknn.py --shapes (dynamic: its default)
+
+
 def memory_budget(soc: str, rkllm_mb: float, asr_sizes: Sequence[int], aligner_sizes: Sequence[int],
                   baseline_mb: float, embed_rows: int, label: str = "", board_mb: float = BOARD_MB,
                   os_mb: float = OS_MB, rkllm_source: str = "published", asr_context: int = ASR_RKLLM_CONTEXT,
-                  aligner_context: int = ALIGNER_RKLLM_CONTEXT, shared_weights: bool = False) -> MemoryBudget:
+                  aligner_context: int = ALIGNER_RKLLM_CONTEXT, shapes: str = "dynamic") -> MemoryBudget:
     """Budget of an rk engine with word timestamps on ``soc``.
 
     rkllm_mb: one Qwen3-0.6B-shaped RKLLM handle as published (board_model.RKLLM_MEMORY_MB);
-    asr_sizes / aligner_sizes: merged encoder variants loaded (seconds; empty aligner_sizes:
-    no aligner); baseline_mb: RSS of the Python process with the package imported (measured);
+    asr_sizes / aligner_sizes: merged encoder sizes in use (seconds; empty aligner_sizes: no
+    aligner); baseline_mb: RSS of the Python process with the package imported (measured);
     embed_rows: distinct embedding rows a session touches per table (estimate); asr_context /
     aligner_context: the KV-cache lengths of the two handles (RKOptions.max_context);
-    shared_weights: the variants of a model share one copy of its weights (one .rknn with several
-    input shapes, or the runtime's weight sharing: not what the project converts today).
+    shapes: "dynamic" (one .rknn per model for all its sizes: one weight copy, and the
+    activation buffers of the largest size, assumed shared by all: the toolkit sizes a dynamic
+    model's memory by its "MaxShape") or "fixed" (one .rknn per size: a weight copy and
+    activation buffers each).
     """
+    if shapes not in SHAPE_KINDS:
+        raise ValueError(f"shapes must be one of {', '.join(SHAPE_KINDS)}, got {shapes!r}")
     items = []
     for name, cfg, sizes in (("ASR", ASR_AUDIO, asr_sizes), ("aligner", ALIGNER_AUDIO, aligner_sizes)):
         if not sizes:
             continue
         params = encoder_params(cfg)
-        copies = 1 if shared_weights else len(sizes)
+        dynamic = shapes == "dynamic" and len(sizes) > 1
+        copies = 1 if dynamic else len(sizes)
         w = copies * params * FP16 / MB
+        what = ", ".join(f"{s:g}" for s in sizes)
         items.append(MemoryItem(f"{name} RKNN encoder weights", w, w,
-                                f"{len(sizes)} variant(s) ({', '.join(f'{s:g}' for s in sizes)} s), "
-                                + ("one shared copy of " if shared_weights else "each .rknn its own copy of ")
-                                + f"{params / 1e6:.1f} M parameters x 2 bytes (fp16) (estimate: the file's graph "
-                                  "and layout overhead not counted)"))
-        acts = [activation_mb(cfg, int(s)) for s in sizes]
+                                (f"one dynamic-shape .rknn for {what} s: one copy of " if dynamic else
+                                 f"{len(sizes)} fixed-shape .rknn ({what} s), each its own copy of ")
+                                + f"{params / 1e6:.1f} M parameters x 2 bytes (fp16)"))
+        g = sum(graph_mb(cfg, int(s)) for s in sizes)
+        items.append(MemoryItem(f"{name} RKNN programs, {len(sizes)} shape(s)", g, g, GRAPH_SOURCE))
+        acts = [activation_mb(cfg, int(s)) for s in (sizes if not dynamic else [max(sizes)])]
         items.append(MemoryItem(f"{name} RKNN encoder activations", sum(a[0] for a in acts), sum(a[1] for a in acts),
-                                "estimate per loaded variant: low = the stem's two largest fp16 tensors (buffers "
-                                "reused), high = every main intermediate tensor (no reuse)"))
+                                ("the largest shape's buffers, shared by all (assumed: the toolkit sizes a dynamic "
+                                 "model by its MaxShape); " if dynamic else "per loaded variant; ")
+                                + "estimate: low = the stem's two largest fp16 tensors (buffers reused), high = "
+                                  "every main intermediate tensor (no reuse)"))
     handles = (("ASR decoder", ASR_CONFIG, asr_context),) + (
         (("aligner LLM", ALIGNER_CONFIG, aligner_context),) if aligner_sizes else ())
     for name, cfg, ctx in handles:
@@ -262,7 +303,7 @@ def import_rss_mb(python: Optional[str] = None, env: Optional[Mapping[str, str]]
     return int(m.group(1)) * 1024 / MB
 
 
-__all__ = ["ALIGNER_AUDIO", "ASR_AUDIO", "BOARD_MB", "MemoryBudget", "MemoryItem", "OS_MB", "activation_mb",
-           "encoder_flop_ratio", "encoder_macs", "encoder_params", "import_rss_mb",
+__all__ = ["ALIGNER_AUDIO", "ASR_AUDIO", "BOARD_MB", "GRAPH_MB", "MemoryBudget", "MemoryItem", "OS_MB", "SHAPE_KINDS",
+           "activation_mb", "encoder_flop_ratio", "encoder_macs", "encoder_params", "graph_mb", "import_rss_mb",
            "kv_bytes_per_position", "memory_budget", "part_flop_ratio", "part_macs", "stem_share",
            "transformer_flop_ratio"]

@@ -85,6 +85,14 @@ PREFILL_CHOICES = ("published", "rtf-fit")
 FITTED = "rk3576 rtf-fit"  # report key of the RK3576 costs with the RTF-fitted prefill rate
 DECODER_RUN_MS = 15.0  # per decoder run: host mel + prompt embedding + rkllm_run setup (assumed)
 RK3588_ENCODER_SCALE = 1.0  # RK3588 encoder ms = RK3576 ms x this (assumed, see unit_costs)
+# Encoder ms of a dynamic-shape .rknn (scripts/onnx2rknn.py's default: one model for every size)
+# per ms of the fixed-shape model of the same size (the reference design's table). Unmeasured:
+# assumed equal, because the dynamic file carries one compiled NPU program per declared shape
+# (its size beyond the weights is the sum of the fixed files'; board_budget.GRAPH_MB), so each
+# call runs a program compiled for its shape; rknnlite switches programs when the shape changes.
+# DYNAMIC_SHAPE_SENSITIVITY is the slower case the report also shows (docs/board_checklist.md).
+DYNAMIC_SHAPE_SCALE = 1.0
+DYNAMIC_SHAPE_SENSITIVITY = 1.25
 
 # Memory of the same benchmark rows (memory(MB) column; the context it was measured at is not stated).
 # rockchip.md's 513 MB for RK3576 is the per-channel W4A16 row (512.71), not the W4A16_G128 one we run.
@@ -122,6 +130,7 @@ class UnitCosts:
     sources: Tuple[Tuple[str, str], ...]  # (cost, where it comes from)
     aligner_scale: Tuple[Tuple[str, float], ...] = ALIGNER_ENCODER_SCALE  # (part, aligner ms per ASR ms)
     head_gflops: float = HEAD_GFLOPS  # host rate of the aligner head (fp32 GFLOP/s)
+    dynamic_scale: float = DYNAMIC_SHAPE_SCALE  # merged / back-end graph ms of a dynamic-shape model per fixed ms
 
     def __post_init__(self):
         problems = []
@@ -132,9 +141,10 @@ class UnitCosts:
             low_ok = v >= 0 if name in ("frontend_ms", "decoder_run_ms") else v > 0
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low_ok:
                 problems.append(f"{name} must be a finite number > 0 (>= 0 for overheads), got {v!r}")
-        if isinstance(self.head_gflops, bool) or not isinstance(self.head_gflops, (int, float)) or \
-                not math.isfinite(self.head_gflops) or self.head_gflops <= 0:
-            problems.append(f"head_gflops must be a finite number > 0, got {self.head_gflops!r}")
+        for name in ("head_gflops", "dynamic_scale"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                problems.append(f"{name} must be a finite number > 0, got {v!r}")
         if sorted(p for p, _ in self.aligner_scale) != ["backend", "frontend", "merged"] or \
                 not all(isinstance(v, (int, float)) and v > 0 for _, v in self.aligner_scale):
             problems.append("aligner_scale needs a factor > 0 for each of merged, frontend, backend")
@@ -149,12 +159,16 @@ class UnitCosts:
         """ms of one call of a ``part`` ("merged", "backend", "frontend") graph of ``seconds``.
 
         Sizes between rows are interpolated; beyond the table they are extrapolated linearly
-        from its last two rows (the 8 s graph: an assumption, recorded in ``sources``)."""
+        from its last two rows (the 8 s graph: an assumption, recorded in ``sources``). Merged and
+        back-end graphs are dynamic-shape models (x ``dynamic_scale``); the front end is fixed."""
         if part == "frontend":
             return self.frontend_ms
         if part not in ("merged", "backend"):
             raise ValueError(f"unknown encoder graph part {part!r}; accepted: merged, backend, frontend")
-        table = self.merged_ms if part == "merged" else self.backend_ms
+        return self._table_ms(self.merged_ms if part == "merged" else self.backend_ms, seconds) * self.dynamic_scale
+
+    @staticmethod
+    def _table_ms(table, seconds: float) -> float:
         for s, ms in table:
             if abs(s - seconds) < 1e-9:
                 return ms
@@ -179,7 +193,7 @@ class UnitCosts:
 
 def unit_costs(soc: str, prefill_tok_s: Optional[float] = None, decoder_run_ms: float = DECODER_RUN_MS,
                rk3588_encoder_scale: float = RK3588_ENCODER_SCALE, prefill_source: str = "given",
-               prefill: str = "published") -> UnitCosts:
+               prefill: str = "published", dynamic_scale: float = DYNAMIC_SHAPE_SCALE) -> UnitCosts:
     """The unit costs of ``soc`` ("rk3576" W4A16_G128 or "rk3588" W8A8) with their sources.
 
     prefill: where the decoder's prefill rate comes from when ``prefill_tok_s`` is not given:
@@ -188,6 +202,7 @@ def unit_costs(soc: str, prefill_tok_s: Optional[float] = None, decoder_run_ms: 
     (``RK3576_PREFILL_TOK_S_FIT``; RK3588 has no such fit and keeps the published rate).
     prefill_tok_s: override the rate (``prefill_source`` then says where it comes from).
     rk3588_encoder_scale: RK3588 encoder ms per RK3576 ms.
+    dynamic_scale: encoder ms of the dynamic-shape models per fixed-shape ms (DYNAMIC_SHAPE_SCALE).
     """
     if soc not in SOCS:
         raise ValueError(f"unknown SoC {soc!r}; accepted: {', '.join(SOCS)}")
@@ -219,8 +234,11 @@ def unit_costs(soc: str, prefill_tok_s: Optional[float] = None, decoder_run_ms: 
         soc=soc, decoder_quant=quant,
         merged_ms=tuple((s, ms * scale) for s, ms in REF_MERGED_MS), frontend_ms=REF_FRONTEND_MS * scale,
         backend_ms=tuple((s, ms * scale) for s, ms in REF_BACKEND_MS),
-        prefill_tok_s=rate, decode_tok_s=decode, decoder_run_ms=decoder_run_ms,
+        prefill_tok_s=rate, decode_tok_s=decode, decoder_run_ms=decoder_run_ms, dynamic_scale=dynamic_scale,
         sources=(("encoder", enc_src),
+                 ("dynamic shapes", f"merged and back-end graphs are dynamic-shape models (onnx2rknn's default): "
+                                    f"x{dynamic_scale:g} the fixed-shape table, assumed (unmeasured: one compiled "
+                                    f"program per declared shape; docs/board_checklist.md)"),
                  ("prefill", pre_src),
                  ("decode", f"{bench}: {decode:g} tokens/s"),
                  ("decoder run", f"{decoder_run_ms:g} ms per run, assumed (host mel, prompt embedding, "

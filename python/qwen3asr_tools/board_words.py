@@ -91,37 +91,35 @@ class LoadChoice:
     """What an rk engine with word timestamps loads."""
 
     label: str
-    asr_sizes: Tuple[int, ...]  # merged ASR encoder variants (s)
-    aligner_sizes: Tuple[int, ...]  # merged aligner encoder variants (s)
+    asr_sizes: Tuple[int, ...]  # merged ASR encoder sizes in use (s)
+    aligner_sizes: Tuple[int, ...]  # merged aligner encoder sizes in use (s)
     context: Optional[int] = None  # RKOptions.max_context, both RKLLM handles; None: as converted (4096 / 2048)
-    shared_weights: bool = False  # one weight copy per model for all its variants (not converted so today)
+    shapes: str = "dynamic"  # the encoders' .rknn kind: scripts/onnx2rknn.py --shapes (dynamic: its default)
 
     @property
     def today(self) -> bool:
         """Reachable with today's options: encoder_sizes and max_context apply to both models."""
-        return self.asr_sizes == self.aligner_sizes and not self.shared_weights
+        return self.asr_sizes == self.aligner_sizes
 
     @property
     def how(self) -> str:
         ctx = f", rk=RKOptions(max_context={self.context})" if self.context else ""
-        if self.shared_weights:
-            return ("one .rknn per model whose input shapes share its weights (rknn-toolkit2 dynamic_input, "
-                    "experimental; or the C API's RKNN_FLAG_SHARE_WEIGHT_MEM): a conversion and loader change, "
-                    "unverified" + ctx)
+        kind = ("one dynamic-shape .rknn per encoder (onnx2rknn's default)" if self.shapes == "dynamic" else
+                "one .rknn per size (onnx2rknn --shapes fixed)")
         if self.today:
             sizes = "" if self.asr_sizes == ALL_SIZES else f"encoder_sizes={list(self.asr_sizes)}"
-            return (", ".join(x for x in (sizes, ctx.lstrip(", ")) if x) or "as it is") + " (today's options)"
-        return (f"ASR encoder_sizes={list(self.asr_sizes)}, the aligner's {list(self.aligner_sizes)}: needs an "
-                f"aligner-only encoder_sizes option{ctx}")
+            return kind + "; " + (", ".join(x for x in (sizes, ctx.lstrip(", ")) if x) or "library defaults")
+        return (f"{kind}; ASR encoder_sizes={list(self.asr_sizes)}, the aligner's {list(self.aligner_sizes)}: needs "
+                f"an aligner-only encoder_sizes option{ctx}")
 
 
 CHOICES = (  # the choices printed in the report (the recommendation searches every combination)
     LoadChoice("defaults", ALL_SIZES, ALL_SIZES),
-    LoadChoice("sizes 4, 8", (4, 8), (4, 8)),
-    LoadChoice("sizes 8", (8,), (8,)),
-    LoadChoice("sizes 8, context 2048", (8,), (8,), 2048),
-    LoadChoice("ASR 8 + aligner 4, 8", (8,), (4, 8)),
-    LoadChoice("defaults, shared weights", ALL_SIZES, ALL_SIZES, shared_weights=True),
+    LoadChoice("defaults, context 2048", ALL_SIZES, ALL_SIZES, 2048),
+    LoadChoice("fixed shapes, all sizes", ALL_SIZES, ALL_SIZES, shapes="fixed"),
+    LoadChoice("fixed shapes, sizes 4, 8", (4, 8), (4, 8), shapes="fixed"),
+    LoadChoice("fixed shapes, sizes 8, context 2048", (8,), (8,), 2048, shapes="fixed"),
+    LoadChoice("fixed shapes, ASR 8 + aligner 4, 8", (8,), (4, 8), shapes="fixed"),
 )
 
 
@@ -136,7 +134,7 @@ def budgets(choice: LoadChoice, baseline_mb: float, embed_rows: int,
             soc, bm.RKLLM_MEMORY_MB[soc], choice.asr_sizes, choice.aligner_sizes, baseline_mb, embed_rows,
             label=choice.label, board_mb=board_mb, asr_context=choice.context or bb.ASR_RKLLM_CONTEXT,
             aligner_context=min(choice.context or bb.ALIGNER_RKLLM_CONTEXT, bb.ALIGNER_RKLLM_CONTEXT),
-            shared_weights=choice.shared_weights, rkllm_source=published)
+            shapes=choice.shapes, rkllm_source=published)
     return out
 
 
@@ -146,7 +144,7 @@ def evaluate(choice: LoadChoice, cases: Mapping[str, Case], baseline_mb: float, 
     with its variants (streams with overlap, as the rk backend runs them)."""
     row = {"choice": dict(dataclasses.asdict(choice), today=choice.today, how=choice.how), "socs": {}}
     for soc, b in budgets(choice, baseline_mb, embed_rows, board_mb).items():
-        costs = bm.unit_costs(soc)
+        costs = bm.unit_costs(soc, dynamic_scale=bm.DYNAMIC_SHAPE_SCALE if choice.shapes == "dynamic" else 1.0)
         times = {key: case_time(case.sized(choice.asr_sizes, choice.aligner_sizes), costs, overlap=case.live)
                  for key, case in cases.items()}
         row["socs"][soc] = {"low_mb": b.low_mb, "high_mb": b.high_mb, "available_mb": b.available_mb,
@@ -156,11 +154,14 @@ def evaluate(choice: LoadChoice, cases: Mapping[str, Case], baseline_mb: float, 
 
 
 def all_choices() -> List[LoadChoice]:
-    """Every set of variants that keeps 8 s (long audio chains at 8 s) for each model, both contexts."""
+    """Every set of sizes that keeps 8 s (long audio chains at 8 s) for each model, both contexts:
+    with fixed-shape models (every pair of sets), and with dynamic-shape ones (the same set for both)."""
     subsets = [tuple(sorted(set(c) | {8})) for n in range(5) for c in itertools.combinations((2, 3, 4, 5), n)]
-    return [LoadChoice(f"ASR {', '.join(map(str, a))} + aligner {', '.join(map(str, b))}"
-                       + (f", context {ctx}" if ctx else ""), a, b, ctx)
-            for a in subsets for b in subsets for ctx in (None, 2048)]
+    label = lambda a, b, ctx, kind: (f"{kind} shapes, ASR {', '.join(map(str, a))} + aligner "  # noqa: E731
+                                     f"{', '.join(map(str, b))}" + (f", context {ctx}" if ctx else ""))
+    return [LoadChoice(label(a, b, ctx, "fixed"), a, b, ctx, "fixed") for a in subsets for b in subsets
+            for ctx in (None, 2048)] + [LoadChoice(label(a, a, ctx, "dynamic"), a, a, ctx) for a in subsets
+                                        for ctx in (None, 2048)]
 
 
 def meets_goal(soc_row: dict, keys: Sequence[str]) -> bool:
@@ -274,6 +275,10 @@ def build(name: str, file_words: bm.Accounting, one_pass: bm.Accounting, stream_
         "rtf_fit": {k: case_time(cases[k], bm.unit_costs("rk3576", prefill="rtf-fit"))["ratio"] for k in file_keys},
         "head_1_gflops": {soc: {k: case_time(cases[k], dataclasses.replace(bm.unit_costs(soc), head_gflops=1.0))
                                 ["ratio"] for k in file_keys} for soc in bm.SOCS},
+        "dynamic_slower": {soc: dict({k: case_time(cases[k], c)["ratio"] for k in file_keys},
+                                     joined_rtf=case_time(cases["joined"], c, overlap=True)["rtf_words"])
+                           for soc, c in ((soc, bm.unit_costs(soc, dynamic_scale=bm.DYNAMIC_SHAPE_SENSITIVITY))
+                                          for soc in bm.SOCS)},
     }
     timed = {k: cases[k] for k in ("file", "clips", "joined")}
     rows = [evaluate(ch, timed, baseline_mb, embed_rows) for ch in CHOICES]
@@ -343,6 +348,10 @@ def print_section(w: Optional[dict]) -> None:
           + f"; RK3576 with the RTF-fitted prefill {sens['rtf_fit']['file']:.2f} / {sens['rtf_fit']['clips']:.2f}; "
           + "head at 1 GFLOP/s: " + "; ".join(f"{soc} {v['file']:.2f} / {v['clips']:.2f}"
                                               for soc, v in sens["head_1_gflops"].items()))
+    print(f"if the dynamic-shape encoders ran x{bm.DYNAMIC_SHAPE_SENSITIVITY:g} slower than fixed shapes (assumed "
+          f"x{bm.DYNAMIC_SHAPE_SCALE:g}; unmeasured): file ratios (long file / short clips) and continuous stream RTF "
+          "with words: " + "; ".join(f"{soc} {v['file']:.2f} / {v['clips']:.2f}, RTF {v['joined_rtf']:.3f}"
+                                      for soc, v in sens["dynamic_slower"].items()))
     print("goal met for files (ratio <= 2): " + ", ".join(f"{soc} {'yes' if ok else 'no'}"
                                                          for soc, ok in w["goal_met"].items()) + "\n")
     for kind, what in (("asr", "ASR encoder graphs run"), ("aligner", "aligner encoder graphs run")):
@@ -386,11 +395,12 @@ def print_section(w: Optional[dict]) -> None:
                   f"x{t['file']['ratio']:.2f} "
                   f"(long file) / x{t['clips']['ratio']:.2f} (short clips): goal {'met' if p['goal'] else 'missed'}; "
                   f"continuous stream RTF {t['joined']['rtf_words']:.3f}")
-    shared = next(r for r in m["choices"] if r["choice"]["shared_weights"])
-    print(f"- {shared['choice']['label']} ({shared['choice']['how']}): " + "; ".join(
+    fixed = next(r for r in m["choices"] if r["choice"]["shapes"] == "fixed" and r["choice"]["asr_sizes"] == ALL_SIZES)
+    print(f"- {fixed['choice']['label']} ({fixed['choice']['how']}): " + "; ".join(
         f"{soc} {x['low_mb']:.0f}-{x['high_mb']:.0f} MB (fits: low {'yes' if x['fits_low'] else 'no'}, high "
-        f"{'yes' if x['fits'] else 'no'}), the defaults' times" for soc, x in shared["socs"].items()))
-    print("\nLibrary defaults unchanged (the lead decides).")
+        f"{'yes' if x['fits'] else 'no'})" for soc, x in fixed["socs"].items()))
+    print("\nDefaults: scripts/onnx2rknn.py's dynamic shapes (one .rknn per encoder for every size), all five sizes, "
+          "the RKLLM contexts as converted.")
     shown = set()
     for soc, pick in w["recommendation"].items():
         for scope in ("today", "any"):
