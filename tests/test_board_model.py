@@ -465,14 +465,16 @@ def test_memory_budget_arithmetic():
 
 
 def test_rknn_program_size_reproduces_the_measured_files():
-    """graph_mb against the .rknn files measured for GRAPH_MB (ASR widths, 2 and 4 layers): exact at
-    the 2 and 8 s it was fitted on, within 10 % at 3-5 s (which it interpolates)."""
-    measured = {(2, 2): 1.833, (2, 3): 2.118, (2, 4): 2.168, (2, 5): 2.345, (2, 8): 2.571,
-                (4, 2): 3.117, (4, 8): 4.166}  # (layers, s) -> MB beyond 2 bytes x encoder_params
-    for (layers, n), mb in measured.items():
-        cfg = dict(bb.ASR_AUDIO, encoder_layers=layers)
+    """graph_mb against the .rknn files measured for GRAPH_MB (the two encoders' widths, 2 and 4
+    layers): exact at the 2 and 8 s it was fitted on, within 10 % at 3-5 s (which it interpolates)."""
+    measured = {("asr", 2, 2): 1.833, ("asr", 2, 3): 2.118, ("asr", 2, 4): 2.168, ("asr", 2, 5): 2.345,
+                ("asr", 2, 8): 2.571, ("asr", 4, 2): 3.117, ("asr", 4, 8): 4.166, ("aligner", 2, 2): 1.986,
+                ("aligner", 2, 8): 2.763, ("aligner", 4, 2): 3.414, ("aligner", 4, 8): 4.541}  # MB beyond 2 x params
+    for (model, layers, n), mb in measured.items():
+        cfg = dict(bb.ASR_AUDIO if model == "asr" else bb.ALIGNER_AUDIO, encoder_layers=layers)
         assert bb.graph_mb(cfg, n) == pytest.approx(mb, rel=0.1 if n in (3, 4, 5) else 0.002), (layers, n)
     assert 12 < bb.graph_mb(bb.ASR_AUDIO, 2) < bb.graph_mb(bb.ASR_AUDIO, 8) < 16  # 18 layers
+    assert 17 < bb.graph_mb(bb.ALIGNER_AUDIO, 2) < bb.graph_mb(bb.ALIGNER_AUDIO, 8) < 23  # 24 layers
 
 
 def test_default_load_fits_a_4_gb_board():

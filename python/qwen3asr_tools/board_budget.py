@@ -145,12 +145,15 @@ def activation_mb(cfg: Mapping, n_chunks: int) -> Tuple[float, float]:
 # .rknn bytes beyond the fp16 weights, per compiled shape (rknn-toolkit2 2.5.0, rk3576, fp16,
 # optimization_level 3), measured here on merged graphs of the real widths with random weights
 # and 2 or 4 encoder layers (the full models were not converted: 18-24 layers take too long on
-# this host): file size - 2 x parameters. (graph seconds, MB without layers, MB per layer).
-# ASR width (896, ffn 3584): 2 layers 1.83 / 2.12 / 2.17 / 2.34 / 2.57 MB at 2 / 3 / 4 / 5 / 8 s,
-# 4 layers 3.12 / 4.17 at 2 / 8 s. One dynamic-shape file of the five sizes (2 layers): 74.88 MB
-# = weights 64.10 + 10.78, the sum of the five fixed files' 11.04 less 2 %; so one weight copy,
-# one program per shape.
-GRAPH_MB = {896: ((2, 0.549, 0.642), (8, 0.976, 0.797))}
+# this host): file size - 2 x parameters. Per width: (graph seconds, MB without layers, MB per
+# layer) at 2 s and 8 s, from these files (MB beyond the weights):
+#   ASR 0.6B width (896, ffn 3584): 2 layers 1.83 / 2.12 / 2.17 / 2.34 / 2.57 at 2 / 3 / 4 / 5 / 8 s,
+#     4 layers 3.12 / 4.17 at 2 / 8 s;
+#   aligner width (1024, ffn 4096): 2 layers 1.99 / 2.76, 4 layers 3.41 / 4.54 at 2 / 8 s.
+# One dynamic-shape file of the five sizes: 74.88 MB with 2 layers = weights 64.10 + 10.78, the
+# sum of the five fixed files' 11.04 less 2 %; 120.99 MB with 4 layers (weights 102.68): one
+# weight copy, one program per shape.
+GRAPH_MB = {896: ((2, 0.549, 0.642), (8, 0.976, 0.797)), 1024: ((2, 0.558, 0.714), (8, 0.985, 0.889))}
 GRAPH_SOURCE = ("measured .rknn file size beyond the fp16 weights per compiled shape, real widths with 2 and 4 "
                 "layers, extrapolated linearly in layers and graph seconds (board_budget.GRAPH_MB)")
 
@@ -158,7 +161,8 @@ GRAPH_SOURCE = ("measured .rknn file size beyond the fp16 weights per compiled s
 def graph_mb(cfg: Mapping, n_chunks: int) -> float:
     """Estimated .rknn bytes (MB) beyond the weights for one compiled shape of ``n_chunks`` s of an
     encoder of ``cfg``: the NPU program of that shape, linear in layers and in graph seconds
-    between the two measured sizes (GRAPH_MB; widths without a measurement scale with d_model)."""
+    between the two measured sizes (GRAPH_MB; another width takes the nearest one's, per layer
+    scaled by the ratio of widths)."""
     d = int(cfg["d_model"])
     width = d if d in GRAPH_MB else min(GRAPH_MB, key=lambda w: abs(w - d))
     (s0, b0, l0), (s1, b1, l1) = GRAPH_MB[width]

@@ -588,8 +588,9 @@ def fit_prefill_rate(runs: Mapping[float, Accounting], base: Optional[UnitCosts]
     ``runs``: chunk seconds -> accounting of the reference design's settings at that chunk size.
     Published is a band, 0.55-0.58 over 2-5 s chunks (which size gave which value is not
     said) and 0.57 at 4 s; the loss is the sum of squared log distances from the band
-    (0 inside it), then the squared log distance from the band's middle as a tie-break."""
-    base = base or unit_costs("rk3576")
+    (0 inside it), then the squared log distance from the band's middle as a tie-break. The
+    reference design runs fixed-shape encoders: the default ``base`` has dynamic_scale 1."""
+    base = base or unit_costs("rk3576", dynamic_scale=1.0)
     for s in runs:
         band_error(0.5, s)
 
@@ -611,7 +612,7 @@ def fit_prefill_rate(runs: Mapping[float, Accounting], base: Optional[UnitCosts]
 def fit_prefill_to_latency(acc: Accounting, target_s: float, base: Optional[UnitCosts] = None) -> float:
     """Prefill rate at which the median caption latency of ``acc``'s later chunks is ``target_s``
     (the reference design's published 1.4 s at 4 s chunks); inf if unreachable."""
-    base = base or unit_costs("rk3576")
+    base = base or unit_costs("rk3576", dynamic_scale=1.0)  # the reference design: fixed shapes
     if not acc.live:
         raise ValueError("latency needs a live accounting (record_stream)")
 

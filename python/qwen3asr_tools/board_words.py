@@ -116,6 +116,7 @@ class LoadChoice:
 CHOICES = (  # the choices printed in the report (the recommendation searches every combination)
     LoadChoice("defaults", ALL_SIZES, ALL_SIZES),
     LoadChoice("defaults, context 2048", ALL_SIZES, ALL_SIZES, 2048),
+    LoadChoice("defaults, context 1024", ALL_SIZES, ALL_SIZES, 1024),
     LoadChoice("fixed shapes, all sizes", ALL_SIZES, ALL_SIZES, shapes="fixed"),
     LoadChoice("fixed shapes, sizes 4, 8", (4, 8), (4, 8), shapes="fixed"),
     LoadChoice("fixed shapes, sizes 8, context 2048", (8,), (8,), 2048, shapes="fixed"),
