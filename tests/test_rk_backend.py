@@ -644,3 +644,36 @@ def test_a_cancelled_scheduler_client_aborts_the_rkllm_run(rk_bundle, shim, fake
         assert engine.transcribe(CLIP, work=c.work).text == "one two three four five six"
     assert scheduler.stats().cancelled == 1 and scheduler.stats().active == 0
     engine.close()
+
+
+# ------------------------------------------------------------------------ RKNN shape kinds
+
+def test_both_shape_kinds_encode_alike(base_bundle, tmp_path, fake_rknnlite):
+    """The rk encoder on dynamic-shape stand-ins (onnx2rknn's default: one file per part) and on
+    fixed ones (one per size) gives the ONNX backend's embeddings; a dynamic model loads once and
+    takes each call in the shape of the size picked, and the board double refuses any other."""
+    ref = Qwen3ASREngine(base_bundle, backend="onnx", decoder_dtype="fp32")
+    mel = ref.features(prepare_audio(CLIP))  # 1.8 s: the 2 s graph
+    long_mel = np.concatenate([mel] * 4, axis=1)  # 7.1 s: the 8 s graph
+    want = {k: ref.encode(m) for k, m in (("short", mel), ("long", long_mel))}
+    from qwen3asr.backends.rk.rknn import create_rknn_encoder
+
+    for shapes in ("dynamic", "fixed"):
+        d = str(tmp_path / shapes)
+        shutil.copytree(base_bundle, d)
+        add_rk_section(d, SOC, shapes=shapes)
+        BoardRKNNLite.instances = []
+        enc = create_rknn_encoder(d, "merged", soc=SOC)
+        assert enc.runner.shapes == shapes
+        assert len(BoardRKNNLite.instances) == (1 if shapes == "dynamic" else 5)
+        for k, m in (("short", mel), ("long", long_mel)):
+            np.testing.assert_array_equal(enc.encode(m), want[k])
+        seen = [s[0] for h in BoardRKNNLite.instances for s in h.shapes_seen]
+        assert seen == [[1, 128, 200], [1, 128, 800]]
+        enc.close()
+    h = BoardRKNNLite.instances[0]  # a fixed 2 s model: a 3 s input is not its shape
+    h.state = "ready"
+    bad = [np.zeros(s, np.float32) for s in ([1, 128, 300], [3, 1, 1, 50], [3, 1, 1, 25], [1, 1, 39, 39])]
+    assert h.inference(inputs=bad, data_format="nchw") is None
+    assert len(BoardRKNNLite.violations) == 1 and "are none of" in BoardRKNNLite.violations[0]
+    BoardRKNNLite.violations.clear()
