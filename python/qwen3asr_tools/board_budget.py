@@ -145,7 +145,8 @@ def activation_mb(cfg: Mapping, n_chunks: int) -> Tuple[float, float]:
 # .rknn bytes beyond the fp16 weights, per compiled shape (rknn-toolkit2 2.5.0, rk3576, fp16,
 # optimization_level 3), measured here on merged graphs of the real widths with random weights
 # and 2 or 4 encoder layers (the full models were not converted: 18-24 layers take too long on
-# this host): file size - 2 x parameters. Per width: (graph seconds, MB without layers, MB per
+# this host): file size - 2 x parameters (scripts/rknn_sizes.py --encoder asr|aligner --layers 2|4
+# --sizes 2,8 [--dynamic]). Per width: (graph seconds, MB without layers, MB per
 # layer) at 2 s and 8 s, from these files (MB beyond the weights):
 #   ASR 0.6B width (896, ffn 3584): 2 layers 1.83 / 2.12 / 2.17 / 2.34 / 2.57 at 2 / 3 / 4 / 5 / 8 s,
 #     4 layers 3.12 / 4.17 at 2 / 8 s;
