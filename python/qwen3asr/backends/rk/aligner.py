@@ -35,9 +35,8 @@ import numpy as np
 
 from ...bundle import Bundle, BundleError, bf16_to_f32
 from ...encoder import AudioEncoder
-from .backend import BASE_DOMAIN_ID, RKBackendError, _check_machine, decoder_path, rkllm_entry
+from .backend import BASE_DOMAIN_ID, RKBackendError, resolve_rkllm
 from .options import RKOptions
-from .soc import ENV_SOC, SUPPORTED_SOCS
 
 logger = logging.getLogger(__name__)
 
@@ -198,21 +197,8 @@ def create_rk_aligner(bundle: Bundle, encoder_form: str = "merged", encoder_size
     the .rkllm, an .rknn), missing rknnlite or librkllmrt.so.
     """
     bundle.require_kind("aligner")
-    soc = rk.soc or os.environ.get(ENV_SOC) or None
-    _check_machine(soc)
+    soc, entry, decoder_file, converted = resolve_rkllm(bundle, rk, "aligner's RKLLM model")
     from .rknn import create_rknn_encoder
-    from .soc import detect_soc
-
-    soc = soc or detect_soc()
-    if soc not in SUPPORTED_SOCS:
-        raise ValueError(f"unsupported SoC {soc!r}: the rk backend supports {', '.join(SUPPORTED_SOCS)}")
-    entry = rkllm_entry(bundle, soc)
-    decoder_file = decoder_path(bundle, entry, soc)
-    converted = int(entry["max_context"])
-    if rk.max_context is not None and rk.max_context > converted:
-        raise ValueError(f"max_context={rk.max_context} is over the {converted} tokens the aligner's RKLLM model was "
-                         f"converted for; use at most {converted} or convert again with scripts/export_rkllm.py "
-                         "--max-context")
     head, norm, eps = load_head(bundle)
     scorer = RKLLMSlotScorer(decoder_file, soc, str(entry["quant"]), rk.max_context or converted, head, norm, eps, rk)
     encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=rk.npu_cores)

@@ -204,6 +204,26 @@ def _check_machine(soc: Optional[str]) -> None:
             "use backend 'onnx' here (transcribe.py --backend onnx, or auto). To prepare a board, see docs/board.md.")
 
 
+def resolve_rkllm(bundle: Bundle, rk: RKOptions, what: str):
+    """The SoC (``rk.soc``, ``$QWEN3ASR_SOC`` or detected), the bundle's RKLLM entry for it, the
+    .rkllm path and the context it was converted for, after checking this machine can run it and
+    that ``rk.max_context`` does not exceed that context (``what`` names the model in errors)."""
+    soc = rk.soc or os.environ.get(ENV_SOC) or None
+    _check_machine(soc)
+    from .soc import detect_soc
+
+    soc = soc or detect_soc()
+    if soc not in SUPPORTED_SOCS:
+        raise ValueError(f"unsupported SoC {soc!r}: the rk backend supports {', '.join(SUPPORTED_SOCS)}")
+    entry = rkllm_entry(bundle, soc)
+    decoder_file = decoder_path(bundle, entry, soc)
+    converted = int(entry["max_context"])
+    if rk.max_context is not None and rk.max_context > converted:
+        raise ValueError(f"max_context={rk.max_context} is over the {converted} tokens the {what} was converted "
+                         f"for; use at most {converted} or convert again with scripts/export_rkllm.py --max-context")
+    return soc, entry, decoder_file, converted
+
+
 def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_sizes: Optional[Sequence[int]] = None,
                       rk: RKOptions = RKOptions(), *, repetition=None,
                       options: DecodingOptions = DecodingOptions()) -> tuple[AudioEncoder, RKLLMTextDecoder]:
@@ -218,20 +238,8 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
     Raises RKBackendError / BundleError / RKLLMError with what to do: not a board, no ``rk``
     section, wrong SoC, missing file or Git LFS pointer, missing rknnlite or librkllmrt.so.
     """
-    soc = rk.soc or os.environ.get(ENV_SOC) or None
-    _check_machine(soc)
+    soc, entry, decoder_file, converted = resolve_rkllm(bundle, rk, "RKLLM model")
     from .rknn import create_rknn_encoder
-    from .soc import detect_soc
-
-    soc = soc or detect_soc()
-    if soc not in SUPPORTED_SOCS:
-        raise ValueError(f"unsupported SoC {soc!r}: the rk backend supports {', '.join(SUPPORTED_SOCS)}")
-    entry = rkllm_entry(bundle, soc)
-    decoder_file = decoder_path(bundle, entry, soc)
-    converted = int(entry["max_context"])
-    if rk.max_context is not None and rk.max_context > converted:
-        raise ValueError(f"max_context={rk.max_context} is over the {converted} tokens the RKLLM model was converted "
-                         f"for; use at most {converted} or convert again with scripts/export_rkllm.py --max-context")
     t = bundle.text_config
     decoder = RKLLMTextDecoder(decoder_file, soc, str(entry["quant"]), rk.max_context or converted,
                                int(t["vocab_size"]), int(t["hidden_size"]), bundle.eos_token_ids, rk, repetition)
