@@ -10,6 +10,7 @@ between 5 and 30 minutes, far over the margin allowed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -256,3 +257,33 @@ def test_wyoming_read_ahead_is_bounded():
     held, conn = asyncio.run(main())
     assert held <= READ_AHEAD_BYTES + MAX_PAYLOAD_BYTES and conn.most <= READ_AHEAD_BYTES + MAX_PAYLOAD_BYTES
     assert conn.seen == list(range(n_events))
+
+
+@pytest.mark.slow
+def test_server_refuses_a_websocket_message_over_the_limit(tmp_path):
+    """A live client's binary message over MAX_MESSAGE_BYTES (1 MiB) closes its connection with
+    1009 (message too big) before the server buffers it; the server then serves the next client."""
+    import asyncio
+
+    websockets = pytest.importorskip("websockets", reason="the websockets client is needed (pip install -e '.[dev]')")
+    from qwen3asr.server.live import MAX_MESSAGE_BYTES
+    from server_proc import ServerProcess
+
+    async def send(url, size: int):
+        async with websockets.connect(url + "/v1/stream", max_size=None) as ws:
+            await ws.send(json.dumps({"type": "start", "sample_rate": SR}))
+            assert json.loads(await ws.recv())["type"] == "ready"
+            await ws.send(b"\0\0" * (size // 2))
+            await ws.send(json.dumps({"type": "stop"}))
+            msgs = []
+            with contextlib.suppress(websockets.ConnectionClosed):
+                async for raw in ws:
+                    msgs.append(json.loads(raw))
+            return ws.close_code, msgs
+
+    with ServerProcess(log_path=str(tmp_path / "server.log")) as server:
+        code, _ = asyncio.run(send(server.ws_url, MAX_MESSAGE_BYTES + 2))
+        assert code == 1009
+        code, msgs = asyncio.run(send(server.ws_url, MAX_MESSAGE_BYTES))  # at the limit: served
+        assert code == 1000 and msgs[-1]["type"] == "final" and msgs[-1]["audio_seconds"] == pytest.approx(
+            MAX_MESSAGE_BYTES / 2 / SR, abs=1e-3)
