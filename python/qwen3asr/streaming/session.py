@@ -27,8 +27,8 @@ import collections
 import dataclasses
 import logging
 import math
-import time
 import sys
+import time
 from typing import Callable, List, Optional
 
 import numpy as np
