@@ -290,3 +290,51 @@ def test_server_refuses_a_websocket_message_over_the_limit(tmp_path):
         code, msgs = asyncio.run(send(server.ws_url, MAX_MESSAGE_BYTES))  # at the limit: served
         assert code == 1000 and msgs[-1]["type"] == "final" and msgs[-1]["audio_seconds"] == pytest.approx(
             MAX_MESSAGE_BYTES / 2 / SR, abs=1e-3)
+
+
+def test_a_file_read_in_blocks_gives_the_samples_of_the_whole_file(tmp_path):
+    """AudioFile (what transcribe() and the server read files with) gives, 10 s block by block,
+    exactly the samples the whole-file loader steps give: channels averaged, soxr VHQ resampling
+    of the whole signal, division by a peak over 1, clipping; from a path or a file object, for
+    any [start, stop)."""
+    import soxr
+
+    from qwen3asr.audio import BLOCK_SECONDS, RESAMPLE_QUALITY, AudioFile
+
+    rate = 44100
+    t = np.arange(int(rate * 2.6 * BLOCK_SECONDS)) / rate  # 26 s: three blocks, the last partial
+    rng = np.random.default_rng(1)
+    x = np.stack([1.5 * np.sin(2 * np.pi * 440 * t), 0.3 * rng.standard_normal(t.shape[0])], 1).astype(np.float32)
+    path = str(tmp_path / "stereo.wav")
+    sf.write(path, x, rate, subtype="FLOAT")
+    whole = soxr.resample(x.mean(axis=1, dtype=np.float64).astype(np.float32), rate, SR, quality=RESAMPLE_QUALITY)
+    want = np.clip(whole / float(np.max(np.abs(whole))), -1.0, 1.0).astype(np.float32)
+    with AudioFile(path) as f:
+        assert f.n_samples == want.shape[0]
+        assert np.array_equal(f.read(), want)
+        a, b = 7 * SR + 3, 21 * SR + 5  # across block edges
+        assert np.array_equal(np.concatenate(list(f.blocks(a, b))), want[a:b])
+        assert max(block.shape[0] for block in f.blocks()) <= BLOCK_SECONDS * SR + 1
+    with open(path, "rb") as raw, AudioFile(raw, name="upload") as f:
+        assert np.array_equal(f.read(), want)
+
+
+@pytest.mark.slow
+def test_transcribe_takes_a_file_object_and_an_audio_file_as_a_path():
+    """engine.transcribe reads a path, a binary file object and an open AudioFile the same way
+    (one pass, and chunked), and leaves a caller's AudioFile open."""
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.audio import AudioFile
+
+    cases = [(os.path.join(ROOT, "audio", "en_2.wav"), {}),
+             (LONG, {"duration": 40.0, "chunk_size": 20.0, "vad": False, "max_new_tokens": 16})]
+    with Qwen3ASREngine() as engine:
+        for clip, kw in cases:
+            by_path = engine.transcribe(clip, **kw)
+            with open(clip, "rb") as raw:
+                by_file = engine.transcribe(raw, **kw)
+            with AudioFile(clip) as f:
+                by_reader = engine.transcribe(f, **kw)
+                assert f.read(0, 160).shape == (160,)  # still open
+            assert by_path.text and by_file.token_ids == by_path.token_ids == by_reader.token_ids
+            assert by_file.segments == by_path.segments == by_reader.segments
