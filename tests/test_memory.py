@@ -4,8 +4,8 @@ not grow with the audio.
 
 Each long-audio figure is a peak RSS measured in a fresh subprocess at two lengths of the same
 kind of audio (the bundled 77 s clip, then quiet noise: speech, then long stretches for the
-chunks to run over); holding the audio whole would add 4 bytes per 16 kHz sample at least, 96 MB
-between 5 and 30 minutes, far over the margin allowed.
+chunks to run over); holding the audio whole would add 4 bytes per 16 kHz sample at least, 61 MB
+between 4 and 20 minutes, far over the margin allowed.
 """
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = os.path.join(ROOT, "audio", "long_mixed.wav")
 SR = 16000
 # What a peak may grow between the short and the long run: allocator noise and the transcript
-# (a few kB). Audio held whole would add 96 MB (5 -> 30 min at 4 bytes a sample) and more.
+# (a few kB). Audio held whole would add 61 MB (4 -> 20 min at 4 bytes a sample) and more.
 MARGIN_MB = 16.0
+# glibc's malloc raises its mmap threshold after large blocks are freed (up to 32 MB), after which
+# freed arrays stay in the heap of the thread that used them and the peak RSS depends on which
+# worker thread ran what (tens of MB either way between runs). A fixed threshold returns every
+# large array to the system when it is freed, so the peak is what the request holds.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(256 * 1024)}
 
 _PEAK = """
 import json, sys
@@ -55,7 +60,8 @@ def long_file(path: str, minutes: float, rate: int = SR) -> str:
 
 
 def peak_of(path: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               **MALLOC_ENV)
     out = subprocess.run([sys.executable, "-c", _PEAK, path], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -63,16 +69,16 @@ def peak_of(path: str) -> dict:
 
 @pytest.mark.slow
 def test_long_file_peak_does_not_grow_with_its_length(tmp_path):
-    """A 30-minute file peaks within MARGIN_MB of a 5-minute one (the file is read in 10 s
+    """A 20-minute file peaks within MARGIN_MB of a 4-minute one (the file is read in 10 s
     blocks, the log-mel in 1000-frame blocks, the chunks decoded in a bounded window). Checked
-    by hand against the code that read files whole (commit 448482e): 5 min peaked at 179 MB,
-    30 min at 295 MB (+116 MB), and this test failed."""
-    short = peak_of(long_file(str(tmp_path / "5min.wav"), 5))
-    long = peak_of(long_file(str(tmp_path / "30min.wav"), 30))
-    assert short["seconds"] == pytest.approx(300) and long["seconds"] == pytest.approx(1800)
+    by hand against the code that read files whole (commit 448482e): 4 min peaked at 160 MB,
+    20 min at 226 MB (+66 MB), and this test failed."""
+    short = peak_of(long_file(str(tmp_path / "4min.wav"), 4))
+    long = peak_of(long_file(str(tmp_path / "20min.wav"), 20))
+    assert short["seconds"] == pytest.approx(240) and long["seconds"] == pytest.approx(1200)
     # the same speech is transcribed in both (the clip at the start), so the runs are comparable
     assert len(short["text"]) >= 100 and long["text"][:100] == short["text"][:100], (short, long)
-    print(f"\nfile peak RSS: 5 min {short['peak_mb']:.1f} MB, 30 min {long['peak_mb']:.1f} MB "
+    print(f"\nfile peak RSS: 4 min {short['peak_mb']:.1f} MB, 20 min {long['peak_mb']:.1f} MB "
           f"(after loading {short['loaded_mb']:.1f} / {long['loaded_mb']:.1f} MB)")
     assert long["peak_mb"] - short["peak_mb"] < MARGIN_MB, (short, long)
 
@@ -129,22 +135,22 @@ def _server_peak_mb(server) -> float:
 
 @pytest.mark.slow
 def test_server_long_upload_keeps_its_peak(tmp_path):
-    """The OpenAI endpoint (the official client) answers a 15-minute upload without raising the
-    server's peak RSS by more than MARGIN_MB over a 3-minute one: the upload is spooled to a file
+    """The OpenAI endpoint (the official client) answers a 10-minute upload without raising the
+    server's peak RSS by more than MARGIN_MB over a 2-minute one: the upload is spooled to a file
     and decoded in blocks. Checked by hand against the server of commit 448482e, which read
-    uploads whole: 195 and 380 MB, and this test failed."""
+    uploads whole: 177 and 290 MB, and this test failed."""
     openai = pytest.importorskip("openai", reason="the openai client is needed (pip install -e '.[dev]')")
     from server_proc import ServerProcess
 
-    with ServerProcess(log_path=str(tmp_path / "server.log")) as server:
+    with ServerProcess(log_path=str(tmp_path / "server.log"), env=MALLOC_ENV) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=600)
         peaks, texts = [], []
-        for minutes in (3, 15):
+        for minutes in (2, 10):
             with open(long_file(str(tmp_path / f"{minutes}.wav"), minutes), "rb") as f:
                 texts.append(client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="text"))
             peaks.append(_server_peak_mb(server))
     assert len(texts[0]) >= 100 and texts[1][:100] == texts[0][:100], texts
-    print(f"\nserver peak RSS after uploads of 3 and 15 min: {peaks[0]:.1f}, {peaks[1]:.1f} MB")
+    print(f"\nserver peak RSS after uploads of 2 and 10 min: {peaks[0]:.1f}, {peaks[1]:.1f} MB")
     assert peaks[1] - peaks[0] < MARGIN_MB, peaks
 
 
@@ -155,7 +161,7 @@ def test_server_long_live_stream_keeps_its_peak(tmp_path):
     2-minute one: the server stops reading beyond MAX_PENDING_SECONDS of undecoded audio and the
     session keeps a bounded history. A first 2-minute stream warms the server up (its ONNX
     Runtime arenas grow to the shapes a stream uses, then stay). Checked by hand against the
-    server of commit 448482e, which queued all received audio: 157 then 261 MB, and this test
+    server of commit 448482e, which queued all received audio: 149 then 272 MB, and this test
     failed."""
     import asyncio
 
@@ -180,7 +186,7 @@ def test_server_long_live_stream_keeps_its_peak(tmp_path):
                     return msg
             raise AssertionError(f"closed without a final message ({ws.close_code})")
 
-    with ServerProcess(log_path=str(tmp_path / "server.log")) as server:
+    with ServerProcess(log_path=str(tmp_path / "server.log"), env=MALLOC_ENV) as server:
         peaks, finals = [], []
         for minutes in (2, 2, 12):
             x, _ = sf.read(long_file(str(tmp_path / f"{minutes}.wav"), minutes), dtype="int16")
