@@ -2,7 +2,8 @@
 
 Whole inputs (``prepare_audio``) follow the official loader: channels are averaged, other
 sample rates are resampled (band-limited, soxr), and if the peak exceeds 1.0 the signal is
-divided by its peak, then clipped to [-1, 1]. Streamed chunks, which cannot be
+divided by its peak, then clipped to [-1, 1]. Files are read through ``AudioFile``, which
+gives the same samples block by block, so a long file is never held whole. Streamed chunks, which cannot be
 peak-normalised, are validated by ``check_pcm`` / ``PcmChecker`` and clipped. Raw PCM bytes
 of any layout (the servers' and the microphone's input) become 16 kHz mono float32 chunk by
 chunk through ``PcmConverter``.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Union
+from typing import BinaryIO, Iterator, Optional, Union
 
 import numpy as np
 
@@ -35,6 +36,9 @@ PCM_RATES = (1000, 384000)  # Hz accepted for raw PCM and arrays: what soxr and 
 PCM_WIDTHS = (1, 2, 3, 4)  # bytes per integer sample
 PCM_ENCODINGS = ("int", "float")  # PcmFormat.encoding: integer PCM, or IEEE float32
 PCM_MAX_CHANNELS = 32  # interleaved channels accepted (averaged to mono)
+# Audio decoded from a file at a time (AudioFile): 10 s, 0.6 MB of 16 kHz float32 (at 48 kHz
+# stereo 3.8 MB before mixing and resampling), whatever the file's length.
+BLOCK_SECONDS = 10
 
 AudioInput = Union[str, os.PathLike, np.ndarray]
 
@@ -44,32 +48,165 @@ class AudioError(Qwen3ASRError, ValueError):
 
 
 def load_audio(path: Union[str, os.PathLike]) -> tuple[np.ndarray, int]:
-    """Read an audio file (WAV, FLAC, OGG/Vorbis, ... anything libsndfile reads).
+    """Read an audio file (WAV, FLAC, OGG/Vorbis, ... anything libsndfile reads) whole.
 
     Returns ``(samples, sample_rate)``: samples are float32, shape ``(n,)`` or
     ``(n, channels)``; integer formats are scaled to [-1, 1) by libsndfile.
     """
+    with _open_sound(path) as f:
+        data = f.read(dtype="float32", always_2d=False)
+        return np.asarray(data, dtype=np.float32), int(f.samplerate)
+
+
+def _open_sound(source, name: Optional[str] = None):
+    """A soundfile.SoundFile open for reading ``source`` (a path, or a binary file object named
+    ``name`` in messages); AudioError naming what is wrong."""
     import soundfile as sf
 
-    problem = checks.path("audio path", path)
-    if problem:
-        raise AudioError(problem)
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise AudioError(f"audio file not found: {path}")
-    if os.path.isdir(path):
-        raise AudioError(f"audio path is a directory, not a file: {path}")
-    if os.path.getsize(path) == 0:
-        raise AudioError(f"audio file is empty (0 bytes): {path}")
+    if isinstance(source, (str, os.PathLike)):
+        problem = checks.path("audio path", source)
+        if problem:
+            raise AudioError(problem)
+        source = name = os.fspath(source)
+        if not os.path.exists(source):
+            raise AudioError(f"audio file not found: {source}")
+        if os.path.isdir(source):
+            raise AudioError(f"audio path is a directory, not a file: {source}")
+        if os.path.getsize(source) == 0:
+            raise AudioError(f"audio file is empty (0 bytes): {source}")
     try:
-        data, sr = sf.read(path, dtype="float32", always_2d=False)
+        return sf.SoundFile(source)
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        reason = str(exc).split(": ", 1)[-1] if not isinstance(source, str) else str(exc)  # no object repr
         raise AudioError(
-            f"cannot decode {path} as audio ({exc}). Supported: WAV, FLAC, OGG/Vorbis and the "
-            f"other formats libsndfile reads; convert other formats first, e.g. "
+            f"cannot decode {name or 'the audio file'} as audio ({reason}). Supported: WAV, FLAC, OGG/Vorbis and "
+            f"the other formats libsndfile reads; convert other formats first, e.g. "
             f"`ffmpeg -i input -ar 16000 -ac 1 out.wav`."
         ) from None
-    return np.asarray(data, dtype=np.float32), int(sr)
+
+
+class AudioFile:
+    """An audio file read block by block: the samples ``prepare_audio`` gives for it, (n,) float32
+    16 kHz mono, peak-normalised and clipped, without ever holding them all.
+
+    ``source``: a path, or a seekable binary file object (an upload; ``name`` names it in
+    messages). Opening reads the file once (its length at 16 kHz, its peak, non-finite samples:
+    the AudioErrors of prepare_audio); ``blocks()`` and ``read()`` decode it again. Memory: a
+    few blocks of BLOCK_SECONDS whatever the file's length (``read`` returns what it is asked
+    for). Use as a context manager or call ``close()``.
+    """
+
+    def __init__(self, source: Union[str, os.PathLike, BinaryIO], name: Optional[str] = None):
+        self.name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else (name or "the audio file")
+        self._file = _open_sound(source, self.name)
+        try:
+            self.rate = int(self._file.samplerate)  # Hz of the file
+            if self.rate <= 0:
+                raise AudioError(f"sample rate must be positive, got {self.rate}")
+            n, peak = 0, 0.0
+            for block in self._decoded():
+                n += block.shape[0]
+                peak = max(peak, float(np.max(np.abs(block))))
+        except BaseException:
+            self.close()
+            raise
+        if n == 0:
+            self.close()
+            raise AudioError(f"{self.name} contains no samples")
+        if n < MIN_SAMPLES:
+            self.close()
+            raise AudioError(f"{self.name} is too short: {n / SAMPLE_RATE * 1000:.1f} ms after resampling "
+                             f"to 16 kHz; at least {MIN_SAMPLES / SAMPLE_RATE * 1000:.0f} ms is needed")
+        self.n_samples = n  # samples at 16 kHz
+        self._peak = peak if peak > 1.0 else None  # divided by it, as prepare_audio does
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "AudioFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _decoded(self) -> Iterator[np.ndarray]:
+        """The file from its start: (n,) float32 16 kHz mono blocks before peak normalisation."""
+        f = self._file
+        f.seek(0)
+        resampler = None
+        if self.rate != SAMPLE_RATE:
+            import soxr
+
+            resampler = soxr.ResampleStream(self.rate, SAMPLE_RATE, 1, dtype="float32", quality=RESAMPLE_QUALITY)
+        for block in _guarded(f.blocks(blocksize=BLOCK_SECONDS * self.rate, dtype="float32", always_2d=True),
+                              self.name):
+            if not np.all(np.isfinite(block)):
+                raise AudioError(f"{self.name} contains NaN or infinite samples; fix the signal before transcribing")
+            mono = block[:, 0] if block.shape[1] == 1 else block.mean(axis=1, dtype=np.float64).astype(np.float32)
+            if resampler is not None:  # chunked soxr gives the samples soxr.resample gives for the whole
+                mono = resampler.resample_chunk(mono)
+            if mono.size:
+                yield np.asarray(mono, dtype=np.float32)
+        if resampler is not None:
+            tail = resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+            if tail.size:
+                yield np.asarray(tail, dtype=np.float32)
+
+    def blocks(self, start: int = 0, stop: Optional[int] = None) -> Iterator[np.ndarray]:
+        """The samples [start, stop) (16 kHz sample indices; stop None: the end) in blocks of
+        about BLOCK_SECONDS: (n,) float32, as prepare_audio gives them."""
+        stop = self.n_samples if stop is None else min(stop, self.n_samples)
+        pos = 0
+        for block in self._decoded():
+            a, b = max(start - pos, 0), min(stop - pos, block.shape[0])
+            pos += block.shape[0]
+            if a >= b:
+                if pos >= stop:
+                    return
+                continue
+            part = block[a:b]
+            if self._peak is not None:
+                part = part / self._peak
+            yield np.clip(part, -1.0, 1.0).astype(np.float32, copy=False)
+            if pos >= stop:
+                return
+
+    def read(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
+        """The samples [start, stop) as one (n,) float32 array."""
+        stop = self.n_samples if stop is None else min(stop, self.n_samples)
+        out = np.empty(max(0, stop - start), np.float32)
+        i = 0
+        for block in self.blocks(start, stop):
+            out[i:i + block.shape[0]] = block
+            i += block.shape[0]
+        return out
+
+
+def _guarded(blocks: Iterator[np.ndarray], name: str) -> Iterator[np.ndarray]:
+    """``blocks`` with a decoding error in the middle of the file as an AudioError."""
+    import soundfile as sf
+
+    try:
+        yield from blocks
+    except (sf.LibsndfileError, RuntimeError) as exc:
+        raise AudioError(f"cannot decode {name} past its start ({exc}); the file is damaged or truncated") from None
+
+
+class ArrayAudio:
+    """Prepared (n,) float32 16 kHz audio behind the reading interface of AudioFile."""
+
+    def __init__(self, pcm: np.ndarray):
+        self.pcm = pcm
+        self.n_samples = pcm.shape[0]
+
+    def blocks(self, start: int = 0, stop: Optional[int] = None) -> Iterator[np.ndarray]:
+        stop = self.n_samples if stop is None else min(stop, self.n_samples)
+        step = BLOCK_SECONDS * SAMPLE_RATE
+        for a in range(start, stop, step):
+            yield self.pcm[a:min(stop, a + step)]
+
+    def read(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
+        return self.pcm[start:stop]
 
 
 def to_mono(samples: np.ndarray) -> np.ndarray:
@@ -107,11 +244,11 @@ def prepare_audio(audio: AudioInput, sample_rate: int | None = None) -> np.ndarr
     Raises:
       AudioError: unreadable, empty, too short (< 10 ms), non-finite, or a bad shape/dtype.
     """
-    rate = SAMPLE_RATE if sample_rate is None else _checked_rate(sample_rate)  # checked even when ignored
+    rate = SAMPLE_RATE if sample_rate is None else checked_rate(sample_rate)  # checked even when ignored
     if isinstance(audio, (str, os.PathLike)):
-        source = os.fspath(audio)
-        samples, sr = load_audio(source)
-    elif isinstance(audio, np.ndarray):
+        with AudioFile(audio) as f:  # the same samples, read in blocks
+            return f.read()
+    if isinstance(audio, np.ndarray):
         source = "audio array"
         sr = rate
         samples = _array_to_float(audio)
@@ -138,7 +275,7 @@ def prepare_audio(audio: AudioInput, sample_rate: int | None = None) -> np.ndarr
     return np.clip(samples, -1.0, 1.0).astype(np.float32, copy=False)
 
 
-def _checked_rate(sample_rate) -> int:
+def checked_rate(sample_rate) -> int:
     """The sample rate of an array input as an int; AudioError unless it is a whole number of Hz
     within PCM_RATES (a non-positive one keeps its own message)."""
     from . import checks

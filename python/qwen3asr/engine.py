@@ -12,9 +12,11 @@ engine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
+import os
 import time
 from typing import Callable, Optional
 
@@ -22,7 +24,8 @@ import numpy as np
 
 from . import checks
 from . import mel as melmod
-from .audio import MAX_STREAM_SECONDS, SAMPLE_RATE, AudioError, AudioInput, prepare_audio
+from .audio import (MAX_STREAM_SECONDS, SAMPLE_RATE, ArrayAudio, AudioError, AudioFile, AudioInput, checked_rate,
+                    prepare_audio)
 from .backends import BACKENDS, BackendOptions, PrefixCacheOptions, create_backend
 from .bundle import Bundle, BundleError, EmbeddingTable, default_model_dir
 from .decoding import (COMPRESSION_LIMIT, FALLBACK_STEPS, FINISH_RANK, compression_ratio, DecodingOptions, Generation, RepetitionGuard, fallback_options,
@@ -413,7 +416,9 @@ class Qwen3ASREngine:
         30 s, each ending at its last pause (docs/streaming.md). ``plan()`` tells which.
 
         Args:
-          audio: file path or numpy array (mono or multi-channel, any rate given by sample_rate).
+          audio: file path, binary file object or qwen3asr.audio.AudioFile (read block by block: a
+            long file is never held whole), or numpy array (mono or multi-channel, any rate given
+            by sample_rate).
           options / keyword arguments: TranscribeOptions (language, context, sampling,
             max_new_tokens, chunk_size, memory_num, rollback_tokens, vad, itn, max_chunks, ...).
           start_second/duration: transcribe only this part (seconds); segment times stay file times.
@@ -425,20 +430,37 @@ class Qwen3ASREngine:
         self.check_open()
         _check_hooks("transcribe", on_text=on_text, progress=progress, work=work)
         o = build_options(options or self.options, kw, "transcribe")
-        pcm = prepare_audio(audio, sample_rate)
-        if not (checks.is_number(start_second) and start_second == 0) or duration is not None:
-            from .longform import select_audio
+        if isinstance(audio, AudioFile):  # opened by the caller, who closes it
+            return self._transcribe_source(audio, o, start_second, duration, on_text, progress, work)
+        if isinstance(audio, np.ndarray) or not isinstance(audio, (str, os.PathLike)) and not hasattr(audio, "read"):
+            source = ArrayAudio(prepare_audio(audio, sample_rate))
+        else:  # a file, read block by block: a long one is never held whole
+            if sample_rate is not None:
+                checked_rate(sample_rate)  # checked even when ignored, as prepare_audio does
+            source = AudioFile(audio)
+        with contextlib.closing(source) if isinstance(source, AudioFile) else contextlib.nullcontext():
+            return self._transcribe_source(source, o, start_second, duration, on_text, progress, work)
 
-            pcm = select_audio(pcm, start_second, duration)  # checks both (finite, within the audio)
+    def _transcribe_source(self, source, o: TranscribeOptions, start_second, duration, on_text, progress,
+                           work: Work) -> Transcription:
+        """transcribe() of an AudioFile or ArrayAudio: one pass holds the selected audio (it fits
+        the decoder context); chunked audio is read piece by piece."""
+        a, b = 0, source.n_samples
+        if not (checks.is_number(start_second) and start_second == 0) or duration is not None:
+            from .longform import selection
+
+            a, b = selection(source.n_samples, start_second, duration)  # checks both (finite, within the audio)
         if o.word_timestamps:
             self._check_words(o)
-        mode, o = self.plan(pcm, o)
+        mode, o = self.plan(b - a, o)
         offset = float(start_second)
         if mode != "one pass":
             from .longform import transcribe_long
 
             # with word_timestamps the session aligns each segment as it commits it
-            return transcribe_long(self, pcm, o, offset=offset, on_text=on_text, progress=progress, work=work)
+            return transcribe_long(self, source, o, offset=offset, start=a, stop=b, on_text=on_text,
+                                   progress=progress, work=work)
+        pcm = source.read(a, b)
         with work.unit():
             result = self._transcribe_one(pcm, o, on_text, work)
         raw = result.text
@@ -535,10 +557,11 @@ class Qwen3ASREngine:
                            ", ".join(aligner.languages))
         return dataclasses.replace(result, segments=tuple(out))
 
-    def plan(self, pcm: np.ndarray, options: Optional[TranscribeOptions] = None) -> tuple[str, TranscribeOptions]:
-        """How ``transcribe`` decodes (n,) 16 kHz audio: ("one pass" | "VAD segments" | "chunks",
-        the options with that mode's defaults filled in)."""
+    def plan(self, pcm, options: Optional[TranscribeOptions] = None) -> tuple[str, TranscribeOptions]:
+        """How ``transcribe`` decodes (n,) 16 kHz audio (``pcm``, or its length n in samples):
+        ("one pass" | "VAD segments" | "chunks", the options with that mode's defaults filled in)."""
         o = options or self.options
+        n = pcm if checks.is_integer(pcm) else pcm.shape[0]
         self.check_prompt(o)
         if o.one_pass:
             return "one pass", o
@@ -548,17 +571,17 @@ class Qwen3ASREngine:
                 from .aligner.model import MAX_ALIGN_SECONDS
 
                 limit = MAX_ALIGN_SECONDS if limit is None else min(limit, MAX_ALIGN_SECONDS)
-            fits = self.fits_one_pass(pcm, o)
-            if fits and (limit is None or pcm.shape[0] / SAMPLE_RATE <= limit):
+            fits = self.fits_one_pass(n, o)
+            if fits and (limit is None or n / SAMPLE_RATE <= limit):
                 return "one pass", o
             why = "the decoder context" if not fits else f"the one-pass limit of {limit:g} s"
             if o.vad is None and vad_available():
                 resolved = self._fitting_chunks(o.for_file_chunks(vad=dataclasses.replace(o, vad=True).vad_options))
                 logger.info("%.1f s of audio is over %s: decoding VAD speech segments (vad=False for chunks)",
-                            pcm.shape[0] / SAMPLE_RATE, why)
+                            n / SAMPLE_RATE, why)
                 return "VAD segments", resolved
             resolved = self._fitting_chunks(o.for_file_chunks())
-            logger.info("%.1f s of audio is over %s: decoding chunks of at most %g s", pcm.shape[0] / SAMPLE_RATE,
+            logger.info("%.1f s of audio is over %s: decoding chunks of at most %g s", n / SAMPLE_RATE,
                         why, resolved.chunk_size)
             return "chunks", resolved
         resolved = o.for_file_chunks(vad=o.vad_options)
@@ -577,10 +600,12 @@ class Qwen3ASREngine:
             o = dataclasses.replace(o, chunk_size=size)
         return o
 
-    def fits_one_pass(self, pcm: np.ndarray, options: Optional[TranscribeOptions] = None, **kw) -> bool:
-        """Whether (n,) 16 kHz audio fits one decoder pass (prompt + audio + max_new_tokens <= context)."""
+    def fits_one_pass(self, pcm, options: Optional[TranscribeOptions] = None, **kw) -> bool:
+        """Whether (n,) 16 kHz audio (``pcm``, or its length n in samples) fits one decoder pass
+        (prompt + audio + max_new_tokens <= context)."""
         o = build_options(options or self.options, kw, "fits_one_pass")
-        n_audio = max(tokens_for_frames(melmod.n_frames(pcm.shape[0])), 1)
+        n = pcm if checks.is_integer(pcm) else pcm.shape[0]
+        n_audio = max(tokens_for_frames(melmod.n_frames(n)), 1)
         return len(self.request_prompt(1, o)) - 1 + n_audio + o.decoding().max_new_tokens <= self.max_context
 
     def _transcribe_one(self, pcm: np.ndarray, o: TranscribeOptions, on_text, work: Work) -> Transcription:

@@ -22,6 +22,9 @@ DYNAMIC_RANGE = 8.0  # log10 units kept below the clip maximum (80 dB)
 # when its frames see their real neighbours (piece_log_mel_power):
 LEFT_CONTEXT = 2 * HOP_LENGTH  # 320 samples before the piece: its first frame needs n_fft/2 = 200
 LOOKAHEAD = N_FFT // 2 - HOP_LENGTH  # 40 samples after the piece, needed by its last frame (2.5 ms)
+# Frames transformed at a time: the STFT's working arrays (windowed frames, spectrum, power) stay
+# about 10 MB however long the clip; only the (n_mels, frames) result grows with it.
+BLOCK_FRAMES = 1000  # 10 s
 
 
 # Slaney mel scale: linear below 1 kHz (200/3 Hz per mel), logarithmic above (27 mels per factor 6.4)
@@ -85,10 +88,13 @@ def log_mel_power(audio: np.ndarray, n_mels: int = 128) -> np.ndarray:
     padded = np.pad(x, (pad, pad), mode="reflect")
     t = n_frames(x.shape[0])
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:t]
-    spec = np.fft.rfft(frames * _hann(N_FFT), axis=-1)
-    power = spec.real**2 + spec.imag**2  # (t, 201)
-    mel = mel_filters(n_mels) @ power.T  # (n_mels, t)
-    return np.log10(np.maximum(mel, 1e-10))
+    out = np.empty((n_mels, t), np.float64)
+    for i in range(0, t, BLOCK_FRAMES):  # in blocks: the working arrays stay small (BLOCK_FRAMES)
+        spec = np.fft.rfft(frames[i:i + BLOCK_FRAMES] * _hann(N_FFT), axis=-1)
+        power = spec.real**2 + spec.imag**2  # (frames, 201)
+        mel = mel_filters(n_mels) @ power.T  # (n_mels, frames)
+        out[:, i:i + BLOCK_FRAMES] = np.log10(np.maximum(mel, 1e-10))
+    return out
 
 
 def piece_log_mel_power(audio: np.ndarray, lo: int, hi: int, n_mels: int = 128, *, left_edge: int = 0,

@@ -255,7 +255,7 @@ class _SegmentTracker:
         self.index += 1
         if prob >= self.threshold and self.temp_end:
             pause = cur - self.temp_end
-            if pause > self.min_silence_at_max:
+            if pause > self.min_silence_at_max and math.isfinite(self.max_speech):  # only a split reads them
                 self.possible_ends.append((self.temp_end, pause))
             self.temp_end = 0
         if prob >= self.threshold and not self.triggered:
@@ -491,6 +491,11 @@ class VADStream:
                 events.extend(self._builder.push(self.model(self._buffer)))
                 self._filled = 0
         return events
+
+    def footprint(self) -> int:
+        """Bytes of stream state held (the window buffer and the split candidates: at most one per
+        pause within ``max_speech_s``, none when it is unbounded)."""
+        return self._buffer.nbytes + 64 * len(self._builder.tracker.possible_ends)
 
     def flush(self) -> List[VADEvent]:
         """End of the stream: run the zero-padded last partial window and close any open segment."""

@@ -99,8 +99,11 @@ def _load_wyoming():
 async def _serve(args, app, runtime, serve_wyoming) -> int:
     import uvicorn
 
+    from .live import MAX_MESSAGE_BYTES
+
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=BACKSTOP_SECONDS, ws="websockets-sansio",
+                            ws_max_size=MAX_MESSAGE_BYTES,
                             lifespan="on", access_log=False)
     server = _make_server(config, runtime, args.grace_seconds)
     http = asyncio.ensure_future(server.serve())

@@ -4,14 +4,13 @@ Runs in Runtime.executor threads, never on the event loop."""
 
 from __future__ import annotations
 
-import io
 import logging
-from typing import Callable, Optional
+from typing import BinaryIO, Callable, Optional, Union
 
 import numpy as np
 
 from ..aligner.model import AlignmentError
-from ..audio import SAMPLE_RATE, AudioError, prepare_audio
+from ..audio import SAMPLE_RATE, AudioError, AudioFile
 from ..results import Transcription
 from ..work import Work
 from .errors import ApiError
@@ -22,42 +21,46 @@ _FORMATS_HINT = ("send WAV, FLAC, OGG/Vorbis, MP3 or another format libsndfile r
                  "(convert others with `ffmpeg -i input -ar 16000 -ac 1 out.wav`)")
 
 
-def decode_upload(data: bytes, filename: str, max_seconds: float) -> np.ndarray:
-    """Uploaded file bytes -> (n,) float32 16 kHz mono.
+def decode_upload(file: BinaryIO, filename: str, max_seconds: float) -> AudioFile:
+    """An uploaded file (a seekable binary file) -> an AudioFile that reads it block by block as
+    (n,) float32 16 kHz mono (the caller closes it).
 
     Raises ApiError 400 (empty, undecodable, unusable audio) or 413 (longer than max_seconds).
     """
     import soundfile as sf
 
-    if not data:
+    file.seek(0, 2)
+    if file.tell() == 0:
         raise ApiError(400, f"the uploaded file {filename!r} is empty (0 bytes)", code="empty_file", param="file")
+    file.seek(0)
     try:
-        info = sf.info(io.BytesIO(data))
-        if info.samplerate > 0 and info.frames / info.samplerate > max_seconds:
-            raise ApiError(413, f"the audio is {info.frames / info.samplerate:.1f} s long, over this server's limit "
-                                f"of {max_seconds:g} s; cut it shorter", code="audio_too_long", param="file")
-        samples, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
+        info = sf.info(file)
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
-        reason = str(exc).split(": ", 1)[-1] if "BytesIO" in str(exc) else str(exc)  # no object repr
+        reason = str(exc).split(": ", 1)[-1]  # no object repr
         raise ApiError(400, f"cannot decode {filename!r} as audio ({reason}); {_FORMATS_HINT}",
                        code="invalid_audio", param="file") from None
+    if info.samplerate > 0 and info.frames / info.samplerate > max_seconds:
+        raise ApiError(413, f"the audio is {info.frames / info.samplerate:.1f} s long, over this server's limit "
+                            f"of {max_seconds:g} s; cut it shorter", code="audio_too_long", param="file")
+    file.seek(0)
     try:
-        pcm = prepare_audio(np.asarray(samples, dtype=np.float32), int(sr))
+        audio = AudioFile(file, name=repr(filename))
     except AudioError as exc:
         raise ApiError(400, f"unusable audio in {filename!r}: {exc}", code="invalid_audio", param="file") from None
-    if pcm.shape[0] / SAMPLE_RATE > max_seconds:
-        raise ApiError(413, f"the audio is {pcm.shape[0] / SAMPLE_RATE:.1f} s long, over this server's limit of "
+    if audio.n_samples / SAMPLE_RATE > max_seconds:
+        audio.close()
+        raise ApiError(413, f"the audio is {audio.n_samples / SAMPLE_RATE:.1f} s long, over this server's limit of "
                             f"{max_seconds:g} s; cut it shorter", code="audio_too_long", param="file")
-    return pcm
+    return audio
 
 
-def transcribe_file(engine, pcm: np.ndarray, *, language: Optional[str], context: str, temperature: float,
-                    work: Work, on_text: Optional[Callable[[str], None]] = None,
+def transcribe_file(engine, audio: Union[np.ndarray, AudioFile], *, language: Optional[str], context: str,
+                    temperature: float, work: Work, on_text: Optional[Callable[[str], None]] = None,
                     max_new_tokens: int = 256, word_timestamps: bool = False) -> Transcription:
     """One uploaded file through the engine (its long-audio policy: one pass when the audio fits,
     else VAD speech segments or chunks, as the CLI); raises qwen3asr.work.Cancelled."""
     try:
-        return engine.transcribe(pcm, language=language, context=context, temperature=temperature,
+        return engine.transcribe(audio, language=language, context=context, temperature=temperature,
                                  max_new_tokens=max_new_tokens, on_text=on_text, work=work,
                                  word_timestamps=word_timestamps)
     except AlignmentError as exc:

@@ -20,8 +20,13 @@ server -> client (JSON text messages)
   stop), its text the one-pass decode of that piece, which replaces the committed pieces sent
   for that span; ``words`` (with ``"words": true``) are its word times (the forced aligner);
   ``{"type": "final", "text": full, "language": ..., "segments": [...]}`` after stop (each
-  segment with its ``words`` when asked for), then the server closes with 1000;
+  segment with its ``words`` when asked for; a stream keeps a bounded history: the latest
+  65536 characters and 1000 segments), then the server closes with 1000;
   ``{"type": "error", "code": ..., "message": ...}`` then a close with a code that says why.
+
+A message over MAX_MESSAGE_BYTES closes the connection with 1009; audio sent faster than it is
+decoded waits in the client's connection beyond MAX_PENDING_SECONDS (the server stops reading);
+a client that stops reading its messages for SEND_TIMEOUT is closed with 1008 "slow_client".
 """
 
 from __future__ import annotations
@@ -50,13 +55,22 @@ logger = logging.getLogger(__name__)
 FORMATS = {"s16le": (2, "int"), "f32le": (4, "float")}  # start "format" -> PcmFormat width, encoding
 MIN_RATE, MAX_RATE = 8000, 192000  # Hz accepted in the start message
 START_TIMEOUT = 30.0  # seconds a new connection may take to send its start message
+# What one connection may hold (docs/serving.md "Memory ceilings of one request"):
+MAX_MESSAGE_BYTES = 1 << 20  # largest client message (1 MiB: 33 s of 16 kHz s16le); larger: closed with 1009
+# Audio received but not yet decoded: beyond it the server stops reading the connection (TCP
+# backpressure) until the decoder catches up, so a client that sends faster than real time
+# holds at most this much (60 s, 3.8 MB of 16 kHz float32).
+MAX_PENDING_SECONDS = 60.0
+# A message the client does not take within this time (its connection's buffers full: it stopped
+# reading) closes the connection with 1008 "slow_client"; the other connections are not held up.
+SEND_TIMEOUT = 10.0
 
 # Close codes (RFC 6455 and the IANA registry)
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001  # the server shuts down (after the final message)
 CLOSE_UNSUPPORTED = 1003  # a message of the wrong kind (binary before start, unknown type)
 CLOSE_INVALID = 1007  # malformed JSON, bad start fields, PCM not whole samples
-CLOSE_POLICY = 1008  # missing or wrong API key
+CLOSE_POLICY = 1008  # missing or wrong API key; a client that does not read its messages (slow_client)
 CLOSE_INTERNAL = 1011
 CLOSE_TRY_LATER = 1013  # busy, or the model is still loading
 
@@ -156,7 +170,9 @@ class LiveStream:
 
     def __init__(self, ws: WebSocket, rt):
         self.ws, self.rt = ws, rt
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: asyncio.Queue = asyncio.Queue()  # bounded by pending (MAX_PENDING_SECONDS of audio)
+        self.pending = 0  # samples queued for the decoder (16 kHz)
+        self.room = asyncio.Event()  # set when pending drops below MAX_PENDING_SECONDS
         self.done = asyncio.Event()
         self.finish_reason: Optional[str] = None  # set when the server asks the stream to finish
         self.client = None
@@ -171,13 +187,20 @@ class LiveStream:
         self.queue.put_nowait(_STOP)
 
     async def send(self, msg: dict) -> None:
-        await self.ws.send_text(json.dumps(msg, ensure_ascii=False))
+        """Send one message; LiveProtocolError slow_client when the client does not take it
+        within SEND_TIMEOUT."""
+        try:
+            await asyncio.wait_for(self.ws.send_text(json.dumps(msg, ensure_ascii=False)), SEND_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise LiveProtocolError(CLOSE_POLICY, "slow_client", f"the client did not read its messages for "
+                                    f"{SEND_TIMEOUT:g} s") from None
 
     async def fail(self, err: LiveProtocolError) -> None:
         try:
-            await self.send({"type": "error", "code": err.code, "message": err.message})
-            await self.ws.close(err.close_code, reason=err.code)
-        except (WebSocketDisconnect, RuntimeError):
+            if err.code != "slow_client":  # its buffers are full: only the close is tried
+                await self.send({"type": "error", "code": err.code, "message": err.message})
+            await asyncio.wait_for(self.ws.close(err.close_code, reason=err.code), SEND_TIMEOUT)
+        except (WebSocketDisconnect, RuntimeError, LiveProtocolError, asyncio.TimeoutError):
             pass
 
 
@@ -265,6 +288,10 @@ async def _receive(stream: LiveStream, audio: PcmConverter) -> None:
                 continue  # nothing more is expected; the final message is on its way
             if msg.get("bytes") is not None:
                 pcm = _convert(audio, msg["bytes"])
+                while stream.pending >= MAX_PENDING_SECONDS * SAMPLE_RATE:  # backpressure: stop reading
+                    stream.room.clear()
+                    await stream.room.wait()
+                stream.pending += pcm.shape[0]
                 stream.queue.put_nowait((pcm, audio.frames_in / audio.fmt.rate))
                 continue
             m = _json(msg.get("text") or "")
@@ -293,14 +320,20 @@ async def _decode(stream: LiveStream, session, audio: PcmConverter, pieces: list
             frames.append(item)
             item = None if stream.queue.empty() else stream.queue.get_nowait()
         if frames:
+            pcm = np.concatenate([f[0] for f in frames])
+            frames_in = frames[-1][1]
+            frames.clear()
             try:
-                result = await rt.run(session.feed_audio, np.concatenate([f[0] for f in frames]))
+                result = await rt.run(session.feed_audio, pcm)
             except Cancelled:  # the receiver cancelled it: a disconnect, or an error to report
                 if isinstance(item, LiveProtocolError):
                     raise item from None
                 _raise_queued_error(stream)
                 return
-            await _send_update(stream, result, pieces, frames[-1][1])
+            stream.pending -= pcm.shape[0]
+            stream.room.set()
+            del pcm
+            await _send_update(stream, result, pieces, frames_in)
         if item is None:
             continue
         if isinstance(item, BaseException):
@@ -336,15 +369,15 @@ def _raise_queued_error(stream: LiveStream) -> None:
 
 async def _send_update(stream: LiveStream, result, pieces: list, received: float) -> None:
     """Committed pieces, then the tail, once per feed that decoded a chunk."""
-    if not pieces and len(result.chunks) == stream.chunks_sent:
+    if not pieces and result.stats.chunks == stream.chunks_sent:
         return
-    stream.chunks_sent = len(result.chunks)
+    stream.chunks_sent = result.stats.chunks
     for p in pieces:
         await stream.send({"type": "committed", "text": p})
     pieces.clear()
     await _send_segments(stream, result)
     await stream.send({"type": "tail", "text": result.tail, "received_seconds": round(received, 3),
-                       "chunks": len(result.chunks)})
+                       "chunks": result.stats.chunks})
 
 
 def _segment(seg, words: bool) -> dict:
@@ -360,6 +393,7 @@ async def _send_segments(stream: LiveStream, result) -> None:
     if not stream.segment_messages:
         return
     final = len(result.segments) if result.finished else result.final_segments
-    for seg in result.segments[stream.segments_sent:final]:
+    first = result.dropped_segments  # the stream's number of segments[0] (a live stream keeps the latest)
+    for seg in result.segments[max(0, stream.segments_sent - first):final]:
         await stream.send({"type": "segment", **_segment(seg, stream.words)})
-    stream.segments_sent = max(stream.segments_sent, final)
+    stream.segments_sent = max(stream.segments_sent, first + final)

@@ -10,9 +10,10 @@ import asyncio
 import dataclasses
 import json
 import logging
+import tempfile
 import time
 import zlib
-from typing import Optional
+from typing import BinaryIO, Optional
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -30,6 +31,11 @@ from .settings import MAX_CONTEXT_CHARS
 
 logger = logging.getLogger(__name__)
 
+# An upload is copied in blocks of 1 MiB to a file of its own, in memory up to 1 MiB and on disk
+# beyond (as the multipart parser keeps it), and decoded from there in 10 s blocks: a request
+# never holds its upload or its audio whole (docs/serving.md "Memory ceilings of one request").
+UPLOAD_BLOCK_BYTES = 1 << 20
+SPOOL_BYTES = 1 << 20
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 MAX_TEMPERATURE = 2.0  # OpenAI's audio API accepts 0..2
 FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature", "stream",
@@ -40,7 +46,7 @@ FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature
 class TranscriptionRequest:
     """The validated fields of one POST /v1/audio/transcriptions."""
 
-    data: bytes  # the uploaded file
+    file: BinaryIO  # the uploaded file, spooled to disk (the request closes it)
     filename: str
     language: Optional[str]  # canonical name ("English") or None: detect
     context: str  # the prompt, used as context biasing
@@ -193,8 +199,18 @@ async def _fields(form, rt) -> TranscriptionRequest:
     if len(context) > MAX_CONTEXT_CHARS:
         raise ApiError(400, f"prompt is {len(context)} characters, over the limit of {MAX_CONTEXT_CHARS}",
                        code="prompt_too_long", param="prompt")
-    data = await upload.read()
-    return TranscriptionRequest(data=data, filename=upload.filename or "file", language=language,
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # a copy the request owns (the form closes its own)
+    try:
+        while True:
+            block = await upload.read(UPLOAD_BLOCK_BYTES)
+            if not block:
+                break
+            spool.write(block)
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return TranscriptionRequest(file=spool, filename=upload.filename or "file", language=language,
                                 context=context, response_format=fmt, temperature=temperature, stream=stream,
                                 words=words)
 
@@ -271,7 +287,7 @@ def _sse(event) -> bytes:
     return f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
 
 
-async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
+async def _stream_events(rt, client, req: TranscriptionRequest, audio):
     """SSE: a transcript.text.delta per committed piece, transcript.text.done, [DONE]."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -281,7 +297,7 @@ async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
 
     async def run():
         try:
-            result = await rt.run(transcribe_file, rt.engine, pcm, language=req.language, context=req.context,
+            result = await rt.run(transcribe_file, rt.engine, audio, language=req.language, context=req.context,
                                   temperature=req.temperature, work=client.work, on_text=on_text)
             queue.put_nowait(("done", result))
         except BaseException as exc:
@@ -295,7 +311,7 @@ async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
                 yield _sse({"type": "transcript.text.delta", "delta": value})
             elif kind == "done":
                 yield _sse({"type": "transcript.text.done", "text": value.text,
-                            "usage": {"type": "duration", "seconds": round(pcm.shape[0] / SAMPLE_RATE, 3)}})
+                            "usage": {"type": "duration", "seconds": round(audio.n_samples / SAMPLE_RATE, 3)}})
                 yield _sse("[DONE]")
                 return
             else:
@@ -318,6 +334,8 @@ async def _stream_events(rt, client, req: TranscriptionRequest, pcm):
             except BaseException:
                 pass
         client.close()
+        audio.close()
+        req.file.close()
 
 
 async def transcriptions(request: Request) -> Response:
@@ -326,17 +344,18 @@ async def transcriptions(request: Request) -> Response:
     engine = rt.ready_engine()
     client = rt.admit(f"http:{request.client.host if request.client else '?'}:{time.monotonic_ns()}", BULK)
     handed_over = False
+    req = audio = None
     try:
         req = await _read_form(request, rt)
-        pcm = await rt.run(decode_upload, req.data, req.filename, rt.settings.max_audio_seconds)
-        duration = pcm.shape[0] / SAMPLE_RATE
+        audio = await rt.run(decode_upload, req.file, req.filename, rt.settings.max_audio_seconds)
+        duration = audio.n_samples / SAMPLE_RATE
         if req.stream:
             handed_over = True
-            return StreamingResponse(_stream_events(rt, client, req, pcm), media_type="text/event-stream",
+            return StreamingResponse(_stream_events(rt, client, req, audio), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
             result = await _run_watched(request, client, lambda: rt.run(
-                transcribe_file, engine, pcm, language=req.language, context=req.context,
+                transcribe_file, engine, audio, language=req.language, context=req.context,
                 temperature=req.temperature, work=client.work, word_timestamps=req.words))
         except Cancelled:  # not the client's doing: the scheduler closed (shutdown)
             raise rt.shutting_down() from None
@@ -346,6 +365,10 @@ async def transcriptions(request: Request) -> Response:
     finally:
         if not handed_over:
             client.close()
+            if audio is not None:
+                audio.close()
+            if req is not None:
+                req.file.close()
 
 
 async def models(request: Request) -> Response:

@@ -11,8 +11,9 @@ DEFAULT_MODEL_NAME = "qwen3-asr"
 # Context biasing text a request may send (HTTP prompt, WebSocket context): a longer one only
 # fills the decoder's window.
 MAX_CONTEXT_CHARS = 4000
-# The largest upload: a WAV file holds at most 4 GiB (RIFF sizes are 32-bit), and an upload is
-# read into memory whole.
+# The largest upload: a WAV file holds at most 4 GiB (RIFF sizes are 32-bit). An upload is
+# spooled to disk and decoded in blocks, so this bounds disk, not memory (docs/serving.md
+# "Memory ceilings of one request").
 MAX_UPLOAD_MB = 4096.0
 # The longest upload: 4 GiB of 16 kHz 16-bit mono WAV, 37.3 hours.
 MAX_AUDIO_SECONDS = MAX_UPLOAD_MB * 1024 * 1024 / (16000 * 2)

@@ -15,6 +15,8 @@ when it only extends it), and ``final_segments`` tells which segments are final.
 
 from __future__ import annotations
 
+import collections
+import sys
 from typing import Callable, List, Optional
 
 from ..audio import SAMPLE_RATE
@@ -23,13 +25,25 @@ from ..results import Segment
 from ..text import join_text, spaced
 from .window import Chunk
 
+# What a bounded history keeps (live streams; a long file keeps its whole transcript), so a
+# stream's memory stays flat however long it runs (docs/serving.md "Memory ceilings"):
+HISTORY_SEGMENTS = 1000  # the latest segments (with their words): 1000 x 4 s chunks, over an hour
+HISTORY_CHARS = 65536  # the latest characters of committed text: about 75 minutes of speech
+HISTORY_TOKENS = 16384  # the latest committed token ids: about an hour of speech
+
 
 class CommittedText:
-    """Committed ids -> text, segments and ``on_text`` pieces (never retracted)."""
+    """Committed ids -> text, segments and ``on_text`` pieces (never retracted).
 
-    def __init__(self, tokenizer, on_text: Optional[Callable[[str], None]] = None):
+    ``bounded``: ``trim()`` drops what is older than the history (HISTORY_SEGMENTS final
+    segments, HISTORY_CHARS characters of text, HISTORY_TOKENS ids); the counts dropped are kept
+    (``dropped_segments``, ``dropped_chars``). ``on_text`` has sent all of it already.
+    """
+
+    def __init__(self, tokenizer, on_text: Optional[Callable[[str], None]] = None, bounded: bool = False):
         self.tokenizer = tokenizer
         self._on_text = on_text
+        self.bounded = bounded
         self.reset()
 
     def reset(self) -> None:
@@ -39,7 +53,10 @@ class CommittedText:
         self._held_text = ""  # text those ids already gave
         self._done_text = ""  # text of closed segments
         self.text = ""  # join_text(_done_text, _run_text), kept up to date
-        self.ids: List[int] = []  # every committed text id (language headers excluded)
+        # every committed text id (language headers excluded; bounded: the latest HISTORY_TOKENS)
+        self.ids = collections.deque(maxlen=HISTORY_TOKENS if self.bounded else None)
+        self.dropped_segments = 0  # segments dropped from the front of ``segments`` (bounded)
+        self.dropped_chars = 0  # characters dropped from the front of ``text`` (bounded)
         self.segments: List[Segment] = []  # one per committed chunk with text (one per finished piece
         #                                    once its final pass replaced them)
         self._piece_mark = 0  # where the open piece's text starts in _run_text
@@ -102,6 +119,38 @@ class CommittedText:
         if self._on_text is not None and len(self.text) > len(before) and self.text.startswith(before):
             self._on_text(self.text[len(before):])
         self.mark_piece()
+
+    def trim(self) -> None:
+        """Bounded: drop the oldest final segments beyond HISTORY_SEGMENTS and the oldest final
+        text beyond HISTORY_CHARS (the open piece's stays whole: a final pass may replace it).
+        Called between feeds, never while segment indices are in use."""
+        if not self.bounded:
+            return
+        cut = min(len(self.segments) - HISTORY_SEGMENTS, self.final_segments)
+        if cut > 0:
+            del self.segments[:cut]
+            self.final_segments -= cut
+            self.dropped_segments += cut
+        excess = len(self._done_text) + len(self._run_text) - HISTORY_CHARS
+        if excess <= 0:
+            return
+        cut = min(excess, len(self._done_text))
+        self._done_text = self._done_text[cut:]
+        cut2 = min(excess - cut, self._piece_mark)  # only the open segment's final text
+        self._run_text = self._run_text[cut2:]
+        self._piece_mark -= cut2
+        self.dropped_chars += cut + cut2
+        self.text = join_text(self._done_text, self._run_text)
+
+    def footprint(self) -> int:
+        """Bytes held: the text, the ids and the segments with their words."""
+        size = sum(sys.getsizeof(t) for t in (self.text, self._done_text, self._run_text, self._held_text))
+        size += sys.getsizeof(self.ids) + sum(sys.getsizeof(i) for i in self.ids)
+        size += sys.getsizeof(self.segments)
+        for seg in self.segments:
+            size += sys.getsizeof(seg) + sys.getsizeof(seg.text) + sys.getsizeof(seg.words)
+            size += sum(sys.getsizeof(w) + sys.getsizeof(w.word) for w in seg.words)
+        return size
 
     def tail_text(self, tail_ids: List[int]) -> str:
         """The text of the window's ``tail_ids``, completing a character the committed text ends inside."""

@@ -83,18 +83,26 @@ class StreamStats:
 class StreamResult:
     """The transcript so far."""
 
-    committed: str  # text that will not change any more
+    # text that will not change any more; a live stream keeps the latest HISTORY_CHARS (65536)
+    # characters: dropped_chars were dropped before it (on_text sent them)
+    committed: str
     tail: str  # text of the chunks still in the decoder window (may still change)
     language: Optional[str]  # language of the latest text (forced or detected), None if unknown
-    segments: tuple  # Segment per committed chunk with text (times in stream seconds)
+    # Segment per committed chunk with text (times in stream seconds); a live stream keeps the
+    # latest (HISTORY_SEGMENTS, 1000): dropped_segments were dropped before segments[0]
+    segments: tuple
     stats: StreamStats
-    chunks: tuple  # ChunkStats per chunk decoded so far
+    chunks: tuple  # ChunkStats of the latest chunks decoded (at most CHUNK_HISTORY, 1000; stats.chunks counts all)
     finished: bool  # finish() was called; the tail is then empty
     truncated: bool = False  # some chunk ran out of max_new_tokens
-    token_ids: tuple = ()  # committed text token ids, all segments (language headers excluded)
+    # committed text token ids, all segments (language headers excluded; a live stream: the latest HISTORY_TOKENS)
+    token_ids: tuple = ()
     # segments[:final_segments] are final; with final passes, the open piece's per-chunk segments
     # after them are replaced by one segment when the piece ends
     final_segments: int = 0
+    dropped_segments: int = 0  # older segments no longer kept (segments[i] is the stream's dropped_segments + i)
+    dropped_chars: int = 0  # older committed characters no longer kept
+    finish_reason: str = "eos"  # the worst of every chunk's decoder run (qwen3asr.decoding.FINISH_RANK)
 
     @property
     def text(self) -> str:

@@ -23,9 +23,11 @@ older chunks and the new chunk starts a fresh window. Rules and measurements: do
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
+import sys
 import time
 from typing import Callable, List, Optional
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from .. import mel as melmod
 from ..audio import SAMPLE_RATE, PcmChecker
+from ..decoding import FINISH_RANK
 from ..mel import HOP_LENGTH as HOP
 from ..mel import LEFT_CONTEXT, LOOKAHEAD
 from ..options import TranscribeOptions
@@ -51,6 +54,7 @@ PREROLL_SECONDS = 10.0  # audio kept while waiting for a VAD speech start (repor
 # instead of a final pass, so a stream never keeps more audio than this for it; caption
 # segments and voice commands are far shorter.
 FINAL_PASS_MAX_SECONDS = 60.0
+CHUNK_HISTORY = 1000  # ChunkStats a result keeps: the latest (StreamStats counts all)
 
 
 class StreamSession:
@@ -59,15 +63,24 @@ class StreamSession:
     Make it with ``engine.create_stream(...)``. ``feed_audio(pcm)`` takes (n,) float32 16 kHz
     mono of any length and returns the StreamResult so far; ``finish()`` flushes and returns
     the final one; ``reset()`` starts over (the VAD model stays loaded).
+
+    Memory stays flat however long the stream runs (``footprint()``): the audio kept is the
+    open chunk with its look-ahead (plus, with final passes, the open piece of speech up to
+    FINAL_PASS_MAX_SECONDS; with VAD, PREROLL_SECONDS while no speech is open), the window
+    holds ``memory_num`` chunks' embeddings, and the result keeps a bounded history: the latest
+    CHUNK_HISTORY ChunkStats and, with ``bounded`` (the default), the latest segments, text and
+    ids (qwen3asr.streaming.committed.HISTORY_*). Long files pass ``bounded=False``: their
+    result is the whole transcript.
     """
 
     def __init__(self, engine, options: TranscribeOptions = TranscribeOptions(),
                  on_text: Optional[Callable[[str], None]] = None, vad_model=None, work: Work = NO_WORK,
-                 mel_ceiling: Optional[float] = None):
+                 mel_ceiling: Optional[float] = None, bounded: bool = True):
         """``options``: the request's settings (stream defaults filled in for None fields);
         ``vad_model``: a loaded SileroVAD (default: a new one when VAD is on); ``work``:
         scheduling hooks, one unit per chunk; ``mel_ceiling``: log10 mel ceiling of the clamp
-        (None: the running maximum; long files pass the whole file's)."""
+        (None: the running maximum; long files pass the whole file's); ``bounded``: keep a
+        bounded history of segments, text and ids (False: all of them)."""
         self.engine = engine
         self._work = work
         self._mel_ceiling = mel_ceiling
@@ -100,7 +113,7 @@ class StreamSession:
                                              fallback=o.fallback)
         self._unaligned: set = set()  # languages warned about (no words for them)
         self._window = DecoderWindow(engine.tokenizer, o.memory_num, o.rollback_tokens, o.unfixed_chunks)
-        self._text = CommittedText(engine.tokenizer, on_text)
+        self._text = CommittedText(engine.tokenizer, on_text, bounded=bounded)
         self._pauses = PauseDetector(o.pause_db, o.chunk_size)
         self.reset()
 
@@ -125,7 +138,9 @@ class StreamSession:
         self._window.new_segment()
         self._text.reset()
         self._pauses.reset()
-        self._chunks: List[ChunkStats] = []
+        self._chunks = collections.deque(maxlen=CHUNK_HISTORY)  # the latest ChunkStats
+        self._n_chunks = 0  # chunks decoded
+        self._worst: Optional[str] = None  # the worst finish reason of any chunk (FINISH_RANK), the first of equals
         self._n_cut = 0  # chunks cut so far (decoded or about to be)
         self._totals = dict.fromkeys(SUMMED, 0)  # running sums of the ChunkStats fields
         self._encoded = 0  # samples encoded
@@ -155,6 +170,7 @@ class StreamSession:
             self._handle(events)
         self._cut(final_end=None)
         self._trim()
+        self._text.trim()
         return self.result()
 
     def finish(self) -> StreamResult:
@@ -169,6 +185,9 @@ class StreamSession:
         if self._seg_start is not None:
             self._close_segment(self._pos)
         self._finished = True
+        self._buf = np.zeros(0, np.float32)
+        self._buf_start = self._pos
+        self._text.trim()
         return self.result()
 
     def result(self) -> StreamResult:
@@ -176,12 +195,27 @@ class StreamSession:
         return StreamResult(committed=t.text, tail=t.tail_text(self._window.tail_ids()), language=self._language,
                             segments=tuple(t.segments), stats=self.stats(), chunks=tuple(self._chunks),
                             finished=self._finished, truncated=self._truncated, token_ids=tuple(t.ids),
-                            final_segments=len(t.segments) if not self._final else t.final_segments)
+                            final_segments=len(t.segments) if not self._final else t.final_segments,
+                            dropped_segments=t.dropped_segments, dropped_chars=t.dropped_chars,
+                            finish_reason=self._worst or "eos")
 
     def stats(self) -> StreamStats:
         return StreamStats(audio_seconds=self._pos / SAMPLE_RATE, encoded_seconds=self._encoded / SAMPLE_RATE,
-                           vad_ms=self._vad_ms, chunks=len(self._chunks), final_passes=self._final_passes,
+                           vad_ms=self._vad_ms, chunks=self._n_chunks, final_passes=self._final_passes,
                            **self._totals)
+
+    def footprint(self) -> int:
+        """Bytes this stream holds (its audio, mel and embeddings, its text, segments, ids and
+        chunk stats; not the engine's shared model): flat however long the stream runs, within
+        the bounds in the class docstring. An estimate from the sizes of what is held."""
+        size = self._buf.nbytes + self._text.footprint()
+        for c in self._window.chunks:
+            size += sum(x.nbytes for x in (c.embeds, c.mel) if x is not None) + sys.getsizeof(c.tokens) \
+                + 8 * len(c.tokens)
+        size += sys.getsizeof(self._chunks) + sum(sys.getsizeof(c) for c in self._chunks)
+        if self._vad is not None:
+            size += self._vad.footprint()
+        return size
 
     # ------------------------------------------------------------------ input
     def _audio(self, a: int, b: int) -> np.ndarray:
@@ -412,7 +446,7 @@ class StreamSession:
         extra = header + prefix.ids
         x = eng.decoder_input(np.concatenate([c.embeds for c in window], axis=0), o, extra)
         seconds = sum(c.end - c.start for c in window) / SAMPLE_RATE  # the audio this run reads
-        out = eng.decode(x, o.decoding(seed=o.chunk_seed(len(self._chunks))), audio_seconds=seconds,
+        out = eng.decode(x, o.decoding(seed=o.chunk_seed(self._n_chunks)), audio_seconds=seconds,
                          prefix_len=self._prefix_len, fallback=o.fallback,
                          on_token=lambda _: not self._work.cancelled)
         self._work.check()
@@ -431,6 +465,9 @@ class StreamSession:
             decode_tokens=ds.decode_tokens, decode_ms=ds.decode_ms, generated=len(chunk.tokens),
             finish_reason=ds.finish_reason, fallback_tries=out.tries, loops=int(out.looped))
         self._chunks.append(st)
+        self._n_chunks += 1
+        if self._worst is None or FINISH_RANK.get(st.finish_reason, 0) > FINISH_RANK.get(self._worst, 0):
+            self._worst = st.finish_reason
         for k in SUMMED:
             self._totals[k] += getattr(st, k)
         logger.debug("chunk %.2f-%.2f s: window %d, prefix %d, generated %d", st.start, st.end, len(window),

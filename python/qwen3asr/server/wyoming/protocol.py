@@ -30,6 +30,10 @@ MAX_PAYLOAD_BYTES = 4 * 1024 * 1024  # largest payload (payload_length): 4 MiB =
 BODY_TIMEOUT_S = 30.0  # an event's data and payload must arrive within this time of its header
 IDLE_TIMEOUT_S = 30.0  # an open utterance with no event for this long is abandoned
 QUEUE_EVENTS = 256  # events read ahead of the handler (then TCP backpressure)
+# Bytes of event data and payload read ahead of the handler: beyond it the reader waits (TCP
+# backpressure), so a client that sends audio faster than it is decoded holds at most this
+# (and one event being read, MAX_PAYLOAD_BYTES) instead of QUEUE_EVENTS full payloads (1 GiB).
+READ_AHEAD_BYTES = 8 * 1024 * 1024
 # After a protocol error, what the client still sends is read and dropped (up to this long and
 # this much) before the socket is closed: closing with unread input resets the connection, and
 # the reset can destroy the error event before the client has read it.
@@ -103,6 +107,11 @@ def _length(header: dict, key: str, limit: int) -> int:
     return v
 
 
+def _event_bytes(event: Event) -> int:
+    """The bytes an event holds beyond its header: its data and its payload."""
+    return len(event.payload or b"") + sum(len(str(v)) for v in (event.data or {}).values())
+
+
 class EventConnection:
     """One Wyoming connection: events are read ahead (bounded) into a queue and handed to
     ``handle`` one at a time; a protocol error or an idle open utterance is answered with an
@@ -121,6 +130,8 @@ class EventConnection:
         self.stopping = False  # the server stops: close after the current utterance
         self.gone = False  # the client closed or the connection broke
         self.queue: asyncio.Queue = asyncio.Queue(QUEUE_EVENTS)
+        self.queued_bytes = 0  # data and payload bytes of the events in the queue (READ_AHEAD_BYTES)
+        self._room = asyncio.Event()  # set when queued_bytes drops
 
     @property
     def busy(self) -> bool:
@@ -154,6 +165,9 @@ class EventConnection:
                         await reader
                     await self._linger()
                     break
+                if isinstance(item, Event):
+                    self.queued_bytes -= _event_bytes(item)
+                    self._room.set()
                 if item is None or not await self.handle(item) or self.gone:
                     break
                 if self.stopping and not self.busy:
@@ -181,6 +195,11 @@ class EventConnection:
                     return
                 if event is None:
                     break
+                size = _event_bytes(event)
+                while self.queued_bytes and self.queued_bytes + size > READ_AHEAD_BYTES:
+                    self._room.clear()
+                    await self._room.wait()
+                self.queued_bytes += size
                 await self.queue.put(event)
         except (ConnectionError, OSError):
             pass
