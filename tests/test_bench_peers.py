@@ -1,0 +1,130 @@
+"""scripts/bench_peers.py without the peers: its argument checks, the figures it derives from each
+process, the per-round ratios and the tables, on canned process reports and a canned llama.cpp
+log (the benchmark itself installs and builds the peers, which no test does)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qwen3asr_tools import bench_peers
+from qwen3asr_tools.bench_peers import Measure, metrics, round_ratios, summarize
+from qwen3asr_tools.peer_runs import CallTimes, ProcessReport, parse_llama_log, report_from_stdout
+
+
+def _proc(name, rnd, process_s, rss, cold_ms, warm_ms=None, enc=100.0, prompt=(54, 500.0), dec=(32, 1000.0)):
+    calls = [CallTimes(cold_ms, enc, prompt[0], prompt[1], dec[0], dec[1])]
+    if warm_ms is not None:
+        calls.append(CallTimes(warm_ms, enc / 2, prompt[0], prompt[1] / 2, dec[0], dec[1] / 2))
+    return Measure(name, rnd, process_s, rss, ProcessReport(1000.0, tuple(calls), 39))
+
+
+def test_metrics_take_stage_figures_from_the_warm_call():
+    m = metrics(_proc("ours", 0, 5.0, 800.0, cold_ms=3000.0, warm_ms=2000.0))
+    assert m == {"encoder_ms": 50.0, "prefill_tok_s": pytest.approx(54 / 0.25), "decode_tok_s": pytest.approx(64.0),
+                 "warm_ms": 2000.0, "cold_ms": 3000.0, "process_s": 5.0, "peak_rss_mb": 800.0}
+
+
+def test_metrics_of_a_one_call_process_have_no_warm_call():
+    m = metrics(_proc("llama", 0, 4.0, 900.0, cold_ms=2500.0))
+    assert m["warm_ms"] is None and m["cold_ms"] == 2500.0
+    assert m["decode_tok_s"] == pytest.approx(32.0) and m["encoder_ms"] == 100.0
+
+
+def test_summary_skips_warmup_rounds_and_gives_median_min_max():
+    ms = [_proc("a", r, s, 100.0, 1000.0) for r, s in enumerate([99.0, 3.0, 1.0, 2.0])]
+    s = summarize(ms, ["a"], warmup=1)["a"]
+    assert s["process_s"] == (2.0, 1.0, 3.0)
+    assert s["warm_ms"] is None  # never measured: a '-' cell, not a zero
+
+
+def test_ratios_pair_the_two_sides_of_each_round():
+    # ours is twice as slow in round 1 and equal in round 2; the round medians alone would say 1.5x on
+    # process time either way, the per-round ratios must be 2 and 1 exactly
+    ms = [_proc("ours", 1, 4.0, 500.0, 1000.0, 800.0), _proc("peer", 1, 2.0, 1000.0, 500.0, 400.0),
+          _proc("ours", 2, 3.0, 500.0, 1000.0, 800.0), _proc("peer", 2, 3.0, 250.0, 1000.0, 800.0),
+          _proc("ours", 0, 100.0, 1.0, 1.0, 1.0), _proc("peer", 0, 1.0, 1.0, 1.0, 1.0)]  # warm-up, not counted
+    r = round_ratios(ms, "ours", "peer", warmup=1)
+    assert r["process_s"] == (1.5, 1.0, 2.0)
+    assert r["peak_rss_mb"] == (1.25, 0.5, 2.0)
+    assert r["warm_ms"] == (1.5, 1.0, 2.0)
+
+
+def test_ratio_against_a_peer_without_warm_calls_is_absent():
+    ms = [_proc("ours", 0, 4.0, 500.0, 1000.0, 800.0), _proc("llama", 0, 2.0, 1000.0, 500.0)]
+    r = round_ratios(ms, "ours", "llama", warmup=0)
+    assert r["warm_ms"] is None and r["cold_ms"] == (2.0, 2.0, 2.0)
+
+
+def test_tables_have_a_row_per_runtime_and_a_cell_per_metric():
+    ms = [_proc("ours int4", r, 5.0 + r, 800.0, 3000.0, 2000.0) for r in range(3)] + \
+         [_proc("llama", r, 4.0, 900.0, 2500.0) for r in range(3)]
+    summary = summarize(ms, ["ours int4", "llama"], warmup=0)
+    table = bench_peers.format_medians(summary, bench_peers.token_counts(ms)).splitlines()
+    assert len(table) == 4 and all(line.count("|") == len(bench_peers.METRICS) + 3 for line in table)
+    assert table[2].startswith("| ours int4 | 50 (50-50) |") and "| 6.00 (5.00-7.00) |" in table[2]
+    assert table[3].split("|")[5:7] == [" - ", " 2500 (2500-2500) "] and table[3].endswith("| 54 + 32 |")
+    ratios = bench_peers.format_ratios({("ours int4", "llama"): round_ratios(ms, "ours int4", "llama", 0)})
+    assert "| ours int4 / llama | 0.50 (0.50-0.50) |" in ratios
+
+
+def test_child_report_round_trips_and_a_missing_line_is_an_error():
+    rep = _proc("x", 0, 1.0, 1.0, 10.0, 5.0).report
+    import dataclasses
+    import json
+
+    line = "noise\nPEER_RESULT " + json.dumps(dataclasses.asdict(rep)) + "\n"
+    assert report_from_stdout(line) == rep
+    with pytest.raises(ValueError, match="no result line"):
+        report_from_stdout("Traceback ...")
+
+
+LLAMA_LOG = """\
+main: loading model: text.gguf
+encoding audio slice...
+audio slice encoded in 905 ms
+decoding audio batch 1/1, n_tokens_batch = 39
+audio decoded (batch 1/1) in 412 ms
+llama_perf_context_print:        load time =    1234.56 ms
+llama_perf_context_print: prompt eval time =     880.00 ms /    54 tokens (   16.30 ms per token,    61.36 tokens per second)
+llama_perf_context_print:        eval time =    1280.00 ms /    32 runs   (   40.00 ms per token,    25.00 tokens per second)
+llama_perf_context_print:       total time =    4000.00 ms /    86 tokens
+"""
+
+
+def test_llama_log_gives_one_call():
+    rep = parse_llama_log(LLAMA_LOG)
+    assert rep.load_ms == 1234.56 and len(rep.calls) == 1
+    c = rep.calls[0]
+    assert (c.encoder_ms, c.prompt_tokens, c.prefill_ms, c.decode_tokens, c.decode_ms) == (905.0, 54, 880.0, 32, 1280.0)
+    assert c.call_ms == 905.0 + 880.0 + 1280.0
+
+
+def test_llama_log_without_timings_is_an_error():
+    with pytest.raises(ValueError, match="'audio slice encoded in'"):
+        parse_llama_log(LLAMA_LOG.replace("audio slice encoded in 905 ms", ""))
+    with pytest.raises(ValueError, match="'eval time'"):
+        parse_llama_log(LLAMA_LOG.replace("        eval time", "        evil time"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rounds", "0"], "--rounds must be >= 1"),
+    (["--peers", "whisper.cpp"], "unknown peers ['whisper.cpp']"),
+    (["--ours-dtypes", "int3"], "--ours-dtypes: unknown 'int3'"),
+    (["--ours-args", "--memory 'lean"], "--ours-args \"--memory 'lean\": No closing quotation"),
+    (["--llama-samples", "10"], "--llama-samples must be >= 1600"),
+])
+def test_bad_arguments_are_one_error_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench_peers.parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_ours_args_make_one_row_each():
+    args = bench_peers.parse_args(["--ours-args", "", "--ours-args", "--memory lean", "--ours-dtypes", "int4,int8",
+                                   "--peers", ""])
+    files = None  # no peers: their files are never looked at
+    rts = bench_peers.make_runtimes("B", "c.wav", "l.wav", 8, 2, 2, args.ours_dtypes, args.ours_args, args.peers, files)
+    assert [r.name for r in rts] == ["ours int4", "ours int4 --memory lean", "ours int8", "ours int8 --memory lean"]
+    assert rts[1].argv[-3:] == ("--", "--memory", "lean") and rts[0].argv[-1] == "--"
