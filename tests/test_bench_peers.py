@@ -78,30 +78,32 @@ def test_child_report_round_trips_and_a_missing_line_is_an_error():
         report_from_stdout("Traceback ...")
 
 
+# lines of a real llama-mtmd-cli run (llama-cpp-python 0.3.36's llama.cpp, 0.6B random weights)
 LLAMA_LOG = """\
-main: loading model: text.gguf
-encoding audio slice...
-audio slice encoded in 905 ms
-decoding audio batch 1/1, n_tokens_batch = 39
-audio decoded (batch 1/1) in 412 ms
-llama_perf_context_print:        load time =    1234.56 ms
-llama_perf_context_print: prompt eval time =     880.00 ms /    54 tokens (   16.30 ms per token,    61.36 tokens per second)
-llama_perf_context_print:        eval time =    1280.00 ms /    32 runs   (   40.00 ms per token,    25.00 tokens per second)
-llama_perf_context_print:       total time =    4000.00 ms /    86 tokens
+0.04.436.846 I encoding mtmd batch, n_chunks = 1 (done = 1, total = 3)
+0.06.605.771 I mtmd batch encoding done in 2169 ms
+0.06.605.850 I decoding audio batch 1/1, n_tokens_batch = 39
+0.07.904.930 I audio decoded (batch 1/1) in 1299 ms
+0.16.182.951 I llama_perf_context_print:        load time =    1484.20 ms
+0.16.182.961 I llama_perf_context_print: prompt eval time =    4204.53 ms /    49 tokens (   85.81 ms per token,    11.65 tokens per second)
+0.16.182.967 I llama_perf_context_print:        eval time =    7486.03 ms /    31 runs   (  241.48 ms per token,     4.14 tokens per second)
+0.16.182.973 I llama_perf_context_print:       total time =   12857.72 ms /    80 tokens
 """
 
 
 def test_llama_log_gives_one_call():
     rep = parse_llama_log(LLAMA_LOG)
-    assert rep.load_ms == 1234.56 and len(rep.calls) == 1
+    assert rep.load_ms == 1484.20 and len(rep.calls) == 1
     c = rep.calls[0]
-    assert (c.encoder_ms, c.prompt_tokens, c.prefill_ms, c.decode_tokens, c.decode_ms) == (905.0, 54, 880.0, 32, 1280.0)
-    assert c.call_ms == 905.0 + 880.0 + 1280.0
+    assert (c.encoder_ms, c.prompt_tokens, c.prefill_ms, c.decode_tokens, c.decode_ms) == (2169.0, 49, 4204.53, 31, 7486.03)
+    assert c.call_ms == pytest.approx(2169.0 + 4204.53 + 7486.03)
+    older = parse_llama_log(LLAMA_LOG.replace("mtmd batch encoding done in 2169 ms", "audio slice encoded in 905 ms"))
+    assert older.calls[0].encoder_ms == 905.0
 
 
 def test_llama_log_without_timings_is_an_error():
-    with pytest.raises(ValueError, match="'audio slice encoded in'"):
-        parse_llama_log(LLAMA_LOG.replace("audio slice encoded in 905 ms", ""))
+    with pytest.raises(ValueError, match="audio encoding time"):
+        parse_llama_log(LLAMA_LOG.replace("mtmd batch encoding done in 2169 ms", ""))
     with pytest.raises(ValueError, match="'eval time'"):
         parse_llama_log(LLAMA_LOG.replace("        eval time", "        evil time"))
 

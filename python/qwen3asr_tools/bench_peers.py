@@ -54,6 +54,10 @@ log = logging.getLogger("bench_peers")
 PEERS = ("crispasr", "llama.cpp")
 LLAMA_SAMPLES = 47840  # llama.cpp's framing of these samples gives the official model's 39 rows for 3 s
 SETTLE_S = 0.5  # idle between two processes
+# ggml's AMX matmul (built in by -march=native where the CPU has AMX) crashed llama-mtmd-cli in its
+# warm-up on the Xeon of docs/benchmarks.md; --no-repack keeps weights in plain ggml buffers
+# (no AMX, no CPU repacking), as CrispASR's wheel runs them
+LLAMA_EXTRA = ("--no-repack",)
 # (key, header, format); rates from the warm call where the process made one
 METRICS = (("encoder_ms", "mel+enc ms", ".0f"), ("prefill_tok_s", "prefill tok/s", ".0f"),
            ("decode_tok_s", "decode tok/s", ".1f"), ("warm_ms", "warm call ms", ".0f"),
@@ -224,7 +228,8 @@ def make_runtimes(bundle: str, clip: str, llama_clip: str, tokens: int, threads:
         rts.append(Runtime("llama.cpp Q4_K_M (one call)", "llama.cpp",
                            (files.mtmd_cli, "-m", files.llama_text, "--mmproj", files.llama_mmproj, "--audio",
                             llama_clip, "-p", "<__media__>", "-n", str(tokens), "--ignore-eos", "--temp", "0",
-                            "-t", str(threads), "-tb", str(threads), "-c", "1024")))
+                            "-t", str(threads), "-tb", str(threads), "-c", "1024", "--perf", "-lv", "4",
+                            *LLAMA_EXTRA)))
     return rts
 
 

@@ -19,7 +19,8 @@ What is timed per call (each call = the whole clip, N decoded tokens, end of seq
   (official prompt, N greedy steps). Its ``Session.transcribe`` has no way to ignore the end of
   sequence and no stage timings in the wheel's build, so the stages are driven directly;
 - llama.cpp: one call per process (the CLI has none other): ``--ignore-eos -n N``; stage times
-  from its ``audio slice encoded in`` line and the ``llama_perf_context_print`` lines.
+  from its ``mtmd batch encoding done in`` (older builds: ``audio slice encoded in``) line and the
+  ``llama_perf_context_print`` lines (``--perf``); the call is their sum.
 """
 
 from __future__ import annotations
@@ -236,7 +237,7 @@ def run_crispasr(gguf: str, audio: str, tokens: int, threads: int, calls: int, t
 
 
 # ----------------------------------------------------------------------------- llama.cpp
-_LL_ENC = re.compile(r"audio slice encoded in (\d+) ms")
+_LL_ENC = re.compile(r"(?:audio slice encoded|mtmd batch encoding done) in (\d+) ms")
 _LL_LOAD = re.compile(r"load time =\s+([0-9.]+) ms")
 _LL_PROMPT = re.compile(r"prompt eval time =\s+([0-9.]+) ms /\s+(\d+) tokens")
 _LL_EVAL = re.compile(r"\beval time =\s+([0-9.]+) ms /\s+(\d+) runs")
@@ -251,7 +252,7 @@ def parse_llama_log(log: str) -> ProcessReport:
             raise ValueError(f"llama-mtmd-cli log has no {what} line")
         return m
 
-    enc = float(need(_LL_ENC, "'audio slice encoded in'").group(1))
+    enc = float(need(_LL_ENC, "audio encoding time").group(1))
     load = float(need(_LL_LOAD, "'load time'").group(1))
     p = need(_LL_PROMPT, "'prompt eval time'")
     e = [m for m in _LL_EVAL.finditer(log) if not log[max(0, m.start() - 7):m.start()].endswith("prompt ")]

@@ -4,8 +4,9 @@ work directory outside the checkout, and the random-weight checkpoint converted 
 Layout of the work directory (default ``~/.cache/qwen3asr-peers``; every step is skipped when
 its output is there, so a second run costs nothing):
 
-- ``site/``: ``crispasr`` (its wheel bundles libcrispasr and ggml) and ``gguf`` (PyPI, the GGUF
-  container writer), installed with ``pip install --target``: never into the project's venv;
+- ``site/``: ``crispasr`` (its wheel bundles libcrispasr and ggml), ``gguf`` (PyPI, the GGUF
+  container writer) and ``sentencepiece`` (llama.cpp's converter), installed with
+  ``pip install --target``: never into the project's venv;
 - ``dl/``, ``src/``: the ``llama-cpp-python`` sdist and the llama.cpp source inside it;
 - ``build/llama.cpp-VERSION/``: a Release CMake build of the two targets needed,
   ``llama-mtmd-cli`` and ``llama-quantize`` (``-j2``, no tests, examples or server);
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 CRISPASR_VERSION = "0.8.45"
 GGUF_VERSION = "0.19.0"
+SENTENCEPIECE_VERSION = "0.2.3"  # llama.cpp's converter imports it before it falls back to the BPE vocab
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 LLAMA_TARGETS = ("llama-mtmd-cli", "llama-quantize")
 DEFAULT_WORK = os.path.join(os.path.expanduser("~"), ".cache", "qwen3asr-peers")
@@ -65,9 +67,10 @@ def _run(cmd: Sequence[str], what: str, env: Optional[dict] = None, cwd: Optiona
 
 
 def install_python_peers(work: str) -> str:
-    """crispasr and gguf into ``work/site`` (pip --target, no dependencies: numpy is the caller's)."""
+    """crispasr, gguf and sentencepiece into ``work/site`` (pip --target, no dependencies: numpy,
+    torch and transformers, which llama.cpp's converter also needs, are the dev venv's)."""
     site = os.path.join(work, "site")
-    wanted = {"crispasr": CRISPASR_VERSION, "gguf": GGUF_VERSION}
+    wanted = {"crispasr": CRISPASR_VERSION, "gguf": GGUF_VERSION, "sentencepiece": SENTENCEPIECE_VERSION}
     missing = [f"{n}=={v}" for n, v in wanted.items() if not os.path.isdir(os.path.join(site, f"{n}-{v}.dist-info"))]
     if missing:
         _run([sys.executable, "-m", "pip", "install", "--no-deps", "--upgrade", "--target", site, *missing],
@@ -133,19 +136,20 @@ def convert_crispasr(ckpt: str, out_dir: str, site: str) -> str:
     return out
 
 
-def convert_llama(ckpt: str, out_dir: str, src: str, bin_dir: str) -> tuple[str, str]:
+def convert_llama(ckpt: str, out_dir: str, src: str, bin_dir: str, site: str) -> tuple[str, str]:
     """(text model Q4_K_M, mmproj F16) by llama.cpp's own converter and quantiser."""
     text, mmproj = os.path.join(out_dir, "llama-q4_k_m.gguf"), os.path.join(out_dir, "llama-mmproj-f16.gguf")
     conv = os.path.join(src, "convert_hf_to_gguf.py")
     if not os.path.isfile(text):
         f16 = os.path.join(out_dir, "llama-f16.gguf")
         if not os.path.isfile(f16):
-            _run([sys.executable, conv, ckpt, "--outfile", f16, "--outtype", "f16"], "llama.cpp text conversion")
+            _run([sys.executable, conv, ckpt, "--outfile", f16, "--outtype", "f16"], "llama.cpp text conversion",
+                 env=env_with_site(site))
         _run([os.path.join(bin_dir, "llama-quantize"), f16, text, "Q4_K_M"], "llama-quantize")
         os.remove(f16)
     if not os.path.isfile(mmproj):
         _run([sys.executable, conv, ckpt, "--mmproj", "--outfile", mmproj, "--outtype", "f16"],
-             "llama.cpp mmproj conversion")
+             "llama.cpp mmproj conversion", env=env_with_site(site))
     return text, mmproj
 
 
@@ -161,5 +165,5 @@ def prepare(ckpt: str, work: str = DEFAULT_WORK, crispasr: bool = True, llama: b
     if llama:
         bin_dir = build_llama(work, jobs)
         cli = os.path.join(bin_dir, "llama-mtmd-cli")
-        text, mmproj = convert_llama(ckpt, out_dir, llama_source(work), bin_dir)
+        text, mmproj = convert_llama(ckpt, out_dir, llama_source(work), bin_dir, site)
     return PeerFiles(site, cli, crisp, text, mmproj)
