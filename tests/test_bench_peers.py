@@ -130,3 +130,33 @@ def test_ours_args_make_one_row_each():
     rts = bench_peers.make_runtimes("B", "c.wav", "l.wav", 8, 2, 2, args.ours_dtypes, args.ours_args, args.peers, files)
     assert [r.name for r in rts] == ["ours int4", "ours int4 --memory lean", "ours int8", "ours int8 --memory lean"]
     assert rts[1].argv[-3:] == ("--", "--memory", "lean") and rts[0].argv[-1] == "--"
+
+
+def test_crispasr_names_cover_the_official_layout():
+    from qwen3asr_tools.crispasr_gguf import gguf_name, storage_type
+
+    pairs = {
+        "thinker.audio_tower.conv2d1.weight": "audio.conv.1.weight",
+        "thinker.audio_tower.conv_out.bias": "audio.conv_out.bias",
+        "thinker.audio_tower.layers.17.self_attn.out_proj.weight": "audio.blk.17.attn_out.weight",
+        "thinker.audio_tower.layers.0.fc1.bias": "audio.blk.0.ffn_up.bias",
+        "thinker.audio_tower.layers.3.final_layer_norm.weight": "audio.blk.3.ffn_norm.weight",
+        "thinker.audio_tower.proj2.weight": "audio.proj2.weight",
+        "thinker.model.embed_tokens.weight": "token_embd.weight",
+        "thinker.model.layers.27.self_attn.o_proj.weight": "blk.27.attn_output.weight",
+        "thinker.model.layers.5.self_attn.k_norm.weight": "blk.5.attn_k_norm.weight",
+        "thinker.model.layers.1.post_attention_layernorm.weight": "blk.1.ffn_norm.weight",
+        "thinker.model.layers.2.mlp.down_proj.weight": "blk.2.ffn_down.weight",
+        "thinker.model.norm.weight": "output_norm.weight",
+        "thinker.lm_head.weight": "output.weight",
+    }
+    assert {k: gguf_name(k) for k in pairs} == pairs
+    assert gguf_name("thinker.model.rotary_emb.inv_freq") is None
+    assert gguf_name("thinker.audio_tower.layers.0.self_attn.rotary.weight") is None
+    assert storage_type("blk.0.ffn_down.weight", (1024, 3072)) == "Q4_K"
+    assert storage_type("audio.blk.0.ffn_up.weight", (3584, 896)) == "Q8_0"
+    assert storage_type("audio.conv.1.weight", (480, 1, 3, 3)) == "F16"
+    assert storage_type("blk.0.attn_q_norm.weight", (128,)) == "F32"
+    assert storage_type("audio.blk.0.attn_q.bias", (896,)) == "F32"
+    assert storage_type("blk.0.attn_q.weight", (128, 96)) == "Q8_0"  # 96 values a row: no Q4_K block fits
+    assert storage_type("blk.0.attn_q.weight", (128, 40)) == "F16"
