@@ -16,8 +16,9 @@ What is timed per call (each call = the whole clip, N decoded tokens, end of seq
   ``qwen3asr-transcribe`` flags (``engine_from_args``), so any engine flag can be passed through;
 - crispasr: the Qwen3-ASR stages of libcrispasr through the C API it exports (``qwen3_asr_*``:
   mel, encoder, tokenizer, embeddings, KV-cache forward; ``CrispStages``), driven the same way
-  (official prompt, N greedy steps). Its ``Session.transcribe`` has no way to ignore the end of
-  sequence and no stage timings in the wheel's build, so the stages are driven directly;
+  (official prompt, N greedy steps). Its ``Session.transcribe`` has a token cap but no setting to
+  ignore the end of sequence, and printed no stage times (``CRISPASR_QWEN3_ASR_BENCH=1``) in the
+  0.8.45 wheel, so the stages are driven directly;
 - llama.cpp: one call per process (the CLI has none other): ``--ignore-eos -n N``; stage times
   from its ``mtmd batch encoding done in`` (older builds: ``audio slice encoded in``) line and the
   ``llama_perf_context_print`` lines (``--perf``); the call is their sum.
