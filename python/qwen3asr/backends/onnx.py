@@ -28,10 +28,16 @@ def _ort():
     return onnxruntime
 
 
-def make_session(path: str, threads: int | None = None, spin_wait: bool = False):
+MEMORY_PROFILES = ("default", "lean")
+# ONNX Runtime session settings of the lean profile, each measured on the 0.6B-shaped bundle
+# (docs/benchmarks.md "Lean profile")
+LEAN_SESSION_CONFIG: dict[str, str] = {}
+
+
+def make_session(path: str, threads: int | None = None, spin_wait: bool = False, memory: str = "default"):
     """An ONNX Runtime CPU session with full graph optimisation, ``threads`` intra-op threads
     (default: ONNX Runtime's choice); idle worker threads spin before they sleep only with
-    ``spin_wait`` (see Qwen3ASREngine)."""
+    ``spin_wait`` (see Qwen3ASREngine); ``memory="lean"`` adds LEAN_SESSION_CONFIG."""
     ort = _ort()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
@@ -45,6 +51,9 @@ def make_session(path: str, threads: int | None = None, spin_wait: bool = False)
     # threads fight the thread that has work (a 2-thread decode step got 2-3x slower under load);
     # on a quiet one, waking them costs a few ms per decode step (docs/benchmarks.md)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
+    if memory == "lean":
+        for key, value in LEAN_SESSION_CONFIG.items():
+            so.add_session_config_entry(key, value)
     try:
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
@@ -54,17 +63,19 @@ def make_session(path: str, threads: int | None = None, spin_wait: bool = False)
 class OnnxEncoderRunner:
     """Runs merged / split encoder graphs; sessions are created on first use and kept."""
 
-    def __init__(self, frontend_path: str | None, threads: int | None = None, spin_wait: bool = False):
+    def __init__(self, frontend_path: str | None, threads: int | None = None, spin_wait: bool = False,
+                 memory: str = "default"):
         self._frontend_path = frontend_path
         self._threads = threads
         self._spin_wait = spin_wait
+        self._memory = memory
         self._sessions: dict[str, object] = {}
 
     def _session(self, path: str):
         sess = self._sessions.get(path)
         if sess is None:
             logger.debug("loading encoder graph %s", path)
-            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait)
+            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait, self._memory)
         return sess
 
     def run_merged(self, variant: EncoderVariant, mel, conv_mask1, conv_mask2, attn_bias):
@@ -86,10 +97,11 @@ class OnnxEncoderRunner:
 
 
 def create_onnx_encoder(bundle, form: str = "merged", sizes=None, threads: int | None = None,
-                        spin_wait: bool = False):
+                        spin_wait: bool = False, memory: str = "default"):
     """An AudioEncoder on ONNX Runtime for ``bundle``'s ``form`` variants (optionally only ``sizes`` s);
-    the CPU counterpart of qwen3asr.backends.rk.rknn.create_rknn_encoder."""
-    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait)
+    the CPU counterpart of qwen3asr.backends.rk.rknn.create_rknn_encoder. Each graph's session is
+    made when it is first run."""
+    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait, memory)
     return AudioEncoder(runner, bundle.encoder_variants(form, sizes), bundle.manifest["encoder"]["window_tokens"],
                         int(bundle.audio_config["num_mel_bins"]), form)
 
@@ -130,6 +142,7 @@ class KVCache:
 
 
 CACHE_STEP = 256  # KV-cache capacity grows in multiples of this many positions
+LEAN_CACHE_STEP = 128  # the same with memory="lean" (0.6B: 29 MB of cache per step instead of 58)
 # Rows that must follow a reused prefix. ONNX Runtime computes a call of one row (M = 1: the
 # matrix-vector kernels) with another summation order than a call of several: a prompt whose
 # last row alone followed the prefix gave logits up to 5.5e-6 off (tiny and bundled models), while
@@ -142,13 +155,15 @@ class OnnxDecoder:
 
     The cache is a fixed-capacity buffer per layer that the graph's GroupQueryAttention
     extends in place (IOBinding binds past_* and present_* to the same memory); it grows by
-    reallocation, in steps of ``CACHE_STEP`` positions, only when full.
+    reallocation, in steps of ``cache_step`` positions (CACHE_STEP; LEAN_CACHE_STEP with
+    ``memory="lean"``), only when full.
     """
 
     def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, threads: int | None = None,
-                 max_positions: int = 4096, spin_wait: bool = False):
+                 max_positions: int = 4096, spin_wait: bool = False, memory: str = "default"):
         """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
-        self.session = make_session(path, threads, spin_wait)
+        self.session = make_session(path, threads, spin_wait, memory)
+        self.cache_step = LEAN_CACHE_STEP if memory == "lean" else CACHE_STEP
         self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
         self.max_positions = int(max_positions)
         names = {i.name for i in self.session.get_inputs()}
@@ -164,13 +179,17 @@ class OnnxDecoder:
     def new_cache(self) -> KVCache:
         return KVCache([], [], 0)
 
+    def capacity_for(self, positions: int) -> int:
+        """The cache capacity allocated for ``positions`` rows: whole steps, at most max_positions."""
+        return min(self.max_positions, -(-positions // self.cache_step) * self.cache_step)
+
     def _reserve(self, cache: KVCache, needed: int) -> KVCache:
         if needed > self.max_positions:
             raise RuntimeError(f"decoder context full: {needed} positions needed, the graph holds "
                                f"{self.max_positions}")
         if needed <= cache.capacity:
             return cache
-        cap = min(self.max_positions, -(-needed // CACHE_STEP) * CACHE_STEP)
+        cap = self.capacity_for(needed)
         shape = (1, self.kv_heads, cap, self.head_dim)
         n = cache.length
 
@@ -268,7 +287,7 @@ class OnnxTextDecoder:
 
         def source():
             cache, hit = self.prefixes.get(rows, compute)
-            cap = min(kv.max_positions, -(-total // CACHE_STEP) * CACHE_STEP)
+            cap = kv.capacity_for(total)
             return cache.clone(capacity=cap), hit
 
         return source
@@ -335,22 +354,27 @@ class OnnxSlotScorer:
         self.kv = None
 
 
-def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, spin_wait: bool = False):
+def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, spin_wait: bool = False,
+                       memory: str = "default"):
     """The ONNX slot scorer of an aligner ``bundle``: its decoder graph of ``dtype`` ("auto": int8
-    if present, else fp32), whose logits are the aligner's time classes."""
+    if present, else fp32, in either memory profile: the time classes of an int4 scorer are not
+    measured against the official aligner), whose logits are the aligner's time classes."""
     dtype = _pick_dtype(bundle, dtype)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
-                     threads, max_positions=bundle.max_context, spin_wait=spin_wait)
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)
     scorer = OnnxSlotScorer(kv)
     scorer.dtype = dtype
     return scorer
 
 
-def _pick_dtype(bundle, dtype: str) -> str:
+def _pick_dtype(bundle, dtype: str, memory: str = "default") -> str:
+    """``dtype``, or for "auto" the bundle's int8 decoder (default memory profile) or int4 (lean)
+    if it has one, else the next wider one it has (int8, then fp32)."""
     dtypes = bundle.decoder_dtypes()
     if dtype == "auto":
-        dtype = "int8" if "int8" in dtypes else "fp32"
+        order = ("int4", "int8", "fp32") if memory == "lean" else ("int8", "fp32")
+        dtype = next((d for d in order if d in dtypes), "fp32")
     if dtype not in ("fp32", "int8", "int4"):
         raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {dtype!r}")
     return dtype
@@ -358,14 +382,15 @@ def _pick_dtype(bundle, dtype: str) -> str:
 
 def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
                         eos_ids, prefix_cache: PrefixCacheOptions | None = None,
-                        spin_wait: bool = False) -> OnnxTextDecoder:
-    """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32), "fp32",
-    "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end;
-    ``prefix_cache`` the prompt-prefix reuse (default PrefixCacheOptions())."""
-    dtype = _pick_dtype(bundle, dtype)
+                        spin_wait: bool = False, memory: str = "default") -> OnnxTextDecoder:
+    """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32; with
+    ``memory="lean"`` int4 first), "fp32", "int8" or "int4"; ``embed`` the bundle's embedding row
+    function; ``eos_ids`` the ids that end; ``prefix_cache`` the prompt-prefix reuse (default
+    PrefixCacheOptions()); ``memory`` the profile (MEMORY_PROFILES, Qwen3ASREngine)."""
+    dtype = _pick_dtype(bundle, dtype, memory)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
-                     threads, max_positions=bundle.max_context, spin_wait=spin_wait)
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)
     dec = OnnxTextDecoder(kv, eos_ids, embed, prefix_cache or PrefixCacheOptions())
     dec.dtype = dtype
     return dec
