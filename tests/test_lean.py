@@ -154,8 +154,13 @@ def test_lean_engine_takes_int4_and_grows_the_cache_in_small_steps(pair):
         _, cache = kv.forward(np.zeros((onnx_backend.LEAN_CACHE_STEP - 29, hidden), np.float32), cache, np.array([0]))
         assert (cache.length, cache.capacity) == (onnx_backend.LEAN_CACHE_STEP + 1, 2 * onnx_backend.LEAN_CACHE_STEP)
         kv.release_binding()
-    with Qwen3ASREngine(lean, backend="onnx") as e:  # the default profile keeps its choice and steps
+        e.encode(np.zeros((e.n_mels, 300), np.float32))  # the encoder's sessions keep no arena
+        sessions = list(e.encoder.runner._sessions.values())
+        assert sessions and not any(s.get_session_options().enable_cpu_mem_arena for s in sessions)
+    with Qwen3ASREngine(lean, backend="onnx") as e:  # the default profile keeps its choice, steps and arena
         assert e.decoder_dtype == "int8" and e.decoder.kv.cache_step == onnx_backend.CACHE_STEP
+        e.encode(np.zeros((e.n_mels, 300), np.float32))
+        assert all(s.get_session_options().enable_cpu_mem_arena for s in e.encoder.runner._sessions.values())
 
 
 MAPPED = """

@@ -28,16 +28,11 @@ def _ort():
     return onnxruntime
 
 
-MEMORY_PROFILES = ("default", "lean")
-# ONNX Runtime session settings of the lean profile, each measured on the 0.6B-shaped bundle
-# (docs/benchmarks.md "Lean profile")
-LEAN_SESSION_CONFIG: dict[str, str] = {}
-
-
-def make_session(path: str, threads: int | None = None, spin_wait: bool = False, memory: str = "default"):
+def make_session(path: str, threads: int | None = None, spin_wait: bool = False, arena: bool = True):
     """An ONNX Runtime CPU session with full graph optimisation, ``threads`` intra-op threads
     (default: ONNX Runtime's choice); idle worker threads spin before they sleep only with
-    ``spin_wait`` (see Qwen3ASREngine); ``memory="lean"`` adds LEAN_SESSION_CONFIG."""
+    ``spin_wait`` (see Qwen3ASREngine); ``arena=False``: no CPU memory arena (each run's
+    intermediate tensors are freed after it instead of kept for the next)."""
     ort = _ort()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
@@ -51,9 +46,7 @@ def make_session(path: str, threads: int | None = None, spin_wait: bool = False,
     # threads fight the thread that has work (a 2-thread decode step got 2-3x slower under load);
     # on a quiet one, waking them costs a few ms per decode step (docs/benchmarks.md)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
-    if memory == "lean":
-        for key, value in LEAN_SESSION_CONFIG.items():
-            so.add_session_config_entry(key, value)
+    so.enable_cpu_mem_arena = bool(arena)
     try:
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
@@ -75,7 +68,10 @@ class OnnxEncoderRunner:
         sess = self._sessions.get(path)
         if sess is None:
             logger.debug("loading encoder graph %s", path)
-            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait, self._memory)
+            # lean: no arena for the encoder, whose activations (attention of the whole window) the arena
+            # would keep after the run: 70 MB less peak on the 0.6B, no slower (docs/benchmarks.md)
+            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait,
+                                                       arena=self._memory != "lean")
         return sess
 
     def run_merged(self, variant: EncoderVariant, mel, conv_mask1, conv_mask2, attn_bias):
@@ -162,7 +158,7 @@ class OnnxDecoder:
     def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, threads: int | None = None,
                  max_positions: int = 4096, spin_wait: bool = False, memory: str = "default"):
         """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
-        self.session = make_session(path, threads, spin_wait, memory)
+        self.session = make_session(path, threads, spin_wait)
         self.cache_step = LEAN_CACHE_STEP if memory == "lean" else CACHE_STEP
         self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
         self.max_positions = int(max_positions)
