@@ -234,3 +234,15 @@ def test_transcribe_cli_with_lean(pair):
     assert p.returncode == 0, p.stderr
     with Qwen3ASREngine(lean, backend="onnx", memory="lean") as e:
         assert json.loads(p.stdout)["text"] == e.transcribe(audio, max_new_tokens=8).text
+
+
+def test_rknn_conversion_refuses_a_lean_bundle(pair, tmp_path):
+    from qwen3asr.bundle import BundleError
+    from qwen3asr_tools import onnx2rknn
+    from qwen3asr_tools.bundle_checkpoint import checkpoint_from_bundle
+
+    _, _, lean = pair
+    with pytest.raises(BundleError, match="exported with --memory lean .* the RKNN conversion needs the fp32 encoder"):
+        onnx2rknn.convert(lean, "rk3588", out_dir=str(tmp_path / "rknn"))
+    with pytest.raises(BundleError, match="rebuilding the checkpoint needs the fp32 encoder"):
+        checkpoint_from_bundle(lean, str(tmp_path / "ckpt"))

@@ -255,6 +255,7 @@ def convert(bundle_dir: str, target: str, forms=("merged", "split"), sizes=None,
         if form not in ("merged", "split"):
             raise ValueError(f"unknown encoder form {form!r}; use merged and/or split")
     bundle = Bundle.load(bundle_dir)
+    bundle.require_float_encoder("the RKNN conversion")
     out_dir = os.path.abspath(out_dir or os.path.join(bundle.path, "rknn", target))
     os.makedirs(out_dir, exist_ok=True)
     if os.path.relpath(out_dir, bundle.path).startswith(".."):

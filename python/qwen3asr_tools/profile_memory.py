@@ -129,6 +129,12 @@ def child_run(spec: dict) -> dict:
         rss[f"call{i + 1}"] = proc_status()["VmRSS"]
     out = {"import_s": t_import, "load_s": t_load, "calls": calls, "decoder_dtype": engine.decoder_dtype}
     if spec.get("aligner"):
+        # the aligner takes the engine's backend settings; its scorer is the bundle's "auto" choice
+        # (int8), whatever decoder dtype the ASR side was given
+        import dataclasses
+
+        name, options = engine._backend_request
+        engine._backend_request = (name, dataclasses.replace(options, decoder_dtype="auto"))
         t2 = time.perf_counter()
         engine.align(pcm, ALIGN_TEXT, language="English")
         out["first_align_ms"] = (time.perf_counter() - t2) * 1000
