@@ -159,7 +159,7 @@ class OnnxDecoder:
                  max_positions: int = 4096, spin_wait: bool = False, memory: str = "default"):
         """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
         self.session = make_session(path, threads, spin_wait)
-        self.cache_step = LEAN_CACHE_STEP if memory == "lean" else CACHE_STEP
+        self._lean = memory == "lean"
         self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
         self.max_positions = int(max_positions)
         names = {i.name for i in self.session.get_inputs()}
@@ -171,6 +171,11 @@ class OnnxDecoder:
         self._kept = None  # (buffers, IOBinding) of the last call (see _binding)
         logits = [o for o in self.session.get_outputs() if o.name == "logits"]
         self._vocab = int(logits[0].shape[-1])  # logits [1, K, vocab]
+
+    @property
+    def cache_step(self) -> int:
+        """Positions the cache grows by: LEAN_CACHE_STEP with memory="lean", else CACHE_STEP."""
+        return LEAN_CACHE_STEP if self._lean else CACHE_STEP
 
     def new_cache(self) -> KVCache:
         return KVCache([], [], 0)
