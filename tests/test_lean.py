@@ -114,12 +114,11 @@ def test_lean_decoder_is_the_default_graph(pair, dtype):
     """The decoder weights moved to an aligned file, nothing else: the logits of the same input
     are bit for bit those of the default bundle's decoder."""
     _, default, lean = pair
-    rng = np.random.default_rng(0)
     out = []
     for bundle, memory in ((default, "default"), (lean, "lean")):
         engine = Qwen3ASREngine(bundle, backend="onnx", decoder_dtype=dtype, memory=memory)
         kv = engine.decoder.kv
-        x = rng.standard_normal((9, engine.embeddings.hidden_size)).astype(np.float32) if not out else x
+        x = np.random.default_rng(0).standard_normal((9, engine.embeddings.hidden_size)).astype(np.float32)
         logits, cache = kv.forward(x, kv.new_cache(), np.arange(9))
         step, _ = kv.forward(engine.embeddings.row(100)[None], cache, np.array([0]))
         out.append((logits, step))

@@ -42,7 +42,6 @@ import subprocess
 import sys
 import time
 
-SMAPS_GROUPS = ("bundle files", "shared libraries", "anonymous", "other")
 AUDIO_OFFSET_S = 2.0  # skip the clip's leading silence (as scripts/bench.py)
 ALIGN_TEXT = "open the back door and turn on the kitchen light"
 
