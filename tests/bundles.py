@@ -13,14 +13,16 @@ import fixtures
 PRESETS = (("tiny-a", "bfloat16"), ("tiny-b", "float32"))
 
 
-def bundle(preset: str = "tiny-a", dtype: str = "bfloat16", decoders=("fp32", "int8", "int4")) -> tuple[str, str]:
-    """(checkpoint_dir, bundle_dir) for ``preset``."""
+def bundle(preset: str = "tiny-a", dtype: str = "bfloat16", decoders=("fp32", "int8", "int4"),
+           memory: str = "default") -> tuple[str, str]:
+    """(checkpoint_dir, bundle_dir) for ``preset``; ``memory``: the exporter's --memory."""
     from qwen3asr_tools import export_onnx
 
     ck = fixtures.checkpoint(preset, dtype=dtype)
     gen = fixtures._generator_hash("qwen3asr_tools.export_onnx")
-    key = f"bundle-{os.path.basename(ck)}-{'-'.join(decoders)}-{gen}"
-    out = fixtures._cached_dir(key, lambda d: export_onnx.export(ck, d, decoder_dtypes=tuple(decoders)))
+    lean = "" if memory == "default" else f"-{memory}"
+    key = f"bundle-{os.path.basename(ck)}-{'-'.join(decoders)}{lean}-{gen}"
+    out = fixtures._cached_dir(key, lambda d: export_onnx.export(ck, d, decoder_dtypes=tuple(decoders), memory=memory))
     return ck, out
 
 

@@ -262,3 +262,20 @@ def test_added_token_id_mismatch(tdir, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
     with pytest.raises(TokenizerError, match=r"'<\|im_end\|>' should have id 151700, the tokenizer gives 151643"):
         Tokenizer.from_dir(str(tmp_path))
+
+
+def test_files_read_by_tokenizers_give_the_json_route_tokenizer(tok, tdir):
+    """The slow files are parsed by `tokenizers` itself (qwen3asr.tokenizer._from_files, what
+    from_dir uses for them); the tokenizer it builds serialises exactly as the one built from
+    tokenizer_json(), the pipeline of transformers' Qwen2TokenizerFast."""
+    from tokenizers import Tokenizer as Backend
+
+    with open(os.path.join(tdir, "vocab.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(tdir, "merges.txt"), encoding="utf-8") as f:
+        merges = [tuple(line.rstrip("\n").split(" ")) for line in f if line.strip() and not line.startswith("#version")]
+    with open(os.path.join(tdir, "tokenizer_config.json"), encoding="utf-8") as f:
+        added = [dict(v, id=int(k)) for k, v in json.load(f)["added_tokens_decoder"].items()]
+    reference = json.loads(Backend.from_str(json.dumps(tokenizer_json(vocab, merges, added))).to_str())
+    assert json.loads(tok._tok.to_str()) == reference
+

@@ -170,6 +170,13 @@ class Bundle:
                      "give it as the model (model_dir, --model DIR)")
             raise BundleError(f"{self.path} is {what[self.kind]}, not {what[kind]}: {where}")
 
+    def require_float_encoder(self, purpose: str) -> None:
+        """BundleError when the encoder graphs hold int8 weights (exported with ``--memory lean``,
+        for ONNX Runtime on the CPU only), which ``purpose`` cannot take."""
+        if self.manifest["encoder"].get("dtype", "float32") != "float32":
+            raise BundleError(f"{self.path} was exported with --memory lean (int8 encoder weights, for the CPU "
+                              f"only); {purpose} needs the fp32 encoder: export again without --memory lean")
+
     @property
     def aligner(self) -> dict:
         """An aligner bundle's settings (classify_num, timestamp_token_id, timestamp_segment_ms,

@@ -120,6 +120,13 @@ def text(name: str, value, max_chars: Optional[int] = None) -> Optional[str]:
     return None
 
 
+def choice(name: str, value, accepted) -> Optional[str]:
+    """The problem of ``value`` as one of the strings ``accepted``, or None."""
+    if isinstance(value, str) and value in accepted:
+        return None
+    return problem(name, "one of " + ", ".join(repr(a) for a in accepted), value)
+
+
 def path(name: str, value, *, optional: bool = False) -> Optional[str]:
     """The problem of ``value`` as a file path (str or os.PathLike, at most PATH_MAX characters), or None."""
     if optional and value is None:
@@ -132,5 +139,5 @@ def path(name: str, value, *, optional: bool = False) -> Optional[str]:
     return None
 
 
-__all__ = ["PATH_MAX", "SHOW_CHARS", "flag", "integer", "is_integer", "is_number", "number", "path", "problem",
+__all__ = ["PATH_MAX", "SHOW_CHARS", "choice", "flag", "integer", "is_integer", "is_number", "number", "path", "problem",
            "requirement", "show", "text"]

@@ -89,7 +89,8 @@ class Qwen3ASREngine:
         Runtime on the CPU), "onnx" (any CPU) or "rk" (fails with what is missing).
       encoder_form: "merged" (one graph per duration) or "split" (per-chunk front end + back end).
       encoder_sizes: only load these encoder durations (seconds); default all in the bundle.
-      decoder_dtype: ONNX decoder weights: "auto" (int8 if present, else fp32), "fp32", "int8", "int4".
+      decoder_dtype: ONNX decoder weights: "auto" (int8 if present, else fp32; int4 first with
+        ``memory="lean"``), "fp32", "int8", "int4".
       threads: CPU threads for ONNX Runtime (default: its own choice).
       spin_wait: ONNX Runtime's idle worker threads spin a while before they sleep (its own
         default). Off here: on a busy or shared CPU spinning threads take time from the ones with
@@ -102,6 +103,10 @@ class Qwen3ASREngine:
         (qwen3asr.PrefixCacheOptions: entries and bytes kept; max_entries=0 turns it off; default
         8 prefixes, 128 MiB). The rk backend prefills the whole prompt every time (why:
         docs/rkllm_abi.md).
+      memory: the ONNX Runtime memory profile: "default", or "lean" for small machines and
+        one-shot runs (int4 decoder by default, KV cache grown in smaller steps; a bundle exported
+        with ``--memory lean`` adds int8 encoder weights and memory-mapped decoder weights).
+        Measured in docs/benchmarks.md "Lean profile". The aligner is loaded with it too.
       aligner: a forced-aligner bundle for word timestamps (docs/aligner.md); default
         ``$QWEN3ASR_ALIGNER``, else, with the bundled default model, the bundled demo aligner.
         Loaded on the first request that asks for words, with this engine's backend settings.
@@ -116,7 +121,7 @@ class Qwen3ASREngine:
                  encoder_sizes=None, decoder_dtype: str = "auto", threads: Optional[int] = None, rk=None,
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
                  enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
-                 spin_wait: bool = False, aligner: Optional[str] = None):
+                 spin_wait: bool = False, aligner: Optional[str] = None, memory: str = "default"):
         from .backends import RKOptions
 
         if not isinstance(backend, str) or backend not in BACKENDS:
@@ -133,7 +138,8 @@ class Qwen3ASREngine:
                                      cpus=enabled_cpus if enabled_cpus is not None else rk.cpus)
         backend_options = BackendOptions(
             encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype, threads=threads,
-            spin_wait=spin_wait, prefix_cache=PrefixCacheOptions() if prefix_cache is None else prefix_cache, rk=rk)
+            spin_wait=spin_wait, prefix_cache=PrefixCacheOptions() if prefix_cache is None else prefix_cache, rk=rk,
+            memory=memory)
         overrides = {} if repeat_penalty is None else {"repetition_penalty": repeat_penalty}
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine

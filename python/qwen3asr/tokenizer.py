@@ -135,6 +135,55 @@ def _read_merges(path: str) -> List[Tuple[str, str]]:
     return merges
 
 
+def _added_tokens(cfg_path: str) -> list[dict] | None:
+    """The added tokens of tokenizer_config.json (dicts with id, content, special, ...), or None
+    when the file has no added_tokens_decoder or a malformed one."""
+    cfg = _read_json(cfg_path)
+    decoder = cfg.get("added_tokens_decoder") if isinstance(cfg, dict) else None
+    if not isinstance(decoder, dict) or not decoder:
+        return None
+    try:
+        return sorted((dict(v, id=int(k)) for k, v in decoder.items()), key=lambda a: a["id"])
+    except (ValueError, TypeError):
+        return None
+
+
+def _from_files(path: str):
+    """(backend, added) built by `tokenizers` straight from vocab.json and merges.txt (the files
+    are parsed in Rust: a third of the time and memory of the JSON route, docs/benchmarks.md
+    "Lean profile"); the same pipeline as :func:`tokenizer_json`. None when the files are not
+    plain (the added tokens do not follow the vocabulary id by id, or `tokenizers` refuses a file):
+    the JSON route then says what is wrong."""
+    from tokenizers import AddedToken, Regex
+    from tokenizers import Tokenizer as _Backend
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+    added = _added_tokens(os.path.join(path, "tokenizer_config.json"))
+    if added is None:
+        return None
+    try:
+        bpe = models.BPE.from_file(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt"),
+                                   unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
+                                   fuse_unk=False, byte_fallback=False)
+        backend = _Backend(bpe)
+    except Exception:  # noqa: BLE001 - tokenizers raises its own Exception type; the JSON route explains
+        return None
+    first = backend.get_vocab_size(with_added_tokens=False)
+    if [a["id"] for a in added] != list(range(first, first + len(added))):
+        return None
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    backend.post_processor = processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    backend.add_tokens([AddedToken(a["content"], single_word=bool(a.get("single_word", False)),
+                                   lstrip=bool(a.get("lstrip", False)), rstrip=bool(a.get("rstrip", False)),
+                                   normalized=bool(a.get("normalized", False)), special=bool(a.get("special", False)))
+                        for a in added])
+    return backend, {a["id"]: (a["content"], bool(a.get("special", False))) for a in added}
+
+
 class Tokenizer:
     """Qwen3-ASR text tokenizer. Build with ``Tokenizer.from_dir(checkpoint_dir)``."""
 
@@ -168,8 +217,7 @@ class Tokenizer:
                 backend = _Backend.from_file(tj)
             except Exception as exc:  # tokenizers raises its own Exception type
                 raise TokenizerError(f"cannot load {tj}: {exc}") from exc
-            data = _read_json(tj)
-            added = {int(a["id"]): (a["content"], bool(a.get("special", False))) for a in data.get("added_tokens", [])}
+            added = {int(i): (a.content, bool(a.special)) for i, a in backend.get_added_tokens_decoder().items()}
             return cls._checked(backend, added, tj)
 
         needed = ["vocab.json", "merges.txt", "tokenizer_config.json"]
@@ -179,6 +227,9 @@ class Tokenizer:
                 f"{path} has no tokenizer.json and lacks {', '.join(missing)}; a Qwen3-ASR checkpoint "
                 "directory holds vocab.json, merges.txt and tokenizer_config.json"
             )
+        fast = _from_files(path)
+        if fast is not None:
+            return cls._checked(*fast, path)
         vocab = _read_json(os.path.join(path, "vocab.json"))
         if not isinstance(vocab, dict) or not vocab:
             raise TokenizerError(f"{os.path.join(path, 'vocab.json')}: expected a non-empty token -> id object")

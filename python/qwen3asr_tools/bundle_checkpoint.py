@@ -112,6 +112,7 @@ def checkpoint_from_bundle(bundle_dir: str, out_dir: str) -> str:
     from qwen3asr.tokenizer import Tokenizer
 
     bundle = Bundle.load(bundle_dir)
+    bundle.require_float_encoder("rebuilding the checkpoint")
     mods = official_modules()
     tok = Tokenizer.from_dir(bundle.path)
     ids = {n: tok.token_id(n) for n in ("<|audio_pad|>", "<|audio_start|>", "<|audio_end|>", "user")}

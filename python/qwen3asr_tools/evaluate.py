@@ -91,10 +91,11 @@ def score(results: Sequence[ClipResult]) -> Scores:
     )
 
 
-def run_bundle(rows, base: str, model: str, decoder_dtype: str, threads: Optional[int]) -> List[ClipResult]:
+def run_bundle(rows, base: str, model: str, decoder_dtype: str, threads: Optional[int],
+               memory: str = "default") -> List[ClipResult]:
     from qwen3asr import Qwen3ASREngine
 
-    engine = Qwen3ASREngine(model, backend="onnx", decoder_dtype=decoder_dtype, threads=threads)
+    engine = Qwen3ASREngine(model, backend="onnx", decoder_dtype=decoder_dtype, threads=threads, memory=memory)
     out = []
     for r in rows:
         t = engine.transcribe(os.path.join(base, r["audio"]))
@@ -151,7 +152,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", required=True, help="manifest.jsonl of a split made by scripts/make_dataset.py")
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "default"), help="bundle directory")
-    ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8"])
+    ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8", "int4"])
+    ap.add_argument("--memory", default="default", choices=["default", "lean"],
+                    help="the engine's memory profile (lean: int4 decoder first; docs/benchmarks.md)")
     ap.add_argument("--official", default=None, metavar="CHECKPOINT",
                     help="also run the official PyTorch model from this checkpoint directory and compare")
     ap.add_argument("--no-bundle", action="store_true", help="only the official model (needs --official)")
@@ -171,11 +174,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report = {"manifest": args.manifest, "n_clips": len(rows)}
     ours, errors = [], []
     if not args.no_bundle:
-        ours = run_bundle(rows, base, args.model, args.decoder_dtype, args.threads)
+        ours = run_bundle(rows, base, args.model, args.decoder_dtype, args.threads, args.memory)
         s_ours = score(ours)
-        report.update(model=args.model, decoder_dtype=args.decoder_dtype,
+        report.update(model=args.model, decoder_dtype=args.decoder_dtype, memory=args.memory,
                       bundle={"scores": asdict(s_ours), "seconds": round(time.time() - t0, 1)})
-        print(table(f"bundle {args.model} (decoder {args.decoder_dtype}), {len(rows)} clips", s_ours))
+        print(table(f"bundle {args.model} (decoder {args.decoder_dtype}, memory {args.memory}), {len(rows)} clips",
+                    s_ours))
         errors = [asdict(r) for r in ours if (r.language, r.text) != (r.ref_language, r.ref_text)]
         report["bundle"]["errors"] = errors
         guarded = [r for r in ours if r.loops or r.fallback_tries or r.finish_reason != "eos"]

@@ -18,6 +18,12 @@ slots (the head has ``classify_num`` time classes instead of the vocabulary), an
 aligner_head.npy / aligner_norm.npy hold the head and the final norm for backends that apply
 them on the host.
 
+``--memory lean`` (CPU bundles for small machines and one-shot runs; docs/benchmarks.md "Lean
+profile"): every encoder linear stored as weight-only int8 (MatMulNBits, about a quarter of the
+fp32 bytes; the RKNN converter needs the default fp32 encoder), and every decoder's weights in
+``decoder_<dtype>.onnx.data`` at page-aligned offsets, which ONNX Runtime memory-maps instead of
+reading them into the graph's protobuf and copying them again.
+
 Needs numpy and onnx only (no torch). Every encoder graph uses opset 17 (RKNN takes <= 19).
 """
 
@@ -106,6 +112,20 @@ class SharedWeights:
         self._f.close()
 
 
+def save_aligned(model, path: str) -> list[str]:
+    """Save an ONNX model with its weights in ``path + '.data'`` at page-aligned offsets (ONNX
+    Runtime memory-maps such external data on the CPU)."""
+    import onnx
+
+    shared = SharedWeights(path + ".data")
+    try:
+        shared.externalize(model)
+    finally:
+        shared.close()
+    onnx.save_model(model, path)
+    return [path, path + ".data"]
+
+
 def save_encoder(model, path: str, shared: SharedWeights) -> list[str]:
     import onnx
 
@@ -159,8 +179,17 @@ def special_token_ids(ckpt_dir: str, names=SPECIAL_NAMES) -> dict[str, int]:
     return {n: ids[n] for n in names}
 
 
+MEMORY_PROFILES = ("default", "lean")
+
+
 def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("merged", "split"),
-           decoder_dtypes=("fp32", "int8"), quant_block: int | None = None) -> dict:
+           decoder_dtypes=("fp32", "int8"), quant_block: int | None = None, memory: str = "default") -> dict:
+    """Write the bundle of ``ckpt_dir`` into ``out_dir``; returns its manifest. ``memory``:
+    "default" (fp32 encoder, the RKNN converter's input) or "lean" (see the module docstring)."""
+    if memory not in MEMORY_PROFILES:
+        raise ValueError(f"memory must be one of {', '.join(MEMORY_PROFILES)} (got {memory!r})")
+    lean = memory == "lean"
+    enc_bits = 8 if lean else None
     t_start = time.time()
     cfg = ckpt.read_config(ckpt_dir)
     W = ckpt.open_weights(ckpt_dir)
@@ -192,7 +221,7 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
     if "split" in forms:
         log.info("encoder front end (split form)")
         path = os.path.join(out_dir, "encoder", "frontend.onnx")
-        files += save_encoder(graphs.encoder_frontend(W, a), path, shared)
+        files += save_encoder(graphs.encoder_frontend(W, a, enc_bits), path, shared)
         variants.append({"form": "split", "part": "frontend", "seconds": 1, "n_chunks": 1, "tokens": TOKENS_PER_CHUNK,
                          "file": "encoder/frontend.onnx"})
     for d in sorted(set(int(x) for x in durations)):
@@ -201,7 +230,8 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         for form in forms:
             name = f"merged_{d}s.onnx" if form == "merged" else f"backend_{d}s.onnx"
             log.info("encoder %s %d s", form, d)
-            model = graphs.encoder_merged(W, a, d) if form == "merged" else graphs.encoder_backend(W, a, d)
+            model = (graphs.encoder_merged(W, a, d, enc_bits) if form == "merged"
+                     else graphs.encoder_backend(W, a, d, enc_bits))
             files += save_encoder(model, os.path.join(out_dir, "encoder", name), shared)
             variants.append({"form": form, "part": "merged" if form == "merged" else "backend", "seconds": d,
                              "n_chunks": d, "tokens": TOKENS_PER_CHUNK * d, "file": f"encoder/{name}"})
@@ -216,7 +246,8 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         path = os.path.join(out_dir, "decoder", f"decoder_{dt}.onnx")
         block = quant_block or default_quant_block(bits, t) if bits else None
         search = bits == 4  # int4 block scales by least squared error (onnx_graphs.quantize_blockwise)
-        files += save_model(graphs.decoder(W, cfg, bits=bits, block_size=block or 32, scale_search=search), path)
+        model = graphs.decoder(W, cfg, bits=bits, block_size=block or 32, scale_search=search)
+        files += save_aligned(model, path) if lean else save_model(model, path)
         entry = {"dtype": dt, "file": f"decoder/decoder_{dt}.onnx"}
         if bits:
             entry["quantization"] = {"scheme": "weight-only symmetric block-wise (MatMulNBits)", "bits": bits,
@@ -250,6 +281,7 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         "kind": "aligner" if al else "asr",
         "exporter_version": EXPORTER_VERSION,
         "created_unix": int(time.time()),
+        "memory": memory,
         "source": {"checkpoint_name": os.path.basename(os.path.normpath(ckpt_dir)),
                    "config_sha256": sha256_file(os.path.join(ckpt_dir, "config.json"))},
         "config": {"audio": vars(a), "text": vars(t), "audio_token_id": cfg.audio_token_id,
@@ -259,7 +291,8 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         "special_tokens": specials,
         "eos_token_ids": eos,
         "encoder": {"chunk_frames": CHUNK_FRAMES, "tokens_per_chunk": TOKENS_PER_CHUNK, "window_tokens": window_tokens,
-                    "opset": graphs.OPSET, "dtype": "float32", "weights_file": "encoder/weights.bin",
+                    "opset": graphs.OPSET, "dtype": "int8" if lean else "float32",
+                    "weights_file": "encoder/weights.bin",
                     "inputs": {"merged": ["mel", "conv_mask1", "conv_mask2", "attn_bias"],
                                "frontend": ["mel", "conv_mask1", "conv_mask2"], "backend": ["hidden", "attn_bias"]},
                     "variants": variants},
@@ -289,12 +322,16 @@ def main(argv=None) -> int:
                     help="block size of int8/int4 weight quantisation, a power of 2 >= 16 (default: int8 128 "
                          "where every width is a multiple of 128, else 32; int4 64; widths that are not a "
                          "multiple are zero-padded to whole blocks)")
+    ap.add_argument("--memory", default="default", choices=MEMORY_PROFILES,
+                    help="lean: int8 encoder weights (CPU only: the RKNN converter takes the default) and "
+                         "memory-mapped decoder weights, for small machines and one-shot runs "
+                         "(docs/benchmarks.md \"Lean profile\"; default %(default)s)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         durations = [int(x) for x in args.durations.split(",") if x.strip()]
         export(args.checkpoint, args.out, durations, tuple(x.strip() for x in args.forms.split(",") if x.strip()),
-               tuple(x.strip() for x in args.decoder.split(",") if x.strip()), args.quant_block)
+               tuple(x.strip() for x in args.decoder.split(",") if x.strip()), args.quant_block, args.memory)
     except (ckpt.CheckpointError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

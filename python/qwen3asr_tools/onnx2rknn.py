@@ -400,6 +400,7 @@ def convert(bundle_dir: str, target: str, forms=("merged", "split"), sizes=None,
         if form not in ("merged", "split"):
             raise ValueError(f"unknown encoder form {form!r}; use merged and/or split")
     bundle = Bundle.load(os.path.abspath(bundle_dir))  # absolute: the toolkit runs in a scratch directory
+    bundle.require_float_encoder("the RKNN conversion")
     jobs = plan(select_graphs(bundle, forms, sizes), shapes)
     out_dir = os.path.abspath(out_dir or os.path.join(bundle.path, "rknn", target))
     os.makedirs(out_dir, exist_ok=True)

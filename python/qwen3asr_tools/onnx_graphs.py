@@ -38,10 +38,16 @@ def conv_lengths(n: int) -> list[int]:
 
 
 class GraphBuilder:
-    """Tiny helper: named nodes and initializers, unique names."""
+    """Tiny helper: named nodes and initializers, unique names.
 
-    def __init__(self, name: str):
+    ``weight_bits=8``: every ``linear`` stores its weight as weight-only int8 (MatMulNBits,
+    ``block_size`` weights per scale) instead of fp32; the lean encoder (export --memory lean).
+    """
+
+    def __init__(self, name: str, weight_bits: int | None = None, block_size: int = 128):
         self.name = name
+        self.weight_bits, self.block_size = weight_bits, block_size
+        self.domains: set[str] = set()
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -81,8 +87,19 @@ class GraphBuilder:
 
     # composite ops ------------------------------------------------------------
     def linear(self, x: str, w: np.ndarray, b: np.ndarray | None, name: str) -> str:
-        """x @ w.T + b with torch Linear weight layout ``w`` (out, in)."""
-        y = self.op("MatMul", [x, self.weight(name + ".weight_t", w.T.astype(np.float32))])
+        """x @ w.T + b with torch Linear weight layout ``w`` (out, in); int8 weights with
+        ``weight_bits``."""
+        if self.weight_bits:
+            n, k = w.shape
+            packed, scales = quantize_blockwise(np.asarray(w, np.float32), self.weight_bits, self.block_size)
+            self.domains.add("com.microsoft")
+            # accuracy_level 4: int8 activations per block, int32 sums (as fast as the fp32 MatMul
+            # at 39 rows, faster at 390; docs/benchmarks.md "Lean profile")
+            y = self.op("MatMulNBits", [x, self.weight(name + ".qweight", packed), self.weight(name + ".scales", scales)],
+                        domain="com.microsoft", K=k, N=n, bits=self.weight_bits, block_size=self.block_size,
+                        accuracy_level=4)
+        else:
+            y = self.op("MatMul", [x, self.weight(name + ".weight_t", w.T.astype(np.float32))])
         if b is not None:
             y = self.op("Add", [y, self.weight(name + ".bias", b.astype(np.float32))])
         return y
@@ -107,7 +124,8 @@ class GraphBuilder:
 
     def build(self, opset: int = OPSET, extra_domains: tuple = ()) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.inits)
-        imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in extra_domains]
+        domains = sorted(set(extra_domains) | self.domains)
+        imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
         model = helper.make_model(graph, opset_imports=imports, producer_name="qwen3asr-rk")
         model.ir_version = 8
         return model
@@ -175,8 +193,16 @@ def _encoder_layers(g: GraphBuilder, x: str, bias: str, W, cfg) -> str:
     return g.linear(x, W.get(P + "proj2.weight"), W.get(P + "proj2.bias"), "proj2")
 
 
-def encoder_merged(W, cfg, n_chunks: int) -> onnx.ModelProto:
-    g = GraphBuilder(f"qwen3asr_encoder_merged_{n_chunks}")
+def encoder_block(cfg) -> int:
+    """Weights per scale of the int8 encoder: 128 when every linear's input width (d_model, the
+    FFN width, the conv stem's flattened output) is a multiple of 128 (the official 0.6B and
+    1.7B: faster than 32, docs/benchmarks.md), else 32."""
+    widths = (cfg.d_model, cfg.encoder_ffn_dim, cfg.downsample_hidden_size * conv_lengths(cfg.num_mel_bins)[2])
+    return 128 if all(w % 128 == 0 for w in widths) else 32
+
+
+def encoder_merged(W, cfg, n_chunks: int, weight_bits: int | None = None) -> onnx.ModelProto:
+    g = GraphBuilder(f"qwen3asr_encoder_merged_{n_chunks}", weight_bits, encoder_block(cfg))
     L = TOKENS_PER_CHUNK * n_chunks
     mel = g.input("mel", TensorProto.FLOAT, [1, cfg.num_mel_bins, CHUNK_FRAMES * n_chunks])
     bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, L, L])
@@ -189,8 +215,8 @@ def encoder_merged(W, cfg, n_chunks: int) -> onnx.ModelProto:
     return g.build()
 
 
-def encoder_frontend(W, cfg) -> onnx.ModelProto:
-    g = GraphBuilder("qwen3asr_encoder_frontend")
+def encoder_frontend(W, cfg, weight_bits: int | None = None) -> onnx.ModelProto:
+    g = GraphBuilder("qwen3asr_encoder_frontend", weight_bits, encoder_block(cfg))
     mel = g.input("mel", TensorProto.FLOAT, [1, cfg.num_mel_bins, CHUNK_FRAMES])
     x = g.op("Unsqueeze", [mel, g.const([1])])  # [1,1,mels,100]
     x = _conv_stem(g, x, 1, W, cfg)
@@ -198,8 +224,8 @@ def encoder_frontend(W, cfg) -> onnx.ModelProto:
     return g.build()
 
 
-def encoder_backend(W, cfg, n_chunks: int) -> onnx.ModelProto:
-    g = GraphBuilder(f"qwen3asr_encoder_backend_{n_chunks}")
+def encoder_backend(W, cfg, n_chunks: int, weight_bits: int | None = None) -> onnx.ModelProto:
+    g = GraphBuilder(f"qwen3asr_encoder_backend_{n_chunks}", weight_bits, encoder_block(cfg))
     L = TOKENS_PER_CHUNK * n_chunks
     x = g.input("hidden", TensorProto.FLOAT, [1, L, cfg.d_model])
     bias = g.input("attn_bias", TensorProto.FLOAT, [1, 1, L, L])

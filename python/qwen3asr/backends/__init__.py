@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 BACKENDS = ("auto", "onnx", "rk")
 ENCODER_FORMS = ("merged", "split")
 DECODER_DTYPES = ("auto", "fp32", "int8", "int4")
+# "lean": the CPU profile for small machines and one-shot runs (int4 decoder by default, smaller
+# KV-cache steps; with a bundle exported with --memory lean, int8 encoder weights and memory-mapped
+# decoder weights); docs/benchmarks.md "Lean profile"
+MEMORY_PROFILES = ("default", "lean")
 MAX_THREADS = 256  # ONNX Runtime intra-op threads accepted (more than any board or desktop has cores)
 
 
@@ -50,6 +54,7 @@ class BackendOptions:
     spin_wait: bool = False  # ONNX Runtime's idle threads spin before they sleep (Qwen3ASREngine)
     prefix_cache: PrefixCacheOptions = PrefixCacheOptions()  # the ONNX decoder's prompt-prefix KV reuse
     rk: RKOptions = RKOptions()  # board settings of the rk backend
+    memory: str = "default"  # ONNX memory profile: "default" or "lean" (MEMORY_PROFILES)
 
     def __post_init__(self):
         problems = []
@@ -67,7 +72,8 @@ class BackendOptions:
             problems.append(f"decoder_dtype must be one of {', '.join(DECODER_DTYPES)} "
                             f"(got {checks.show(self.decoder_dtype)})")
         problems += filter(None, (checks.integer("threads", self.threads, 1, MAX_THREADS, optional=True),
-                                  checks.flag("spin_wait", self.spin_wait)))
+                                  checks.flag("spin_wait", self.spin_wait),
+                                  checks.choice("memory", self.memory, MEMORY_PROFILES)))
         if not isinstance(self.prefix_cache, PrefixCacheOptions):
             problems.append(f"prefix_cache must be a qwen3asr.PrefixCacheOptions "
                             f"(got {type(self.prefix_cache).__name__})")
@@ -133,10 +139,11 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
         return _create_rk(bundle, o, decoding)
     from .onnx import create_onnx_decoder, create_onnx_encoder
 
-    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait)
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
     try:
         decoder = create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
-                                      eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache, spin_wait=o.spin_wait)
+                                      eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache, spin_wait=o.spin_wait,
+                                      memory=o.memory)
     except BaseException:
         encoder.close()
         raise
@@ -178,9 +185,9 @@ def create_aligner_backend(name: str, bundle: Bundle, options: BackendOptions = 
         return _create_rk_aligner(bundle, o)
     from .onnx import create_onnx_encoder, create_onnx_scorer
 
-    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait)
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
     try:
-        scorer = create_onnx_scorer(bundle, o.decoder_dtype, o.threads, o.spin_wait)
+        scorer = create_onnx_scorer(bundle, o.decoder_dtype, o.threads, o.spin_wait, o.memory)
     except BaseException:
         encoder.close()
         raise
@@ -225,5 +232,5 @@ def _board_soc(bundle: Bundle, rk: RKOptions) -> Tuple[Optional[str], Optional[s
     return soc, None
 
 
-__all__ = ["BACKENDS", "AlignerBackend", "Backend", "BackendOptions", "PrefixCacheOptions", "RKOptions",
+__all__ = ["BACKENDS", "MEMORY_PROFILES", "AlignerBackend", "Backend", "BackendOptions", "PrefixCacheOptions", "RKOptions",
            "create_aligner_backend", "create_backend"]

@@ -28,10 +28,11 @@ def _ort():
     return onnxruntime
 
 
-def make_session(path: str, threads: int | None = None, spin_wait: bool = False):
+def make_session(path: str, threads: int | None = None, spin_wait: bool = False, arena: bool = True):
     """An ONNX Runtime CPU session with full graph optimisation, ``threads`` intra-op threads
     (default: ONNX Runtime's choice); idle worker threads spin before they sleep only with
-    ``spin_wait`` (see Qwen3ASREngine)."""
+    ``spin_wait`` (see Qwen3ASREngine); ``arena=False``: no CPU memory arena (each run's
+    intermediate tensors are freed after it instead of kept for the next)."""
     ort = _ort()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
@@ -45,26 +46,64 @@ def make_session(path: str, threads: int | None = None, spin_wait: bool = False)
     # threads fight the thread that has work (a 2-thread decode step got 2-3x slower under load);
     # on a quiet one, waking them costs a few ms per decode step (docs/benchmarks.md)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
+    so.enable_cpu_mem_arena = bool(arena)
     try:
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
         raise RuntimeError(f"ONNX Runtime cannot load {path}: {exc}") from exc
 
 
+MADV_DONTNEED = 4  # linux/mman.h
+
+
+def drop_mapped_pages(directory: str) -> int:
+    """Drop the resident pages of every file under ``directory`` that this process maps (Linux;
+    elsewhere nothing): ONNX Runtime maps page-aligned external weights and, once a session has
+    prepacked them, reads only a few of them again (the pages come back from the file when
+    read: they are clean, never written). Used after each session of the lean profile is made:
+    the 0.6B decoder's mapped scales kept 36 MB resident beside their prepacked copy. Returns
+    the bytes advised."""
+    import ctypes
+    import ctypes.util
+
+    root = os.path.realpath(directory) + os.sep
+    try:
+        with open("/proc/self/maps") as f:
+            spans = [line.split() for line in f]
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return 0
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    dropped = 0
+    for parts in spans:
+        if len(parts) >= 6 and parts[5].startswith(root) and not parts[5].endswith(".so"):
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            if libc.madvise(start, end - start, MADV_DONTNEED) == 0:
+                dropped += end - start
+    return dropped
+
+
 class OnnxEncoderRunner:
     """Runs merged / split encoder graphs; sessions are created on first use and kept."""
 
-    def __init__(self, frontend_path: str | None, threads: int | None = None, spin_wait: bool = False):
+    def __init__(self, frontend_path: str | None, threads: int | None = None, spin_wait: bool = False,
+                 memory: str = "default"):
         self._frontend_path = frontend_path
         self._threads = threads
         self._spin_wait = spin_wait
+        self._memory = memory
         self._sessions: dict[str, object] = {}
 
     def _session(self, path: str):
         sess = self._sessions.get(path)
         if sess is None:
             logger.debug("loading encoder graph %s", path)
-            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait)
+            # lean: no arena for the encoder, whose activations (attention of the whole window) the arena
+            # would keep after the run: 70 MB less peak on the 0.6B, no slower (docs/benchmarks.md)
+            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait,
+                                                       arena=self._memory != "lean")
+            if self._memory == "lean":
+                drop_mapped_pages(os.path.dirname(path))
         return sess
 
     def run_merged(self, variant: EncoderVariant, mel, conv_mask1, conv_mask2, attn_bias):
@@ -86,10 +125,11 @@ class OnnxEncoderRunner:
 
 
 def create_onnx_encoder(bundle, form: str = "merged", sizes=None, threads: int | None = None,
-                        spin_wait: bool = False):
+                        spin_wait: bool = False, memory: str = "default"):
     """An AudioEncoder on ONNX Runtime for ``bundle``'s ``form`` variants (optionally only ``sizes`` s);
-    the CPU counterpart of qwen3asr.backends.rk.rknn.create_rknn_encoder."""
-    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait)
+    the CPU counterpart of qwen3asr.backends.rk.rknn.create_rknn_encoder. Each graph's session is
+    made when it is first run."""
+    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait, memory)
     return AudioEncoder(runner, bundle.encoder_variants(form, sizes), bundle.manifest["encoder"]["window_tokens"],
                         int(bundle.audio_config["num_mel_bins"]), form)
 
@@ -130,6 +170,7 @@ class KVCache:
 
 
 CACHE_STEP = 256  # KV-cache capacity grows in multiples of this many positions
+LEAN_CACHE_STEP = 128  # the same with memory="lean" (0.6B: 29 MB of cache per step instead of 58)
 # Rows that must follow a reused prefix. ONNX Runtime computes a call of one row (M = 1: the
 # matrix-vector kernels) with another summation order than a call of several: a prompt whose
 # last row alone followed the prefix gave logits up to 5.5e-6 off (tiny and bundled models), while
@@ -142,13 +183,17 @@ class OnnxDecoder:
 
     The cache is a fixed-capacity buffer per layer that the graph's GroupQueryAttention
     extends in place (IOBinding binds past_* and present_* to the same memory); it grows by
-    reallocation, in steps of ``CACHE_STEP`` positions, only when full.
+    reallocation, in steps of ``cache_step`` positions (CACHE_STEP; LEAN_CACHE_STEP with
+    ``memory="lean"``), only when full.
     """
 
     def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, threads: int | None = None,
-                 max_positions: int = 4096, spin_wait: bool = False):
+                 max_positions: int = 4096, spin_wait: bool = False, memory: str = "default"):
         """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
         self.session = make_session(path, threads, spin_wait)
+        if memory == "lean":
+            drop_mapped_pages(os.path.dirname(path))
+        self._lean = memory == "lean"
         self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
         self.max_positions = int(max_positions)
         names = {i.name for i in self.session.get_inputs()}
@@ -161,8 +206,17 @@ class OnnxDecoder:
         logits = [o for o in self.session.get_outputs() if o.name == "logits"]
         self._vocab = int(logits[0].shape[-1])  # logits [1, K, vocab]
 
+    @property
+    def cache_step(self) -> int:
+        """Positions the cache grows by: LEAN_CACHE_STEP with memory="lean", else CACHE_STEP."""
+        return LEAN_CACHE_STEP if self._lean else CACHE_STEP
+
     def new_cache(self) -> KVCache:
         return KVCache([], [], 0)
+
+    def capacity_for(self, positions: int) -> int:
+        """The cache capacity allocated for ``positions`` rows: whole steps, at most max_positions."""
+        return min(self.max_positions, -(-positions // self.cache_step) * self.cache_step)
 
     def _reserve(self, cache: KVCache, needed: int) -> KVCache:
         if needed > self.max_positions:
@@ -170,7 +224,7 @@ class OnnxDecoder:
                                f"{self.max_positions}")
         if needed <= cache.capacity:
             return cache
-        cap = min(self.max_positions, -(-needed // CACHE_STEP) * CACHE_STEP)
+        cap = self.capacity_for(needed)
         shape = (1, self.kv_heads, cap, self.head_dim)
         n = cache.length
 
@@ -268,7 +322,7 @@ class OnnxTextDecoder:
 
         def source():
             cache, hit = self.prefixes.get(rows, compute)
-            cap = min(kv.max_positions, -(-total // CACHE_STEP) * CACHE_STEP)
+            cap = kv.capacity_for(total)
             return cache.clone(capacity=cap), hit
 
         return source
@@ -335,22 +389,27 @@ class OnnxSlotScorer:
         self.kv = None
 
 
-def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, spin_wait: bool = False):
+def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, spin_wait: bool = False,
+                       memory: str = "default"):
     """The ONNX slot scorer of an aligner ``bundle``: its decoder graph of ``dtype`` ("auto": int8
-    if present, else fp32), whose logits are the aligner's time classes."""
+    if present, else fp32, in either memory profile: the time classes of an int4 scorer are not
+    measured against the official aligner), whose logits are the aligner's time classes."""
     dtype = _pick_dtype(bundle, dtype)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
-                     threads, max_positions=bundle.max_context, spin_wait=spin_wait)
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)
     scorer = OnnxSlotScorer(kv)
     scorer.dtype = dtype
     return scorer
 
 
-def _pick_dtype(bundle, dtype: str) -> str:
+def _pick_dtype(bundle, dtype: str, memory: str = "default") -> str:
+    """``dtype``, or for "auto" the bundle's int8 decoder (default memory profile) or int4 (lean)
+    if it has one, else the next wider one it has (int8, then fp32)."""
     dtypes = bundle.decoder_dtypes()
     if dtype == "auto":
-        dtype = "int8" if "int8" in dtypes else "fp32"
+        order = ("int4", "int8", "fp32") if memory == "lean" else ("int8", "fp32")
+        dtype = next((d for d in order if d in dtypes), "fp32")
     if dtype not in ("fp32", "int8", "int4"):
         raise ValueError(f"decoder_dtype must be auto, fp32, int8 or int4, got {dtype!r}")
     return dtype
@@ -358,14 +417,15 @@ def _pick_dtype(bundle, dtype: str) -> str:
 
 def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
                         eos_ids, prefix_cache: PrefixCacheOptions | None = None,
-                        spin_wait: bool = False) -> OnnxTextDecoder:
-    """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32), "fp32",
-    "int8" or "int4"; ``embed`` the bundle's embedding row function; ``eos_ids`` the ids that end;
-    ``prefix_cache`` the prompt-prefix reuse (default PrefixCacheOptions())."""
-    dtype = _pick_dtype(bundle, dtype)
+                        spin_wait: bool = False, memory: str = "default") -> OnnxTextDecoder:
+    """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32; with
+    ``memory="lean"`` int4 first), "fp32", "int8" or "int4"; ``embed`` the bundle's embedding row
+    function; ``eos_ids`` the ids that end; ``prefix_cache`` the prompt-prefix reuse (default
+    PrefixCacheOptions()); ``memory`` the profile (MEMORY_PROFILES, Qwen3ASREngine)."""
+    dtype = _pick_dtype(bundle, dtype, memory)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
-                     threads, max_positions=bundle.max_context, spin_wait=spin_wait)
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)
     dec = OnnxTextDecoder(kv, eos_ids, embed, prefix_cache or PrefixCacheOptions())
     dec.dtype = dtype
     return dec

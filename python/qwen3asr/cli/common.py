@@ -51,6 +51,10 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--spin-wait", action="store_true",
                     help="ONNX Runtime's idle threads spin before sleeping: faster on a quiet machine, "
                          "slower on a busy one (default off)")
+    ap.add_argument("--memory", default="default", choices=["default", "lean"],
+                    help="CPU memory profile: lean = int4 decoder by default and smaller KV-cache steps; with a "
+                         "bundle exported --memory lean also int8 encoder weights and memory-mapped decoder "
+                         "weights (docs/benchmarks.md \"Lean profile\"; default %(default)s)")
     rk = ap.add_argument_group("board (rk backend)")
     rk.add_argument("--soc", default=None, choices=["rk3576", "rk3588"],
                     help="the board's SoC (default: $QWEN3ASR_SOC, else the device tree)")
@@ -104,7 +108,7 @@ def backend_options_from_args(args):
                    abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
     return BackendOptions(encoder_form=getattr(args, "encoder_form", "merged"),  # qwen3asr-mic has no such flags
                           decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,
-                          spin_wait=args.spin_wait, rk=rk)
+                          spin_wait=args.spin_wait, rk=rk, memory=args.memory)
 
 
 def engine_from_args(args):
@@ -112,7 +116,8 @@ def engine_from_args(args):
 
     o = backend_options_from_args(args)
     return Qwen3ASREngine(args.model, backend=args.backend, threads=o.threads, rk=o.rk, spin_wait=o.spin_wait,
-                          encoder_form=o.encoder_form, decoder_dtype=o.decoder_dtype, aligner=args.aligner)
+                          encoder_form=o.encoder_form, decoder_dtype=o.decoder_dtype, aligner=args.aligner,
+                          memory=o.memory)
 
 
 def options_from_args(args, **extra) -> TranscribeOptions:
