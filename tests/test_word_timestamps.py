@@ -130,3 +130,18 @@ def test_the_aligner_loads_on_first_use_and_the_environment_names_it(bundle_dir,
         with caplog.at_level(logging.INFO, logger="qwen3asr.engine"):
             e.transcribe(EN, language="English", word_timestamps=True, max_new_tokens=8)
         assert e._aligner is not None and "loaded the aligner" in caplog.text
+
+
+def test_a_decoder_dtype_the_aligner_lacks_lets_the_aligner_pick_its_own(caplog):
+    """decoder_dtype names the ASR decoder: an aligner bundle without that dtype (here int8 only,
+    the ASR model asked for fp32) scores with its own, and gives the words an engine with the
+    default dtype gives."""
+    _, int8_only = bundles.aligner_bundle(decoders=("int8",))
+    demo = os.path.join(ROOT, "models", "default")
+    with Qwen3ASREngine(demo, backend="onnx", threads=2, decoder_dtype="fp32", aligner=int8_only) as e:
+        with caplog.at_level(logging.INFO, logger="qwen3asr.engine"):
+            got = e.transcribe(EN, language="English", word_timestamps=True)
+        assert e.aligner.scorer.dtype == "int8" and "picks its own" in caplog.text
+    with Qwen3ASREngine(demo, backend="onnx", threads=2, decoder_dtype="fp32", aligner=int8_only) as e:
+        want = e.aligner.align(prepare_audio(EN), got.text, "English")
+    assert got.words and got.words == tuple(want)

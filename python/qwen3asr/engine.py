@@ -499,6 +499,11 @@ class Qwen3ASREngine:
                     f"set {DEFAULT_ALIGNER_ENV}; docs/aligner.md converts Qwen3-ForcedAligner-0.6B into one")
             t0 = time.perf_counter()
             name, options = self._backend_request
+            if options.decoder_dtype != "auto" and \
+                    options.decoder_dtype not in Bundle.load(self._aligner_dir).decoder_dtypes():
+                # decoder_dtype names the ASR decoder; an aligner without that dtype picks its own
+                logger.info("the aligner has no %s scorer: it picks its own (auto)", options.decoder_dtype)
+                options = dataclasses.replace(options, decoder_dtype="auto")
             self._aligner = ForcedAligner(self._aligner_dir, backend=name, options=options)
             logger.info("loaded the aligner %s in %.0f ms", self._aligner_dir, (time.perf_counter() - t0) * 1000)
         return self._aligner
