@@ -68,17 +68,19 @@ class AlignerTrainConfig:
     n_train: int = 12000            # training clips generated
     n_dev: int = 200
     n_test: int = 500
-    pretrain_minutes: float = 8.0   # phase 1: the audio encoder alone on the frame loss
+    # Every weight but the head from this ASR bundle (the demo ASR model, same widths); "" = from scratch.
+    init_from: str = ASR_DEMO
+    pretrain_minutes: float = 0.0   # phase 1: the audio encoder alone on the frame loss (from scratch: 8)
     minutes: float = 45.0           # phase 2 (whole model) time budget
     steps: int = 100000             # upper bound on phase-2 steps; the time budget normally ends it
-    batch_frames: int = 6000        # mel frames per batch (about 60 s of audio)
-    max_batch: int = 32
-    lr: float = 1.5e-3
+    batch_frames: int = 4000        # mel frames per batch (about 40 s of audio)
+    max_batch: int = 24
+    lr: float = 1e-3
     min_lr_ratio: float = 0.05
     warmup: int = 200
     weight_decay: float = 0.01
     clip_norm: float = 1.0
-    frame_weight: float = 0.3       # auxiliary frame loss on the encoder output (phase 2)
+    frame_weight: float = 0.2       # auxiliary frame loss on the encoder output (phase 2)
     # Soft targets: each slot's target is spread over the classes near its true time,
     # exp(-((k x 80 ms - t) / target_sigma_ms)^2 / 2), so the head learns distance in time
     # rather than one class against all (argmax still lands on the nearest class).
@@ -91,7 +93,9 @@ class AlignerTrainConfig:
     long_max_frames: int = 6000
     spec_freq_masks: int = 2
     spec_time_masks: int = 2
-    threads: int = 2
+    # Intra-op threads. 1: with other jobs on the 2 cores (load average 13-16) two threads made a
+    # step more than 6x slower than one (docs/training.md, "The demo aligner").
+    threads: int = 1
 
 
 # --------------------------------------------------------------------------- stages 2 and 4
@@ -99,7 +103,8 @@ class AlignerTrainConfig:
 
 def make_aligner_tokenizer(work: str, asr_dir: str = ASR_DEMO) -> str:
     """The demo ASR model's BPE with the aligner's added tokens (renumbered after the base
-    vocabulary as the ASR ones are, so ``<timestamp>`` = the real 151705 - 151643 + base)."""
+    vocabulary as the ASR ones are, so ``<timestamp>`` = the real 151705 - 151643 + base), and
+    its preprocessor_config.json: a directory the official processor loads."""
     from .make_small_tokenizer import small_tokenizer_config
     from .make_tokenizer_files import write_json
 
@@ -115,7 +120,7 @@ def make_aligner_tokenizer(work: str, asr_dir: str = ASR_DEMO) -> str:
     if asr_cfg != small_tokenizer_config(base):
         raise RuntimeError(f"{asr_dir}/tokenizer_config.json is not the small-tokenizer layout this script extends")
     os.makedirs(out + ".tmp", exist_ok=True)
-    for name in ("vocab.json", "merges.txt", "chat_template.json"):
+    for name in ("vocab.json", "merges.txt", "chat_template.json", "preprocessor_config.json"):
         shutil.copyfile(os.path.join(asr_dir, name), os.path.join(out + ".tmp", name))
     write_json(os.path.join(out + ".tmp", "tokenizer_config.json"), small_tokenizer_config(base, aligner=True))
     os.replace(out + ".tmp", out)
@@ -325,6 +330,72 @@ def aligner_config(tok, dims=tt.MODEL, classes: int = CLASSIFY_NUM) -> dict:
     return cfg
 
 
+def asr_bundle_weights(bundle_dir: str, cfg_dict: dict) -> dict:
+    """The official parameter tensors of an ASR bundle's model, read back from its ONNX graphs
+    (encoder ``merged_8s``, decoder fp32) and ``embed_tokens.npy``: {name: float32 array} for every
+    parameter of the model but the head. ``cfg_dict``'s widths must be the bundle's."""
+    import onnx
+    from onnx import numpy_helper
+
+    t = cfg_dict["thinker_config"]["text_config"]
+    q_rows, kv_rows = t["num_attention_heads"] * t["head_dim"], t["num_key_value_heads"] * t["head_dim"]
+    enc = {"ln1": "self_attn_layer_norm", "ln2": "final_layer_norm", "q": "self_attn.q_proj",
+           "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.out_proj", "fc1": "fc1", "fc2": "fc2"}
+    dec = {"in_norm": "input_layernorm", "post_norm": "post_attention_layernorm", "q_norm": "self_attn.q_norm",
+           "k_norm": "self_attn.k_norm", "o": "self_attn.o_proj", "down": "mlp.down_proj"}
+    out = {}
+    graph = onnx.load(os.path.join(bundle_dir, "encoder", "merged_8s.onnx")).graph
+    for init in graph.initializer:
+        name, a = init.name, numpy_helper.to_array(init).astype(np.float32)
+        stem, _, kind = name.rpartition(".")
+        if kind == "weight_t":
+            kind, a = "weight", a.T
+        layer, _, part = stem.partition(".")
+        if layer[:1] == "l" and layer[1:].isdigit() and part in enc:
+            out[f"thinker.audio_tower.layers.{layer[1:]}.{enc[part]}.{kind}"] = a
+        elif stem in ("conv2d1", "conv2d2", "conv2d3", "conv_out", "ln_post", "proj1", "proj2"):
+            out[f"thinker.audio_tower.{stem}.{kind}"] = a
+    graph = onnx.load(os.path.join(bundle_dir, "decoder", "decoder_fp32.onnx")).graph
+    for init in graph.initializer:
+        name, a = init.name, numpy_helper.to_array(init).astype(np.float32)
+        stem, _, kind = name.rpartition(".")
+        if kind == "weight_t":
+            kind, a = "weight", a.T
+        layer, _, part = stem.partition(".")
+        p = f"thinker.model.layers.{layer[1:]}."
+        if stem == "final_norm":
+            out["thinker.model.norm.weight"] = a
+        elif part == "qkv":
+            for n, rows in zip("qkv", np.split(a, [q_rows, q_rows + kv_rows])):
+                out[p + f"self_attn.{n}_proj.weight"] = rows
+        elif part == "gate_up":
+            gate, up = np.split(a, 2)
+            out[p + "mlp.gate_proj.weight"], out[p + "mlp.up_proj.weight"] = gate, up
+        elif layer[:1] == "l" and layer[1:].isdigit() and part in dec:
+            out[p + f"{dec[part]}.{kind}"] = a
+    out["thinker.model.embed_tokens.weight"] = np.load(os.path.join(bundle_dir, "embed_tokens.npy")).astype(np.float32)
+    return out
+
+
+def init_from_asr(model, bundle_dir: str, cfg_dict: dict) -> None:
+    """Every parameter of ``model`` but the head from the ASR demo bundle (same widths): its
+    encoder already tells the speech sounds apart and its decoder reads the tokens."""
+    import torch
+
+    weights = asr_bundle_weights(bundle_dir, cfg_dict)
+    state = model.state_dict()
+    missing = sorted(k for k in state if k not in weights and not k.startswith("thinker.lm_head."))
+    extra = sorted(k for k in weights if k not in state)
+    if missing or extra:
+        raise RuntimeError(f"{bundle_dir} does not map onto the aligner: missing {missing[:5]}, unknown {extra[:5]}")
+    with torch.no_grad():
+        for k, a in weights.items():
+            if tuple(state[k].shape) != a.shape:
+                raise RuntimeError(f"{bundle_dir}: {k} is {a.shape}, the aligner's is {tuple(state[k].shape)}")
+            state[k].copy_(torch.from_numpy(a))
+    log.info("initialised %d tensors from %s", len(weights), bundle_dir)
+
+
 def dev_shift(model, tok, dev_mel, dev_words: Sequence[ClipWords], limit: int = 120) -> dict:
     """Mean |argmax class x 80 ms - espeak time| (ms) over the slots of the first ``limit`` dev
     clips with words, per slot kind; the raw argmax, before the official repair."""
@@ -361,6 +432,8 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
     cfg_dict = aligner_config(tok)
     model = tt.build_model(cfg_dict, cfg.seed)
     tt.init_audio_stem(model, cfg.seed)
+    if cfg.init_from:
+        init_from_asr(model, cfg.init_from, cfg_dict)
     final = os.path.join(work, "trained.pt")
     if os.path.isfile(final):
         snap = torch.load(final, weights_only=False)
@@ -511,6 +584,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--n-train", type=int, default=d.n_train, help="training clips generated")
     ap.add_argument("--n-dev", type=int, default=d.n_dev, help="dev clips generated (training-time checks)")
     ap.add_argument("--n-test", type=int, default=d.n_test, help="test clips generated (evaluate_aligner.py)")
+    ap.add_argument("--init-from", default=d.init_from,
+                    help="ASR bundle of the same widths to start from (every weight but the head); '' = from scratch")
     ap.add_argument("--pretrain-minutes", type=float, default=d.pretrain_minutes,
                     help="phase 1: the audio encoder alone on the frame loss; 0 = skip")
     ap.add_argument("--minutes", type=float, default=d.minutes, help="phase 2 (whole model) time budget")
@@ -534,7 +609,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(args.work, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(), logging.FileHandler(os.path.join(args.work, "train.log"))])
-    cfg = replace(d, seed=args.seed, n_train=args.n_train, n_dev=args.n_dev, n_test=args.n_test, pretrain_minutes=args.pretrain_minutes,
+    cfg = replace(d, seed=args.seed, init_from=args.init_from, n_train=args.n_train, n_dev=args.n_dev, n_test=args.n_test, pretrain_minutes=args.pretrain_minutes,
                   minutes=args.minutes, steps=args.steps, concat_share=args.concat_share,
                   long_share=args.long_share, threads=args.threads)
     t0 = time.time()
@@ -552,7 +627,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.info("from snapshot.pt (step %d)", steps)
     else:
         model, steps, seconds = train(args.work, data, tok_dir, cfg)
-    info = {"train_config": asdict(cfg), "dims": asdict(tt.MODEL), "classify_num": CLASSIFY_NUM,
+    settings = asdict(cfg)
+    if cfg.init_from:  # no machine's path in the checkpoint
+        settings["init_from"] = os.path.relpath(cfg.init_from, ROOT).replace(os.sep, "/")
+    info = {"train_config": settings, "dims": asdict(tt.MODEL), "classify_num": CLASSIFY_NUM,
             "steps_done": steps, "train_seconds": round(seconds)}
     ckpt = save_checkpoint(model, tok_dir, os.path.join(args.work, "checkpoint"), info)
     if not args.no_export:
