@@ -16,10 +16,12 @@ interrupted run restarts cheaply; training itself resumes from its last snapshot
               auxiliary frame loss uses -> WORK/words_{train,dev}.pkl
 5. training:  ``Qwen3ASRForConditionalGeneration`` from the official code with thinker
               model_type "qwen3_forced_aligner" (head = Linear(hidden, classify_num)), at the
-              ASR demo's widths. Phase 1: the audio encoder alone on the frame loss
-              (train_tiny.pretrain_encoder). Phase 2: the whole model on the official input
-              (``build_input``), cross-entropy at the ``<timestamp>`` rows only, targets the
-              80 ms class of each word's start and end, unshifted (paper 3.3), plus the frame loss.
+              ASR demo's widths, every weight but the head read from the ASR demo's bundle
+              (``--init-from``; from scratch, phase 1 trains the audio encoder alone on the frame
+              loss first: train_tiny.pretrain_encoder). Phase 2: the whole model on the official
+              input (``build_input``), cross-entropy at the ``<timestamp>`` rows only against the
+              80 ms classes around each word's start and end (soft targets), unshifted (paper
+              3.3), plus the frame loss.
               A share of the clips is joined into multi-utterance examples (up to 60 s).
 6. checkpoint: ``save_pretrained`` + side files + tokenizer, config.json patched back to the
               aligner type -> WORK/checkpoint/
@@ -609,8 +611,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(args.work, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(), logging.FileHandler(os.path.join(args.work, "train.log"))])
-    cfg = replace(d, seed=args.seed, init_from=args.init_from, n_train=args.n_train, n_dev=args.n_dev, n_test=args.n_test, pretrain_minutes=args.pretrain_minutes,
-                  minutes=args.minutes, steps=args.steps, concat_share=args.concat_share,
+    cfg = replace(d, seed=args.seed, init_from=args.init_from, n_train=args.n_train, n_dev=args.n_dev,
+                  n_test=args.n_test, pretrain_minutes=args.pretrain_minutes, minutes=args.minutes, steps=args.steps, concat_share=args.concat_share,
                   long_share=args.long_share, threads=args.threads)
     t0 = time.time()
     data = tt.make_data(args.work, tt.TrainConfig(seed=cfg.seed, n_train=cfg.n_train, n_dev=cfg.n_dev,
