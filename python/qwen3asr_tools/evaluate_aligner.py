@@ -164,16 +164,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--concat must be 0 (none) or >= 2")
     if args.limit is not None and args.limit < 1:
         ap.error("--limit must be >= 1")
-    from qwen3asr import Qwen3ASREngine
+    from qwen3asr import Qwen3ASREngine, Qwen3ASRError
 
     try:
         clips = reference(args.data, args.split)[:args.limit]
     except (OSError, KeyError, ValueError) as exc:
         print(f"error: {args.data}: {exc}", file=sys.stderr)
         return 2
-    with Qwen3ASREngine(args.model, backend="onnx", aligner=args.aligner, decoder_dtype=args.decoder_dtype,
-                        threads=args.threads) as engine:
-        results = evaluate(engine, clips, args.concat)
+    try:
+        with Qwen3ASREngine(args.model, backend="onnx", aligner=args.aligner, decoder_dtype=args.decoder_dtype,
+                            threads=args.threads) as engine:
+            results = evaluate(engine, clips, args.concat)
+    except Qwen3ASRError as exc:  # a model or aligner directory that is not a bundle, an uncovered language
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"{args.aligner} on {args.data}/{args.split} ({len(clips)} speech clips, decoder {args.decoder_dtype}):")
     print(table(results))
     if args.json:

@@ -606,6 +606,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in ("pretrain_minutes", "minutes", "concat_share", "long_share"):
         if not getattr(args, name) >= 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
+        ap.error(f"--init-from {args.init_from}: not a bundle directory (no model.json); give the ASR demo's "
+                 f"(models/default) or '' to train from scratch")
     if args.concat_share > 1 or args.long_share > 1:
         ap.error("--concat-share and --long-share are shares between 0 and 1")
     os.makedirs(args.work, exist_ok=True)
