@@ -114,9 +114,10 @@ def _isolate(vocab: Dict[str, int], merges: List[tuple], isolated: Sequence[str]
     return new_vocab, kept
 
 
-def small_tokenizer_config(base_size: int) -> dict:
-    """tokenizer_config.json of the real layout with the added tokens renumbered."""
-    cfg = tokenizer_config()
+def small_tokenizer_config(base_size: int, aligner: bool = False) -> dict:
+    """tokenizer_config.json of the real layout with the added tokens renumbered (``aligner``:
+    the Qwen3-ForcedAligner's added tokens, ``<timestamp>`` included)."""
+    cfg = tokenizer_config(aligner)
     shift = base_size - FIRST_ADDED_ID
     cfg["added_tokens_decoder"] = {str(int(k) + shift): v for k, v in cfg["added_tokens_decoder"].items()}
     return cfg

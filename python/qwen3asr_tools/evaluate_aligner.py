@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Mean word-time shift of a forced-aligner bundle on a synthetic split, per language.
+
+    python scripts/evaluate_aligner.py --aligner models/default-aligner --data build/aligner/data \
+        [--split test] [--concat 4] [--decoder-dtype fp32] [--json out.json]
+
+Every speech clip of the split is aligned with its label through the engine's public API
+(``Qwen3ASREngine.align``, language given), and each word's start and end are compared with
+the times libespeak-ng reports for that word when it renders the clip (espeak_align, the
+reference the demo aligner was trained on). The shift is the mean of |predicted - reference|
+in milliseconds over all words, for starts and ends apart (Qwen's "accumulated average shift"
+is the mean of both). ``--concat K`` also aligns the split's clips of one language joined K at
+a time (consecutive in the manifest, at most ``MAX_JOINED_SECONDS``) as one input, the
+multi-utterance case. Needs the split's manifest made by scripts/make_dataset.py with the same
+seed (``dataset.json``): the reference replays its plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import REPO_ROOT as ROOT
+
+MAX_JOINED_SECONDS = 55.0  # joined inputs stay under the aligner's 60 s pass
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Mean shift of one language (or all) on one kind of input."""
+    language: str
+    inputs: int            # aligned inputs (clips or joined groups)
+    words: int
+    start_ms: float        # mean |predicted start - reference start|
+    end_ms: float
+    mean_ms: float         # mean of both (AAS)
+    within_80ms: float     # share of word boundaries within one class (80 ms) of the reference
+
+
+@dataclass(frozen=True)
+class Item:
+    """One aligned input: its reference and predicted (start, end) per word, seconds."""
+    language: str
+    clips: tuple           # file names of the clips, joined in this order
+    words: tuple
+    ref: tuple             # ((start, end), ...)
+    pred: tuple
+
+
+def reference(data: str, split: str) -> List[dict]:
+    """The split's speech clips with their aligner words and espeak-ng times (in manifest order)."""
+    from . import make_dataset
+    from .train_aligner import clip_units
+
+    with open(os.path.join(data, "dataset.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    n = int(meta["counts"][split])
+    with open(os.path.join(data, split, "manifest.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    out = []
+    for spec, row in zip(make_dataset.plan_split(split, n, int(meta["seed"])), rows):
+        if (spec.name, spec.text) != (row["audio"], row["text"]):
+            raise ValueError(f"{data}/{split} does not match make_dataset's plan at {row['audio']} (another seed?)")
+        if spec.language == "None":
+            continue
+        cw = clip_units(spec)
+        out.append({"audio": os.path.join(data, split, row["audio"]), "name": row["audio"], "text": row["text"],
+                    "language": row["language"], "words": cw.words, "ref": tuple(zip(cw.starts, cw.ends))})
+    return out
+
+
+def groups(clips: Sequence[dict], k: int) -> List[List[dict]]:
+    """Consecutive clips of one language, k at a time (fewer when MAX_JOINED_SECONDS is reached)."""
+    import soundfile as sf
+
+    out = []
+    for lang in sorted({c["language"] for c in clips}):
+        cur, secs = [], 0.0
+        for c in (c for c in clips if c["language"] == lang):
+            d = sf.info(c["audio"]).duration
+            if cur and (len(cur) == k or secs + d > MAX_JOINED_SECONDS):
+                out.append(cur)
+                cur, secs = [], 0.0
+            cur.append(c)
+            secs += d
+        if len(cur) > 1:
+            out.append(cur)
+    return out
+
+
+def align_group(engine, group: Sequence[dict]) -> Item:
+    """Align the joined audio of ``group`` with the joined text (its words are the parts' words)."""
+    from qwen3asr.audio import SAMPLE_RATE, prepare_audio
+
+    pcm, words, ref, t = [], [], [], 0.0
+    for c in group:
+        x = prepare_audio(c["audio"])
+        pcm.append(x)
+        words += c["words"]
+        ref += [(a + t, b + t) for a, b in c["ref"]]
+        t += x.shape[0] / SAMPLE_RATE
+    sep = "" if group[0]["language"] == "Chinese" else " "
+    got = engine.align(np.concatenate(pcm), sep.join(c["text"] for c in group), language=group[0]["language"],
+                       sample_rate=SAMPLE_RATE)
+    if [w.word for w in got] != list(words):
+        raise RuntimeError(f"the aligner's words {[w.word for w in got]} are not the reference's {words}")
+    return Item(group[0]["language"], tuple(c["name"] for c in group), tuple(words), tuple(ref),
+                tuple((w.start, w.end) for w in got))
+
+
+def summarise(items: Sequence[Item]) -> List[Shift]:
+    """Per language and over all."""
+    out = []
+    for lang in sorted({i.language for i in items}) + ["all"]:
+        sel = [i for i in items if lang in ("all", i.language)]
+        ref = np.array([r for i in sel for r in i.ref], np.float64).reshape(-1, 2)
+        pred = np.array([p for i in sel for p in i.pred], np.float64).reshape(-1, 2)
+        d = np.abs(pred - ref) * 1000.0
+        out.append(Shift(lang, len(sel), int(d.shape[0]), round(float(d[:, 0].mean()), 1),
+                         round(float(d[:, 1].mean()), 1), round(float(d.mean()), 1),
+                         round(float((d <= 80.0).mean()), 3)))
+    return out
+
+
+def evaluate(engine, clips: Sequence[dict], concat: int = 0) -> Dict[str, List[Shift]]:
+    """{"single": shifts, "joined K": shifts (with concat >= 2)} over ``clips`` (from ``reference``)."""
+    results = {"single": summarise([align_group(engine, [c]) for c in clips])}
+    if concat >= 2:
+        results[f"joined {concat}"] = summarise([align_group(engine, g) for g in groups(clips, concat)])
+    return results
+
+
+def table(results: Dict[str, List[Shift]]) -> str:
+    lines = ["| input | language | inputs | words | start (ms) | end (ms) | mean (ms) | within 80 ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for kind, shifts in results.items():
+        for s in shifts:
+            lines.append(f"| {kind} | {s.language} | {s.inputs} | {s.words} | {s.start_ms:.1f} | {s.end_ms:.1f} | "
+                         f"{s.mean_ms:.1f} | {100 * s.within_80ms:.1f} % |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--aligner", default=os.path.join(ROOT, "models", "default-aligner"), help="aligner bundle")
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "default"),
+                    help="ASR bundle the engine is opened with (the aligner does not use it: languages are given)")
+    ap.add_argument("--data", default=os.path.join(ROOT, "build", "aligner", "data"),
+                    help="dataset directory made by scripts/make_dataset.py (dataset.json, SPLIT/manifest.jsonl)")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N speech clips")
+    ap.add_argument("--concat", type=int, default=0, help="also align clips joined K at a time (K >= 2)")
+    ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=None, help="write the shifts here")
+    args = ap.parse_args(argv)
+    if args.concat == 1 or args.concat < 0:
+        ap.error("--concat must be 0 (none) or >= 2")
+    if args.limit is not None and args.limit < 1:
+        ap.error("--limit must be >= 1")
+    from qwen3asr import Qwen3ASREngine, Qwen3ASRError
+
+    try:
+        clips = reference(args.data, args.split)[:args.limit]
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"error: {args.data}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with Qwen3ASREngine(args.model, backend="onnx", aligner=args.aligner, decoder_dtype=args.decoder_dtype,
+                            threads=args.threads) as engine:
+            results = evaluate(engine, clips, args.concat)
+    except Qwen3ASRError as exc:  # a model or aligner directory that is not a bundle, an uncovered language
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.aligner} on {args.data}/{args.split} ({len(clips)} speech clips, decoder {args.decoder_dtype}):")
+    print(table(results))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"aligner": args.aligner, "split": args.split, "decoder_dtype": args.decoder_dtype,
+                       "results": {k: [asdict(s) for s in v] for k, v in results.items()}}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""The bundled demo aligner (models/default-aligner) and the script that trains it
+(qwen3asr_tools.train_aligner).
+
+The bundle is checked through the engine's public API on freshly synthesised speech: its
+word times must be within 150 ms (mean) of the times libespeak-ng reports for the words it
+spoke. Checked by hand once on the six clips of that test: a bundle of the same architecture
+exported after 16 whole-model steps from scratch (an untrained model) is off by 1425 ms (English) and 1853 ms
+(Mandarin) on average and fails it; the committed one by 59 ms for both. The training
+inputs are checked against the official aligner's own processor, and the training forward
+against the official model's logits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from qwen3asr import Qwen3ASREngine
+from qwen3asr.aligner.words import align_words
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = os.path.join(ROOT, "models", "default")
+ALIGNER = os.path.join(ROOT, "models", "default-aligner")
+EN = os.path.join(ROOT, "audio", "en_1.wav")
+MAX_MEAN_SHIFT_MS = 150.0  # the committed model's is several times smaller (docs/training.md)
+TEXTS = (("open the back door, please! It's 7:30 o'clock.", "English"), ("把客厅的灯打开 ok 2026", "Chinese"),
+         ("set a timer for twenty five minutes", "English"), ("九点一刻", "Chinese"))
+
+
+@pytest.fixture(scope="module")
+def engine(request):
+    mp = pytest.MonkeyPatch()
+    mp.delenv("QWEN3ASR_ALIGNER", raising=False)  # the bundled aligner, not one from the environment
+    request.addfinalizer(mp.undo)
+    with Qwen3ASREngine(DEFAULT, backend="onnx") as e:
+        yield e
+
+
+def test_the_default_model_finds_the_bundled_aligner_and_times_its_words(engine):
+    assert os.path.samefile(engine.aligner_dir, ALIGNER)
+    r = engine.transcribe(EN, word_timestamps=True)
+    assert r.text == "open the back door"
+    assert [w.word for w in r.words] == align_words(r.text, r.language)
+    starts = [w.start for w in r.words]
+    assert starts == sorted(starts)
+    assert all(0.0 <= w.start <= w.end <= r.stats.audio_seconds for w in r.words)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("espeak-ng", "sox")),
+                    reason="espeak-ng and sox are not installed (apt-get install $(cat scripts/apt-packages.txt))")
+def test_word_times_are_near_the_synthesisers_on_fresh_clips(engine, tmp_path):
+    from qwen3asr_tools import make_dataset as md
+    from qwen3asr_tools.train_aligner import clip_units
+
+    # Held-out voices and speeds (the test plan), another seed than any committed run: clips no
+    # model here was trained or scored on.
+    specs = [s for s in md.plan_split("test", 40, seed=4242) if s.language != "None"]
+    picked = [s for s in specs if s.language == "English"][:3] + [s for s in specs if s.language == "Chinese"][:3]
+    md.make_noise_pool(str(tmp_path))
+    shifts = {"English": [], "Chinese": []}
+    for spec in picked:
+        md.render_clip(spec, str(tmp_path), str(tmp_path))
+        ref = clip_units(spec)
+        got = engine.align(str(tmp_path / spec.name), spec.text, language=spec.language)
+        assert [w.word for w in got] == list(ref.words)
+        pred = np.array([(w.start, w.end) for w in got])
+        want = np.array(list(zip(ref.starts, ref.ends)))
+        shifts[spec.language] += (np.abs(pred - want) * 1000.0).ravel().tolist()
+    for language, d in shifts.items():
+        assert np.mean(d) < MAX_MEAN_SHIFT_MS, (language, np.mean(d))
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    from qwen3asr_tools.train_aligner import make_aligner_tokenizer
+
+    return make_aligner_tokenizer(str(tmp_path_factory.mktemp("aligner-tok")))
+
+
+def test_the_aligner_tokenizer_adds_timestamp_after_the_asr_tokens(tok_dir):
+    from qwen3asr.tokenizer import Tokenizer
+
+    asr, al = Tokenizer.from_dir(DEFAULT), Tokenizer.from_dir(tok_dir)
+    assert al.token_id("<timestamp>") == asr.vocab_size  # real: 151705, right after the ASR's 151704
+    for text in ("open the back door", "把客厅的灯打开", "<|audio_start|><|audio_pad|><|audio_end|>"):
+        assert al.encode(text) == asr.encode(text)
+
+
+@pytest.mark.slow
+def test_training_inputs_are_the_official_aligners(tok_dir):
+    pytest.importorskip("transformers", reason="the official processor needs transformers")
+    from qwen3asr.tokenizer import Tokenizer
+    from qwen3asr_tools.official_ref import official_aligner_text, official_processor
+    from qwen3asr_tools.train_aligner import build_input
+
+    processor = official_processor(tok_dir)
+    tok = Tokenizer.from_dir(tok_dir)
+    ts = tok.token_id("<timestamp>")
+    for (text, language), n_audio in zip(TEXTS, (13, 40, 7, 104)):
+        words, input_text = official_aligner_text().processor.encode_timestamp(text, language)
+        expanded = processor.replace_multimodal_special_tokens([input_text], iter([n_audio]))
+        want = processor.tokenizer(expanded)["input_ids"][0]
+        times = np.arange(len(words), dtype=np.float64)
+        x = build_input(tok, n_audio, words, times, times + 0.5)
+        assert x.ids.tolist() == list(want), text
+        assert x.slots.tolist() == np.flatnonzero(x.ids == ts).tolist()
+        assert x.targets_ms.tolist() == [v for t in times for v in (1000.0 * t, 1000.0 * t + 500.0)]
+
+
+@pytest.mark.slow
+def test_the_training_forward_is_the_official_aligners_and_the_checkpoint_reloads(tok_dir, tmp_path):
+    torch = pytest.importorskip("torch", reason="the official model needs torch")
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr.encoder import tokens_for_frames
+    from qwen3asr.mel import log_mel
+    from qwen3asr.tokenizer import Tokenizer
+    from qwen3asr_tools import train_tiny as tt
+    from qwen3asr_tools.make_random_checkpoint import _perturb
+    from qwen3asr_tools.official_ref import official_align, official_aligner
+    from qwen3asr_tools.train_aligner import CLASSIFY_NUM, aligner_config, build_input, save_checkpoint, slot_logits
+
+    tok = Tokenizer.from_dir(tok_dir)
+    model = tt.build_model(aligner_config(tok), seed=3)
+    _perturb(model, 3)  # seeded weights away from the init, so that every part matters
+    model.eval()
+    ckpt = save_checkpoint(model, tok_dir, str(tmp_path / "ckpt"), {"test": True})
+    ref = official_align(official_aligner(ckpt), prepare_audio(EN), "open the back door", "English")
+    assert ref.slot_logits.shape == (8, CLASSIFY_NUM)  # reloaded as an aligner: the head has classify_num rows
+    mel = torch.from_numpy(log_mel(prepare_audio(EN), 128))  # under 8 s: one encoder window either way
+    words = align_words("open the back door", "English")
+    x = build_input(tok, tokens_for_frames(mel.shape[1]), words, [0.0] * 4, [0.0] * 4)
+    assert x.ids.tolist() == ref.input_ids.tolist()
+    with torch.no_grad():
+        ours = slot_logits(model, [mel], [x], tok.endoftext, tok.audio_pad)[0].numpy()
+    np.testing.assert_allclose(ours, ref.slot_logits, atol=2e-4, rtol=0)
