@@ -205,13 +205,19 @@ def test_incremental_decoder_keeps_specials_when_asked(tok):
 # ----------------------------------------------------------------- loading
 
 
-def test_tokenizer_json_is_used_when_present(tok, tdir, tmp_path):
+def _slow_files(tdir):
+    """vocab, merges and added tokens of a tokenizer directory's slow files."""
     with open(os.path.join(tdir, "vocab.json"), encoding="utf-8") as f:
         vocab = json.load(f)
     with open(os.path.join(tdir, "merges.txt"), encoding="utf-8") as f:
         merges = [tuple(line.rstrip("\n").split(" ")) for line in f if line.strip() and not line.startswith("#version")]
     with open(os.path.join(tdir, "tokenizer_config.json"), encoding="utf-8") as f:
         added = [dict(v, id=int(k)) for k, v in json.load(f)["added_tokens_decoder"].items()]
+    return vocab, merges, added
+
+
+def test_tokenizer_json_is_used_when_present(tok, tdir, tmp_path):
+    vocab, merges, added = _slow_files(tdir)
     with open(tmp_path / "tokenizer.json", "w", encoding="utf-8") as f:
         json.dump(tokenizer_json(vocab, merges, added), f)
     t2 = Tokenizer.from_dir(str(tmp_path))
@@ -270,12 +276,7 @@ def test_files_read_by_tokenizers_give_the_json_route_tokenizer(tok, tdir):
     tokenizer_json(), the pipeline of transformers' Qwen2TokenizerFast."""
     from tokenizers import Tokenizer as Backend
 
-    with open(os.path.join(tdir, "vocab.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(tdir, "merges.txt"), encoding="utf-8") as f:
-        merges = [tuple(line.rstrip("\n").split(" ")) for line in f if line.strip() and not line.startswith("#version")]
-    with open(os.path.join(tdir, "tokenizer_config.json"), encoding="utf-8") as f:
-        added = [dict(v, id=int(k)) for k, v in json.load(f)["added_tokens_decoder"].items()]
+    vocab, merges, added = _slow_files(tdir)
     reference = json.loads(Backend.from_str(json.dumps(tokenizer_json(vocab, merges, added))).to_str())
     assert json.loads(tok._tok.to_str()) == reference
 

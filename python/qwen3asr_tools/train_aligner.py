@@ -346,24 +346,22 @@ def asr_bundle_weights(bundle_dir: str, cfg_dict: dict) -> dict:
     dec = {"in_norm": "input_layernorm", "post_norm": "post_attention_layernorm", "q_norm": "self_attn.q_norm",
            "k_norm": "self_attn.k_norm", "o": "self_attn.o_proj", "down": "mlp.down_proj"}
     out = {}
-    graph = onnx.load(os.path.join(bundle_dir, "encoder", "merged_8s.onnx")).graph
-    for init in graph.initializer:
-        name, a = init.name, numpy_helper.to_array(init).astype(np.float32)
-        stem, _, kind = name.rpartition(".")
-        if kind == "weight_t":
-            kind, a = "weight", a.T
-        layer, _, part = stem.partition(".")
+    def initializers(path):
+        """(stem, kind, layer, part, fp32 array) of every initializer; ``weight_t`` transposed back."""
+        for init in onnx.load(path).graph.initializer:
+            a = numpy_helper.to_array(init).astype(np.float32)
+            stem, _, kind = init.name.rpartition(".")
+            if kind == "weight_t":
+                kind, a = "weight", a.T
+            layer, _, part = stem.partition(".")
+            yield stem, kind, layer, part, a
+
+    for stem, kind, layer, part, a in initializers(os.path.join(bundle_dir, "encoder", "merged_8s.onnx")):
         if layer[:1] == "l" and layer[1:].isdigit() and part in enc:
             out[f"thinker.audio_tower.layers.{layer[1:]}.{enc[part]}.{kind}"] = a
         elif stem in ("conv2d1", "conv2d2", "conv2d3", "conv_out", "ln_post", "proj1", "proj2"):
             out[f"thinker.audio_tower.{stem}.{kind}"] = a
-    graph = onnx.load(os.path.join(bundle_dir, "decoder", "decoder_fp32.onnx")).graph
-    for init in graph.initializer:
-        name, a = init.name, numpy_helper.to_array(init).astype(np.float32)
-        stem, _, kind = name.rpartition(".")
-        if kind == "weight_t":
-            kind, a = "weight", a.T
-        layer, _, part = stem.partition(".")
+    for stem, kind, layer, part, a in initializers(os.path.join(bundle_dir, "decoder", "decoder_fp32.onnx")):
         p = f"thinker.model.layers.{layer[1:]}."
         if stem == "final_norm":
             out["thinker.model.norm.weight"] = a
