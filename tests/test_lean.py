@@ -183,7 +183,7 @@ def test_lean_weights_are_memory_mapped(pair):
     """In a fresh process that loaded the lean engine and ran its encoder, the decoder's and the
     encoder's weight files are mappings of their own (ONNX Runtime maps page-aligned external
     data instead of copying it), whose pages were dropped once the sessions had prepacked them
-    (drop_mapped_pages): at most a tenth of each file stays resident."""
+    (backends.pages.drop_mapped_pages): at most a tenth of each file stays resident."""
     _, _, lean = pair
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
     p = subprocess.run([sys.executable, "-c", MAPPED, lean], capture_output=True, text=True, timeout=300, env=env)

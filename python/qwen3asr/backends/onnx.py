@@ -16,6 +16,7 @@ from ..decoding import DecodingOptions, Generation, RepetitionGuard
 from ..encoder import AudioEncoder, EncoderVariant
 from ..results import DecodeStats
 from .prefix_cache import PrefixCache, PrefixCacheOptions, checked_prefix_len
+from .pages import drop_mapped_pages
 
 logger = logging.getLogger(__name__)
 
@@ -51,36 +52,6 @@ def make_session(path: str, threads: int | None = None, spin_wait: bool = False,
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
         raise RuntimeError(f"ONNX Runtime cannot load {path}: {exc}") from exc
-
-
-MADV_DONTNEED = 4  # linux/mman.h
-
-
-def drop_mapped_pages(directory: str) -> int:
-    """Drop the resident pages of every file under ``directory`` that this process maps (Linux;
-    elsewhere nothing): ONNX Runtime maps page-aligned external weights and, once a session has
-    prepacked them, reads only a few of them again (the pages come back from the file when
-    read: they are clean, never written). Used after each session of the lean profile is made:
-    the 0.6B decoder's mapped scales kept 36 MB resident beside their prepacked copy. Returns
-    the bytes advised."""
-    import ctypes
-    import ctypes.util
-
-    root = os.path.realpath(directory) + os.sep
-    try:
-        with open("/proc/self/maps") as f:
-            spans = [line.split() for line in f]
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return 0
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    dropped = 0
-    for parts in spans:
-        if len(parts) >= 6 and parts[5].startswith(root) and not parts[5].endswith(".so"):
-            start, end = (int(x, 16) for x in parts[0].split("-"))
-            if libc.madvise(start, end - start, MADV_DONTNEED) == 0:
-                dropped += end - start
-    return dropped
 
 
 class OnnxEncoderRunner:
