@@ -158,3 +158,17 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+async def read_until_closed(ws) -> list:
+    """Every JSON message a WebSocket client receives until the server closes it (a closed
+    connection ends the list; the close code stays on ``ws``)."""
+    import websockets
+
+    got = []
+    try:
+        async for raw in ws:
+            got.append(json.loads(raw))
+    except websockets.ConnectionClosed:
+        pass
+    return got

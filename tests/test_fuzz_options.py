@@ -44,7 +44,7 @@ from qwen3asr.decoding import DecodingOptions, RepetitionGuard
 from qwen3asr.errors import Qwen3ASRError
 from qwen3asr.options import ALIASES
 from qwen3asr.vad import VADOptions
-from server_proc import AUDIO, ROOT, ServerProcess, expected, free_port, multipart, post_raw
+from server_proc import AUDIO, ROOT, ServerProcess, expected, free_port, multipart, post_raw, read_until_closed
 
 CLIP = os.path.join(AUDIO, "en_1.wav")
 HUGE = "x" * 1_000_000  # a 1 MB string
@@ -441,11 +441,7 @@ async def _ws(url: str, start: dict, audio: bytes = b"") -> tuple[list, int]:
             if audio:
                 await ws.send(audio)
             await ws.send(json.dumps({"type": "stop"}))
-        try:
-            async for raw in ws:
-                got.append(json.loads(raw))
-        except websockets.ConnectionClosed:
-            pass
+        got += await read_until_closed(ws)
     return got, ws.close_code
 
 

@@ -18,7 +18,7 @@ import pytest
 uvicorn = pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra: pip install -e '.[dev]')")
 
-from server_proc import AUDIO, MODEL, ROOT, free_port  # noqa: E402
+from server_proc import AUDIO, MODEL, ROOT, free_port, read_until_closed  # noqa: E402
 
 
 def _get(url):
@@ -61,14 +61,8 @@ def test_health_is_503_until_the_model_is_loaded():
         assert e.value.status_code == 503 and e.value.body["code"] == "model_loading"
 
         async def ws():
-            msgs = []
             async with websockets.connect(url.replace("http", "ws") + "/v1/stream") as c:
-                try:
-                    async for m in c:
-                        msgs.append(json.loads(m))
-                except websockets.ConnectionClosed:
-                    pass
-                return msgs, c.close_code
+                return await read_until_closed(c), c.close_code
 
         msgs, code = asyncio.run(ws())
         assert code == 1013 and msgs[-1]["code"] == "model_loading"

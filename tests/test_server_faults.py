@@ -21,7 +21,7 @@ websockets = pytest.importorskip("websockets", reason="the websockets client is 
 openai = pytest.importorskip("openai", reason="the openai client is needed (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import AUDIO, ServerProcess, expected, multipart as _multipart, post_raw  # noqa: E402
+from server_proc import AUDIO, ServerProcess, expected, multipart as _multipart, post_raw, read_until_closed  # noqa: E402
 from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 KEY = "k-faults"
@@ -146,11 +146,7 @@ async def _ws_exchange(url, *messages, key=KEY, query=True):
                 await ws.send(m)
         except websockets.ConnectionClosed:
             pass  # the server closed early: what it sent is still read below
-        try:
-            async for raw in ws:
-                got.append(json.loads(raw))
-        except websockets.ConnectionClosed:
-            pass
+        got += await read_until_closed(ws)
         return got, ws.close_code
 
 
