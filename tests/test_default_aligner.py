@@ -137,3 +137,21 @@ def test_the_training_forward_is_the_official_aligners_and_the_checkpoint_reload
     with torch.no_grad():
         ours = slot_logits(model, [mel], [x], tok.endoftext, tok.audio_pad)[0].numpy()
     np.testing.assert_allclose(ours, ref.slot_logits, atol=2e-4, rtol=0)
+
+
+def test_the_evaluation_summary_names_a_stretched_time_axis():
+    """evaluate_aligner's summary: the shift per slot, the signed bias and the time scale (the
+    slope of predicted against reference times), per language and over all; an aligner that
+    reads the audio token index (13 per second) as the 80 ms class shows a scale of 1.04."""
+    from qwen3asr_tools.evaluate_aligner import Item, summarise
+
+    ref = tuple((0.5 * k, 0.5 * k + 0.3) for k in range(8))
+    stretched = tuple((a * 1.04, b * 1.04) for a, b in ref)
+    late = tuple((a + 0.07, b + 0.04) for a, b in ref)
+    zh, en, all_ = summarise([Item("English", ("a",), tuple("abcdefgh"), ref, stretched),
+                              Item("Chinese", ("b",), tuple("abcdefgh"), ref, late)])
+    assert (zh.language, en.language, all_.language) == ("Chinese", "English", "all")
+    assert en.time_scale == pytest.approx(1.04) and zh.time_scale == pytest.approx(1.0, abs=0.005)
+    assert (zh.start_ms, zh.end_ms, zh.mean_ms, zh.bias_ms) == (70.0, 40.0, 55.0, 55.0)
+    assert zh.within_80ms == 1.0 and en.words == zh.words == 8 and all_.inputs == 2
+    assert en.bias_ms == pytest.approx(1000 * 0.04 * np.mean([x for r in ref for x in r]), abs=0.1)

@@ -41,6 +41,11 @@ class Shift:
     end_ms: float
     mean_ms: float         # mean of both (AAS)
     within_80ms: float     # share of word boundaries within one class (80 ms) of the reference
+    bias_ms: float         # mean of predicted - reference, starts and ends (> 0: late)
+    # Least-squares slope of predicted against reference times (starts and ends, seconds into the
+    # input): 1 for an aligner that keeps time; 1.04 for one that reads the index of the audio
+    # token (13 per second) as the class (12.5 per second).
+    time_scale: float
 
 
 @dataclass(frozen=True)
@@ -121,10 +126,13 @@ def summarise(items: Sequence[Item]) -> List[Shift]:
         sel = [i for i in items if lang in ("all", i.language)]
         ref = np.array([r for i in sel for r in i.ref], np.float64).reshape(-1, 2)
         pred = np.array([p for i in sel for p in i.pred], np.float64).reshape(-1, 2)
-        d = np.abs(pred - ref) * 1000.0
+        signed = (pred - ref) * 1000.0
+        d = np.abs(signed)
+        x, y = ref.ravel(), pred.ravel()
+        scale = float(np.polyfit(x, y, 1)[0]) if x.size >= 2 and np.ptp(x) > 0 else float("nan")
         out.append(Shift(lang, len(sel), int(d.shape[0]), round(float(d[:, 0].mean()), 1),
                          round(float(d[:, 1].mean()), 1), round(float(d.mean()), 1),
-                         round(float((d <= 80.0).mean()), 3)))
+                         round(float((d <= 80.0).mean()), 3), round(float(signed.mean()), 1), round(scale, 4)))
     return out
 
 
@@ -137,12 +145,13 @@ def evaluate(engine, clips: Sequence[dict], concat: int = 0) -> Dict[str, List[S
 
 
 def table(results: Dict[str, List[Shift]]) -> str:
-    lines = ["| input | language | inputs | words | start (ms) | end (ms) | mean (ms) | within 80 ms |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| input | language | inputs | words | start (ms) | end (ms) | mean (ms) | within 80 ms | bias (ms) "
+             "| time scale |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for kind, shifts in results.items():
         for s in shifts:
             lines.append(f"| {kind} | {s.language} | {s.inputs} | {s.words} | {s.start_ms:.1f} | {s.end_ms:.1f} | "
-                         f"{s.mean_ms:.1f} | {100 * s.within_80ms:.1f} % |")
+                         f"{s.mean_ms:.1f} | {100 * s.within_80ms:.1f} % | {s.bias_ms:+.1f} | {s.time_scale:.3f} |")
     return "\n".join(lines)
 
 
