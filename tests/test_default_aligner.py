@@ -5,7 +5,7 @@ The bundle is checked through the engine's public API on freshly synthesised spe
 word times must be within 150 ms (mean) of the times libespeak-ng reports for the words it
 spoke. Checked by hand once on the six clips of that test: a bundle of the same architecture
 exported after 16 whole-model steps from scratch (an untrained model) is off by 1425 ms (English) and 1853 ms
-(Mandarin) on average and fails it; the committed one by 59 ms for both. The training
+(Mandarin) on average and fails it; the committed one by 51 ms (English) and 58 ms (Mandarin). The training
 inputs are checked against the official aligner's own processor, and the training forward
 against the official model's logits.
 """
