@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from qwen3asr_tools import espeak_align as ea, make_dataset as md
+from qwen3asr_tools import child_env, espeak_align as ea, make_dataset as md
 
 from doubles.tokenizer import CharTokenizer
 
@@ -43,7 +43,7 @@ def test_library_speaks_the_command_lines_samples(tmp_path):
     earlier variant voice, see the next test) gives the command line's samples exactly."""
     out = str(tmp_path / "lib.npy")
     got = subprocess.run([sys.executable, "-c", _FRESH_SYNTH, out], check=True, capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, env=child_env())
     path = str(tmp_path / "cli.wav")
     md._run(["espeak-ng", "-v", "en-gb-scotland+Andy", "-s", "120", "-p", "54", "-w", path,
              "nine eight five nine zero zero"])

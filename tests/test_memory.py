@@ -10,7 +10,6 @@ between 4 and 20 minutes, far over the margin allowed.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -209,7 +208,7 @@ def test_wyoming_read_ahead_is_bounded():
 
     from qwen3asr.server.wyoming.protocol import MAX_PAYLOAD_BYTES, READ_AHEAD_BYTES, EventConnection
 
-    chunk = b"\\0" * (1 << 20)
+    chunk = b"\0" * (1 << 20)
     n_events = 40
 
     class Held(EventConnection):
@@ -276,7 +275,7 @@ def test_server_refuses_a_websocket_message_over_the_limit(tmp_path):
 
     websockets = pytest.importorskip("websockets", reason="the websockets client is needed (pip install -e '.[dev]')")
     from qwen3asr.server.live import MAX_MESSAGE_BYTES
-    from server_proc import ServerProcess
+    from server_proc import ServerProcess, read_until_closed
 
     async def send(url, size: int):
         async with websockets.connect(url + "/v1/stream", max_size=None) as ws:
@@ -284,10 +283,7 @@ def test_server_refuses_a_websocket_message_over_the_limit(tmp_path):
             assert json.loads(await ws.recv())["type"] == "ready"
             await ws.send(b"\0\0" * (size // 2))
             await ws.send(json.dumps({"type": "stop"}))
-            msgs = []
-            with contextlib.suppress(websockets.ConnectionClosed):
-                async for raw in ws:
-                    msgs.append(json.loads(raw))
+            msgs = await read_until_closed(ws)
             return ws.close_code, msgs
 
     with ServerProcess(log_path=str(tmp_path / "server.log")) as server:
@@ -305,7 +301,7 @@ def test_a_file_read_in_blocks_gives_the_samples_of_the_whole_file(tmp_path):
     any [start, stop)."""
     import soxr
 
-    from qwen3asr.audio import BLOCK_SECONDS, RESAMPLE_QUALITY, AudioFile
+    from qwen3asr.audio import BLOCK_SECONDS, RESAMPLE_QUALITY, AudioFile, prepare_audio
 
     rate = 44100
     t = np.arange(int(rate * 2.6 * BLOCK_SECONDS)) / rate  # 26 s: three blocks, the last partial
@@ -323,6 +319,22 @@ def test_a_file_read_in_blocks_gives_the_samples_of_the_whole_file(tmp_path):
         assert max(block.shape[0] for block in f.blocks()) <= BLOCK_SECONDS * SR + 1
     with open(path, "rb") as raw, AudioFile(raw, name="upload") as f:
         assert np.array_equal(f.read(), want)
+    # keep=True (prepare_audio's): the same samples from the opening pass's blocks, the file decoded
+    # once; a second read decodes it again
+    passes = []
+    decoded = AudioFile._decoded
+
+    def counted(self):
+        passes.append(1)
+        yield from decoded(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(AudioFile, "_decoded", counted)
+        with AudioFile(path, keep=True) as f:
+            assert np.array_equal(f.read(), want) and len(passes) == 1
+            assert np.array_equal(f.read(a, b), want[a:b]) and len(passes) == 2
+        passes.clear()
+        assert np.array_equal(prepare_audio(path), want) and len(passes) == 1
 
 
 @pytest.mark.slow

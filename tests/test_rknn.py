@@ -604,6 +604,7 @@ def test_converter_checks_every_return_code(tmp_path, monkeypatch, capsys, faili
     assert sorted(os.listdir(os.path.join(d, "encoder"))) == sorted(os.listdir(os.path.join(bundles.bundle()[1],
                                                                                             "encoder")))  # no temp
     assert os.getcwd() == str(tmp_path) and not os.listdir(os.path.join(d, "rknn", "rk3576"))
+    assert os.listdir(tmp_path) == ["b"]  # the toolkit's scratch files went with its scratch directory
     # the toolkit contract: one shape set per size, in the manifest's input order, the largest loaded
     b = Bundle.load(d)
     shapes = {n: onnx2rknn.graph_io(v.path)[0] for n in (2, 3) for v in b.encoder_variants("merged", [n])}

@@ -276,7 +276,12 @@ def test_files_read_by_tokenizers_give_the_json_route_tokenizer(tok, tdir):
     tokenizer_json(), the pipeline of transformers' Qwen2TokenizerFast."""
     from tokenizers import Tokenizer as Backend
 
+    from qwen3asr.tokenizer import _from_files
+
     vocab, merges, added = _slow_files(tdir)
     reference = json.loads(Backend.from_str(json.dumps(tokenizer_json(vocab, merges, added))).to_str())
+    fast = _from_files(tdir)  # None would mean from_dir fell back to the JSON route
+    assert fast is not None
+    assert json.loads(fast[0].to_str()) == reference
     assert json.loads(tok._tok.to_str()) == reference
 

@@ -11,6 +11,7 @@ chunk through ``PcmConverter``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -93,10 +94,13 @@ class AudioFile:
     messages). Opening reads the file once (its length at 16 kHz, its peak, non-finite samples:
     the AudioErrors of prepare_audio); ``blocks()`` and ``read()`` decode it again. Memory: a
     few blocks of BLOCK_SECONDS whatever the file's length (``read`` returns what it is asked
-    for). Use as a context manager or call ``close()``.
+    for). ``keep=True`` (a reader of the whole file, as prepare_audio): the opening pass keeps
+    its blocks and the first ``blocks()`` / ``read()`` hands them out, freeing each, instead of
+    decoding again. Use as a context manager or call ``close()``.
     """
 
-    def __init__(self, source: Union[str, os.PathLike, BinaryIO], name: Optional[str] = None):
+    def __init__(self, source: Union[str, os.PathLike, BinaryIO], name: Optional[str] = None, *,
+                 keep: bool = False):
         self.name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else (name or "the audio file")
         self._file = _open_sound(source, self.name)
         try:
@@ -104,9 +108,13 @@ class AudioFile:
             if self.rate <= 0:
                 raise AudioError(f"sample rate must be positive, got {self.rate}")
             n, peak = 0, 0.0
+            kept = collections.deque() if keep else None
             for block in self._decoded():
                 n += block.shape[0]
                 peak = max(peak, float(np.max(np.abs(block))))
+                if kept is not None:
+                    kept.append(block)
+            self._kept = kept
         except BaseException:
             self.close()
             raise
@@ -152,12 +160,21 @@ class AudioFile:
             if tail.size:
                 yield np.asarray(tail, dtype=np.float32)
 
+    def _once_kept(self) -> Iterator[np.ndarray]:
+        """The opening pass's blocks the first time (each freed once handed out), else _decoded()."""
+        kept, self._kept = self._kept, None
+        if kept is None:
+            yield from self._decoded()
+            return
+        while kept:
+            yield kept.popleft()
+
     def blocks(self, start: int = 0, stop: Optional[int] = None) -> Iterator[np.ndarray]:
         """The samples [start, stop) (16 kHz sample indices; stop None: the end) in blocks of
         about BLOCK_SECONDS: (n,) float32, as prepare_audio gives them."""
         stop = self.n_samples if stop is None else min(stop, self.n_samples)
         pos = 0
-        for block in self._decoded():
+        for block in self._once_kept():
             a, b = max(start - pos, 0), min(stop - pos, block.shape[0])
             pos += block.shape[0]
             if a >= b:
@@ -246,7 +263,7 @@ def prepare_audio(audio: AudioInput, sample_rate: int | None = None) -> np.ndarr
     """
     rate = SAMPLE_RATE if sample_rate is None else checked_rate(sample_rate)  # checked even when ignored
     if isinstance(audio, (str, os.PathLike)):
-        with AudioFile(audio) as f:  # the same samples, read in blocks
+        with AudioFile(audio, keep=True) as f:  # the same samples, read in blocks, decoded once
             return f.read()
     if isinstance(audio, np.ndarray):
         source = "audio array"

@@ -163,24 +163,29 @@ def token_counts(measures: Sequence[Measure]) -> dict:
 
 
 # ----------------------------------------------------------------------------- processes
-def run_process(rt: Runtime, tokens: int) -> tuple[float, float, ProcessReport]:
-    """(wall s, peak RSS MB, report) of one process of ``rt``; RuntimeError if it fails."""
+def run_child(argv: Sequence[str], env: dict) -> tuple[float, float, int, str, str]:
+    """(wall s from spawn to exit, peak RSS MB from ``wait4``, exit code, stdout, stderr) of one
+    process; its output goes to temporary files, so a chatty child never blocks on a full pipe."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen(list(rt.argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=rt.env, text=True)
+        p = subprocess.Popen(list(argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, text=True)
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if p.returncode != 0:
-        raise RuntimeError(f"{rt.name} exited with {p.returncode}: ...{(stdout + stderr)[-2000:]}")
+        return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), out.read(), err.read()  # KiB
+
+
+def run_process(rt: Runtime, tokens: int) -> tuple[float, float, ProcessReport]:
+    """(wall s, peak RSS MB, report) of one process of ``rt``; RuntimeError if it fails."""
+    wall, peak_mb, code, stdout, stderr = run_child(rt.argv, rt.env)
+    if code != 0:
+        raise RuntimeError(f"{rt.name} exited with {code}: ...{(stdout + stderr)[-2000:]}")
     if rt.kind == "llama.cpp":
         report = parse_llama_log(stdout + stderr)
     else:
         report = report_from_stdout(stdout)
-    return wall, usage.ru_maxrss / 1024, report  # ru_maxrss: KiB on Linux
+    return wall, peak_mb, report
 
 
 def bench(runtimes: Sequence[Runtime], rounds: int, warmup: int, tokens: int,

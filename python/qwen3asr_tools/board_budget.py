@@ -33,6 +33,8 @@ import sys
 import tempfile
 from typing import Mapping, Optional, Sequence, Tuple
 
+from qwen3asr.backends.rk.rknn_meta import SHAPE_KINDS  # scripts/onnx2rknn.py --shapes (dynamic: its default)
+
 from .make_random_checkpoint import aligner_config_dict, config_dict
 
 MB = 1e6
@@ -224,7 +226,6 @@ EMBED_ROW_PAGES = 2  # a bf16 row of 1024 (2 KB) spans at most two 4 KiB pages o
 PAGE = 4096
 
 
-SHAPE_KINDS = ("dynamic", "fixed")  # scripts/onnx2rknn.py --shapes (dynamic: its default)
 
 
 def memory_budget(soc: str, rkllm_mb: float, asr_sizes: Sequence[int], aligner_sizes: Sequence[int],

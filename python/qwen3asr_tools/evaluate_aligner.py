@@ -62,12 +62,12 @@ def reference(data: str, split: str) -> List[dict]:
     """The split's speech clips with their aligner words and espeak-ng times (in manifest order)."""
     from . import make_dataset
     from .train_aligner import clip_units
+    from .train_tiny import read_manifest
 
     with open(os.path.join(data, "dataset.json"), encoding="utf-8") as f:
         meta = json.load(f)
     n = int(meta["counts"][split])
-    with open(os.path.join(data, split, "manifest.jsonl"), encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_manifest(os.path.join(data, split))
     out = []
     for spec, row in zip(make_dataset.plan_split(split, n, int(meta["seed"])), rows):
         if (spec.name, spec.text) != (row["audio"], row["text"]):

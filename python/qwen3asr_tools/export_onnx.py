@@ -40,6 +40,7 @@ import time
 
 import numpy as np
 
+from qwen3asr.backends import MEMORY_PROFILES  # the engine's memory profiles, one list
 from qwen3asr.bundle import BUNDLE_FORMAT, sha256_file
 from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK
 
@@ -177,9 +178,6 @@ def special_token_ids(ckpt_dir: str, names=SPECIAL_NAMES) -> dict[str, int]:
         raise ckpt.CheckpointError(
             f"tokenizer files of {ckpt_dir} do not define {', '.join(missing)}; is this a Qwen3-ASR checkpoint?")
     return {n: ids[n] for n in names}
-
-
-MEMORY_PROFILES = ("default", "lean")
 
 
 def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("merged", "split"),

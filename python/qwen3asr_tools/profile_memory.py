@@ -38,11 +38,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-AUDIO_OFFSET_S = 2.0  # skip the clip's leading silence (as scripts/bench.py)
 ALIGN_TEXT = "open the back door and turn on the kitchen light"
 
 
@@ -87,6 +85,8 @@ def smaps_by_mapping(bundle_dirs) -> dict:
 
 def _clip(audio: str, seconds: float):
     from qwen3asr.audio import SAMPLE_RATE, prepare_audio
+
+    from .bench import AUDIO_OFFSET_S
 
     pcm = prepare_audio(audio)
     start = int(AUDIO_OFFSET_S * SAMPLE_RATE)
@@ -205,21 +205,15 @@ def child_parts(spec: dict) -> dict:
 # ----------------------------------------------------------------------------- in the parent
 def spawn(spec: dict) -> dict:
     """Run one child; adds the parent's view: wall seconds from spawn to exit and ru_maxrss (MB)."""
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "qwen3asr_tools.profile_memory", "--child", json.dumps(spec)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    result.update(wall_s=wall, maxrss_mb=usage.ru_maxrss / 1024)
+    from . import child_env
+    from .bench_peers import run_child
+
+    wall, peak_mb, code, out, err = run_child([sys.executable, "-m", "qwen3asr_tools.profile_memory", "--child",
+                                               json.dumps(spec)], child_env())
+    if code != 0:
+        raise RuntimeError(f"child failed ({code}): {err[-2000:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result.update(wall_s=wall, maxrss_mb=peak_mb)
     return result
 
 

@@ -162,7 +162,8 @@ def clip_units(spec, tok=None) -> ClipWords:
 
 
 def make_words(work: str, data: str, split: str, n: int, seed: int, tok_dir: str) -> List[ClipWords]:
-    """ClipWords of every clip of ``split`` (cached in WORK/words_{split}.pkl)."""
+    """ClipWords of every clip of ``split`` (cached in WORK/words_{split}.pkl with the seed and
+    count of the plan they follow: data regenerated with another seed is never paired with them)."""
     from qwen3asr.tokenizer import Tokenizer
 
     from . import make_dataset
@@ -172,8 +173,8 @@ def make_words(work: str, data: str, split: str, n: int, seed: int, tok_dir: str
     if os.path.isfile(path):
         with open(path, "rb") as f:
             cached = pickle.load(f)
-        if len(cached) == len(rows):
-            return cached
+        if isinstance(cached, dict) and (cached["seed"], cached["n"], len(cached["words"])) == (seed, n, len(rows)):
+            return cached["words"]
     tok = Tokenizer.from_dir(tok_dir)
     t0 = time.time()
     out = []
@@ -183,7 +184,7 @@ def make_words(work: str, data: str, split: str, n: int, seed: int, tok_dir: str
                                f"delete {data} and run again")
         out.append(clip_units(spec, tok))
     with open(path + ".tmp", "wb") as f:
-        pickle.dump(out, f)
+        pickle.dump({"seed": seed, "n": n, "words": out}, f)
     os.replace(path + ".tmp", path)
     log.info("words: %s, %d clips in %.0f s", split, len(out), time.time() - t0)
     return out

@@ -150,12 +150,12 @@ class RknnEncoderRunner:
         self.core_mask = resolve_core_mask(self.soc, core_mask)
         self.form = form
         entries = [e for e in manifest_entries(bundle, self.soc) if e["form"] == form]
-        kinds = {entry_shapes(e) for e in entries if e["part"] != "frontend"}
+        main = [e for e in entries if e["part"] != "frontend"]
+        kinds = {entry_shapes(e) for e in main}
         if len(kinds) > 1:
             raise BundleError(f"the bundle lists both fixed and dynamic-shape {form} RKNN models for {self.soc}; "
                               f"re-run scripts/onnx2rknn.py --forms {form} (it keeps one kind)")
         self.shapes = kinds.pop() if kinds else "fixed"  # "fixed" or "dynamic" (rknn_meta.SHAPE_KINDS)
-        main = [e for e in entries if e["part"] != "frontend"]
         if self.shapes == "dynamic":
             if len(main) > 1:
                 raise BundleError(f"the bundle lists {len(main)} dynamic-shape {form} RKNN models for {self.soc}, "

@@ -105,7 +105,7 @@ class RknnEntry:
     @property
     def shapes(self) -> str:
         """"fixed" (one size) or "dynamic" (every size of ``sizes`` in one model)."""
-        return self.meta.get("shapes", "fixed")
+        return entry_shapes(self.meta)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -150,7 +150,7 @@ def check_entry(bundle: Bundle, soc: str, entry: dict) -> RknnEntry:
             "encoder_sha256": encoder_digest(bundle.manifest), "shapes": kind}
     if kind == "dynamic":
         want["sizes"] = sorted(int(s) for s in entry.get("sizes") or ())
-    got = dict(meta, shapes=meta.get("shapes", "fixed"))
+    got = dict(meta, shapes=entry_shapes(meta))
     bad = [f"{k}: file has {got.get(k)!r}, expected {v!r}" for k, v in want.items() if got.get(k) != v]
     if bad:
         raise RknnModelError(

@@ -165,8 +165,9 @@ class EventConnection:
                         await reader
                     await self._linger()
                     break
-                if isinstance(item, Event):
-                    self.queued_bytes -= _event_bytes(item)
+                if isinstance(item, tuple):  # (event, its bytes) from the reader
+                    item, size = item
+                    self.queued_bytes -= size
                     self._room.set()
                 if item is None or not await self.handle(item) or self.gone:
                     break
@@ -200,7 +201,7 @@ class EventConnection:
                     self._room.clear()
                     await self._room.wait()
                 self.queued_bytes += size
-                await self.queue.put(event)
+                await self.queue.put((event, size))
         except (ConnectionError, OSError):
             pass
         self.gone = True
