@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import tempfile
 import time
 import zlib
 from typing import BinaryIO, Optional
@@ -31,11 +30,9 @@ from .settings import MAX_CONTEXT_CHARS
 
 logger = logging.getLogger(__name__)
 
-# An upload is copied in blocks of 1 MiB to a file of its own, in memory up to 1 MiB and on disk
-# beyond (as the multipart parser keeps it), and decoded from there in 10 s blocks: a request
-# never holds its upload or its audio whole (docs/serving.md "Memory ceilings of one request").
-UPLOAD_BLOCK_BYTES = 1 << 20
-SPOOL_BYTES = 1 << 20
+# An upload stays in the file the multipart parser spooled it to (in memory up to 1 MiB, on disk
+# beyond) and is decoded from there in 10 s blocks: a request never holds its upload or its audio
+# whole (docs/serving.md "Memory ceilings of one request").
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 MAX_TEMPERATURE = 2.0  # OpenAI's audio API accepts 0..2
 FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature", "stream",
@@ -100,9 +97,10 @@ async def _read_form(request: Request, rt) -> TranscriptionRequest:
         raise ApiError(400, f"malformed multipart/form-data body ({reason}); send the audio as field 'file'",
                        code="invalid_multipart") from None
     try:
-        return await _fields(form, rt)
-    finally:
+        return await _fields(form, rt)  # the request owns the upload's file from here (it closes it)
+    except BaseException:
         await form.close()
+        raise
 
 
 def _field(form, name: str) -> Optional[str]:
@@ -199,18 +197,8 @@ async def _fields(form, rt) -> TranscriptionRequest:
     if len(context) > MAX_CONTEXT_CHARS:
         raise ApiError(400, f"prompt is {len(context)} characters, over the limit of {MAX_CONTEXT_CHARS}",
                        code="prompt_too_long", param="prompt")
-    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # a copy the request owns (the form closes its own)
-    try:
-        while True:
-            block = await upload.read(UPLOAD_BLOCK_BYTES)
-            if not block:
-                break
-            spool.write(block)
-        spool.seek(0)
-    except BaseException:
-        spool.close()
-        raise
-    return TranscriptionRequest(file=spool, filename=upload.filename or "file", language=language,
+    upload.file.seek(0)
+    return TranscriptionRequest(file=upload.file, filename=upload.filename or "file", language=language,
                                 context=context, response_format=fmt, temperature=temperature, stream=stream,
                                 words=words)
 
