@@ -37,6 +37,21 @@ def test_transcription_fields_and_stats(engine):
     json.dumps(d)
 
 
+def test_a_transcription_without_context_builds_no_bpe(bundle_dir):
+    """The exporter's token table answers every prompt without context and all decoding: a
+    one-shot run never builds the `tokenizers` pipeline (0.3-0.5 s, 65 MB on the real vocabulary;
+    docs/benchmarks.md); context text builds it, and the ids are the pipeline's."""
+    with Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8") as e:
+        assert "token_table.npz" in e.bundle.manifest["files"]
+        auto = e.transcribe(CLIP, max_new_tokens=4)
+        forced = e.transcribe(CLIP, language="zh", max_new_tokens=4)
+        assert e.tokenizer._backend is None
+        assert forced.stats.prefill_tokens == auto.stats.prefill_tokens + 3  # language, " Chinese", <asr_text>
+        with_context = e.transcribe(CLIP, context="hot words", max_new_tokens=4)
+        assert e.tokenizer._backend is not None
+        assert with_context.stats.prefill_tokens == auto.stats.prefill_tokens + 2
+
+
 def test_forced_language_and_context(engine):
     r = engine.transcribe(CLIP, language="zh", context="hot words", max_new_tokens=4)
     assert r.language == "Chinese" and r.language_code == "zh"

@@ -6,7 +6,9 @@ import shutil
 import pytest
 
 from fixtures import tokenizer_dir
-from qwen3asr.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError, tokenizer_json
+from qwen3asr.languages import SUPPORTED_LANGUAGES
+from qwen3asr.prompt import build_prompt, fixed_prompt_texts
+from qwen3asr.tokenizer import TOKEN_TABLE, IncrementalDecoder, Tokenizer, TokenizerError, tokenizer_json, write_token_table
 
 
 @pytest.fixture(scope="module")
@@ -15,8 +17,22 @@ def tdir():
 
 
 @pytest.fixture(scope="module")
-def tok(tdir):
-    return Tokenizer.from_dir(tdir)
+def table_dir(tdir, tmp_path_factory):
+    """The tokenizer files with the token table a bundle carries (the fixed prompt texts)."""
+    d = tmp_path_factory.mktemp("table")
+    for name in os.listdir(tdir):
+        shutil.copy(os.path.join(tdir, name), d / name)
+    write_token_table(str(d), fixed_prompt_texts())
+    return str(d)
+
+
+@pytest.fixture(scope="module", params=["files", "table"])
+def tok(request, tdir, table_dir):
+    """Every test below runs on the tokenizer built from the files and on one loaded from a token
+    table (which builds the `tokenizers` pipeline only for texts the table does not hold)."""
+    t = Tokenizer.from_dir(tdir if request.param == "files" else table_dir)
+    assert (t._backend is None) == (request.param == "table")
+    return t
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +301,106 @@ def test_files_read_by_tokenizers_give_the_json_route_tokenizer(tok, tdir):
     assert json.loads(fast[0].to_str()) == reference
     assert json.loads(tok._tok.to_str()) == reference
 
+
+
+# ----------------------------------------------------------------- token table
+
+
+def _random_ids(rng, n):
+    """Id runs as a decoder makes them and worse: byte tokens that cut characters, added tokens
+    (special or not), ids past the tokenizer (embedding padding rows)."""
+    out = []
+    for _ in range(n):
+        r = rng.random()
+        out.append(rng.randrange(0, 256) if r < 0.4 else rng.randrange(151643, 151936) if r < 0.6
+                   else rng.randrange(0, 151643))
+    return out
+
+
+def test_table_answers_prompts_and_decoding_without_bpe(tdir, table_dir):
+    files, table = Tokenizer.from_dir(tdir), Tokenizer.from_dir(table_dir)
+    for compact in (False, True):
+        for lang in (None,) + SUPPORTED_LANGUAGES:
+            if compact and lang:
+                continue
+            a, b = build_prompt(files, 39, language=lang, compact=compact), build_prompt(table, 39, language=lang,
+                                                                                         compact=compact)
+            assert a.ids.tolist() == b.ids.tolist() and a.audio_start == b.audio_start
+    rng = random.Random(7)
+    for _ in range(400):
+        ids = _random_ids(rng, rng.randint(0, 16))
+        for skip in (True, False):
+            assert table.decode(ids, skip) == files.decode(ids, skip)
+            dec = table.incremental_decoder(skip)
+            assert "".join([dec.push(i) for i in ids] + [dec.flush()]) == files.decode(ids, skip)
+    assert (table.vocab_size, table.max_token_bytes, table.eos_ids, table.added_tokens) == \
+        (files.vocab_size, files.max_token_bytes, files.eos_ids, files.added_tokens)
+    assert [table.is_special(i) for i in range(151640, 151710)] == [files.is_special(i) for i in range(151640, 151710)]
+    assert table._backend is None  # nothing above built the pipeline
+    # Any other text builds it, once, and gets the same ids.
+    assert table.encode("hello 世界<asr_text>") == files.encode("hello 世界<asr_text>")
+    assert table._backend is not None and table.token_id("Ċ") == 198
+
+
+def test_table_pipeline_is_built_once_under_threads(table_dir, monkeypatch):
+    import threading
+
+    import qwen3asr.tokenizer as tk
+
+    built = []
+    real = tk._load_backend
+
+    def counting(path):
+        built.append(path)
+        return real(path)
+
+    monkeypatch.setattr(tk, "_load_backend", counting)
+    t = Tokenizer.from_dir(table_dir)
+    assert built == []
+    results, go = [], threading.Barrier(4)
+
+    def work():
+        go.wait()
+        results.append(t.encode("one two three"))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert built == [table_dir] and len(results) == 4 and all(r == results[0] for r in results)
+
+
+def test_stale_or_corrupt_table_is_not_used(table_dir, tmp_path, caplog):
+    for name in os.listdir(table_dir):
+        shutil.copy(os.path.join(table_dir, name), tmp_path / name)
+    # another merges file: the table's digests no longer match, the files decide
+    merges = (tmp_path / "merges.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "merges.txt").write_text("".join(merges[:-1]), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="qwen3asr.tokenizer"):
+        t = Tokenizer.from_dir(str(tmp_path))
+    assert t._backend is not None and "was written for other tokenizer files" in caplog.text
+    caplog.clear()
+    (tmp_path / TOKEN_TABLE).write_bytes(b"PK\x03\x04 not a zip")
+    with caplog.at_level("WARNING", logger="qwen3asr.tokenizer"):
+        t = Tokenizer.from_dir(str(tmp_path))
+    assert t._backend is not None and "is unreadable" in caplog.text
+    assert t.encode("<|im_start|>system\n") == [151644, 8948, 198]
+
+
+def test_table_is_reproducible(table_dir, tmp_path):
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(table_dir, name), tmp_path / name)
+    write_token_table(str(tmp_path), fixed_prompt_texts())
+    assert (tmp_path / TOKEN_TABLE).read_bytes() == open(os.path.join(table_dir, TOKEN_TABLE), "rb").read()
+
+
+@pytest.mark.parametrize("bundle, texts", [("default", True), ("default-aligner", False)])
+def test_bundled_models_carry_their_current_table(bundle, texts, tmp_path):
+    """models/default and models/default-aligner hold the table the exporter writes today."""
+    src = os.path.join(os.path.dirname(__file__), "..", "models", bundle)
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, name), tmp_path / name)
+    write_token_table(str(tmp_path), fixed_prompt_texts() if texts else [])
+    assert (tmp_path / TOKEN_TABLE).read_bytes() == open(os.path.join(src, TOKEN_TABLE), "rb").read()
+    assert Tokenizer.from_dir(src)._backend is None

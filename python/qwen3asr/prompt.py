@@ -27,7 +27,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .languages import LanguageError, normalize_language_name, resolve_language, validate_language
+from .languages import SUPPORTED_LANGUAGES, LanguageError, normalize_language_name, resolve_language, validate_language
 from .tokenizer import ASR_TEXT, AUDIO_END, AUDIO_PAD, AUDIO_START, IM_END, IM_START, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,25 @@ def prompt_text(context: str = "", language: Optional[str] = None, n_audio_token
     return text
 
 
+def _prompt_parts(context: str, language: Optional[str], compact: bool) -> Tuple[str, str]:
+    """The prompt's text before the audio pads (through ``<|audio_start|>``) and after them."""
+    if compact:
+        return f"{IM_START}user\n{AUDIO_START}", f"{AUDIO_END}{IM_END}\n{IM_START}assistant\n{ASR_TEXT}"
+    tail = f"{AUDIO_END}{IM_END}\n{IM_START}assistant\n"
+    if language:
+        tail += f"{_LANG_PREFIX}{language}{ASR_TEXT}"
+    return f"{IM_START}system\n{context}{IM_END}\n{IM_START}user\n{AUDIO_START}", tail
+
+
+def fixed_prompt_texts() -> List[str]:
+    """Every text ``build_prompt`` encodes when there is no context (both prompts, no language and
+    each supported one): what a bundle's token table holds, so that such a prompt needs no BPE."""
+    texts = list(_prompt_parts("", None, True))
+    for lang in (None,) + SUPPORTED_LANGUAGES:
+        texts += [t for t in _prompt_parts("", lang, False) if t not in texts]
+    return texts
+
+
 def build_prompt(
     tokenizer: Tokenizer, n_audio_tokens: int, context: str = "", language: Optional[str] = None,
     compact: bool = False,
@@ -90,16 +109,10 @@ def build_prompt(
     # Added tokens split the text into independent segments, so encoding the part up to
     # <|audio_start|> and the part from <|audio_end|> separately gives the same ids as
     # encoding the whole string; the N pads need no tokenization.
-    if compact:
-        if context:
-            raise ValueError("the compact prompt has no system turn to carry context; drop one of them")
-        head = tokenizer.encode(f"{IM_START}user\n{AUDIO_START}")
-        tail_text = f"{AUDIO_END}{IM_END}\n{IM_START}assistant\n{ASR_TEXT}"
-    else:
-        head = tokenizer.encode(f"{IM_START}system\n{context}{IM_END}\n{IM_START}user\n{AUDIO_START}")
-        tail_text = f"{AUDIO_END}{IM_END}\n{IM_START}assistant\n"
-        if lang:
-            tail_text += f"{_LANG_PREFIX}{lang}{ASR_TEXT}"
+    if compact and context:
+        raise ValueError("the compact prompt has no system turn to carry context; drop one of them")
+    head_text, tail_text = _prompt_parts(context, lang, compact)
+    head = tokenizer.encode(head_text)
     tail = tokenizer.encode(tail_text)
     pad = tokenizer.audio_pad
     if pad in head:

@@ -10,16 +10,26 @@ tokenizer call does; decoding with ``skip_special_tokens=True`` drops special to
 only (``<asr_text>`` is not special and stays in the text).
 
 Special ids are always resolved by name from the loaded files, never hard-coded.
+
+A bundle may also hold ``token_table.npz`` (``write_token_table``, written by the exporter): every
+token's bytes, the added tokens and the ids of the fixed prompt texts, as the full tokenizer gave
+them, with the SHA-256 of the files it was built from. When those files are unchanged,
+``Tokenizer.from_dir`` loads only the table (milliseconds) and builds the `tokenizers` pipeline
+(0.3-0.5 s and 65 MB for the real vocabulary) on the first ``encode`` of a text the table does not
+hold: a one-shot transcription without context never builds it (docs/benchmarks.md "Lean profile").
 """
 
 from __future__ import annotations
 
 import codecs
 import functools
+import hashlib
 import json
 import logging
 import os
-from typing import Dict, Iterable, List, Sequence, Tuple
+import threading
+import zipfile
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .errors import Qwen3ASRError
 
@@ -38,6 +48,12 @@ AUDIO_START = "<|audio_start|>"
 AUDIO_END = "<|audio_end|>"
 AUDIO_PAD = "<|audio_pad|>"
 ASR_TEXT = "<asr_text>"
+
+
+TOKEN_TABLE = "token_table.npz"
+TOKEN_TABLE_FORMAT = 1
+# The files a table is checked against: those of them present in the directory, by SHA-256.
+_TABLE_SOURCES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json")
 
 
 class TokenizerError(Qwen3ASRError, RuntimeError):
@@ -184,12 +200,128 @@ def _from_files(path: str):
     return backend, {a["id"]: (a["content"], bool(a.get("special", False))) for a in added}
 
 
-class Tokenizer:
-    """Qwen3-ASR text tokenizer. Build with ``Tokenizer.from_dir(checkpoint_dir)``."""
+def _source_digests(path: str) -> Dict[str, str]:
+    """SHA-256 of the tokenizer files present in ``path`` (what a token table is checked against)."""
+    out = {}
+    for name in _TABLE_SOURCES:
+        f = os.path.join(path, name)
+        if os.path.isfile(f):
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            out[name] = h.hexdigest()
+    return out
 
-    def __init__(self, backend, added: Dict[int, Tuple[str, bool]]):
-        """backend: a ``tokenizers.Tokenizer``; added: id -> (content, special)."""
-        self._tok = backend
+
+def _read_table(path: str) -> Optional[dict]:
+    """The token table of directory ``path`` as a dict (offsets, blob, added, vocab_size, encoded),
+    or None when there is none, it is unreadable, or the tokenizer files changed since it was
+    written (then the full tokenizer is built, as without a table)."""
+    f = os.path.join(path, TOKEN_TABLE)
+    if not os.path.isfile(f):
+        return None
+    import numpy as np
+
+    try:
+        with np.load(f, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            offsets = np.asarray(z["offsets"], dtype=np.int64)
+            blob = z["blob"].tobytes()
+        if meta.get("format") != TOKEN_TABLE_FORMAT:
+            logger.warning("%s: format %r, not %d; building the tokenizer from its files", f, meta.get("format"),
+                           TOKEN_TABLE_FORMAT)
+            return None
+        if meta.get("sources") != _source_digests(path):
+            logger.warning("%s was written for other tokenizer files; building the tokenizer from the files "
+                           "(re-export the bundle to refresh it)", f)
+            return None
+        added = {int(i): (str(c), bool(sp)) for i, c, sp in meta["added"]}
+        encoded = {str(k): tuple(int(x) for x in v) for k, v in meta["encoded"].items()}
+        vocab_size = int(meta["vocab_size"])
+        if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(blob) \
+                or bool((offsets[1:] < offsets[:-1]).any()):
+            raise ValueError("offsets do not index the blob")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as exc:
+        logger.warning("%s is unreadable (%s); building the tokenizer from its files", f, exc)
+        return None
+    return {"offsets": offsets, "blob": blob, "added": added, "encoded": encoded, "vocab_size": vocab_size}
+
+
+def _load_backend(path: str):
+    """(backend, added) from the files of directory ``path``: tokenizer.json when present, else
+    vocab.json + merges.txt + tokenizer_config.json. Raises TokenizerError naming the file."""
+    try:
+        from tokenizers import Tokenizer as _Backend
+    except ImportError as exc:  # pragma: no cover - a runtime dependency
+        raise TokenizerError("the 'tokenizers' package is needed: pip install tokenizers") from exc
+
+    tj = os.path.join(path, "tokenizer.json")
+    if os.path.isfile(tj):
+        try:
+            backend = _Backend.from_file(tj)
+        except Exception as exc:  # tokenizers raises its own Exception type
+            raise TokenizerError(f"cannot load {tj}: {exc}") from exc
+        added = {int(i): (a.content, bool(a.special)) for i, a in backend.get_added_tokens_decoder().items()}
+        return _checked(backend, added, tj)
+
+    needed = ["vocab.json", "merges.txt", "tokenizer_config.json"]
+    missing = [n for n in needed if not os.path.isfile(os.path.join(path, n))]
+    if missing:
+        raise TokenizerError(
+            f"{path} has no tokenizer.json and lacks {', '.join(missing)}; a Qwen3-ASR checkpoint "
+            "directory holds vocab.json, merges.txt and tokenizer_config.json"
+        )
+    fast = _from_files(path)
+    if fast is not None:
+        return _checked(*fast, path)
+    vocab = _read_json(os.path.join(path, "vocab.json"))
+    if not isinstance(vocab, dict) or not vocab:
+        raise TokenizerError(f"{os.path.join(path, 'vocab.json')}: expected a non-empty token -> id object")
+    merges = _read_merges(os.path.join(path, "merges.txt"))
+    cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
+    decoder = cfg.get("added_tokens_decoder")
+    if not isinstance(decoder, dict) or not decoder:
+        raise TokenizerError(
+            f"{os.path.join(path, 'tokenizer_config.json')} has no added_tokens_decoder; "
+            "the special tokens (<|im_start|>, <|audio_pad|>, ...) cannot be resolved"
+        )
+    try:
+        added_list = [dict(v, id=int(k)) for k, v in decoder.items()]
+        backend = _Backend.from_str(json.dumps(tokenizer_json(vocab, merges, added_list)))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise TokenizerError(f"invalid tokenizer files in {path}: {exc}") from exc
+    except Exception as exc:  # tokenizers raises its own Exception type
+        raise TokenizerError(f"cannot build the tokenizer from {path}: {exc}") from exc
+    added = {a["id"]: (a["content"], bool(a.get("special", False))) for a in added_list}
+    return _checked(backend, added, path)
+
+
+def _checked(backend, added: Dict[int, Tuple[str, bool]], where: str):
+    for i, (content, _) in added.items():
+        got = backend.token_to_id(content)
+        if got != i:
+            raise TokenizerError(f"{where}: added token {content!r} should have id {i}, the tokenizer gives {got}")
+    logger.debug("tokenizer from %s: %d ids, %d added", where, backend.get_vocab_size(True), len(added))
+    return backend, added
+
+
+class Tokenizer:
+    """Qwen3-ASR text tokenizer. Build with ``Tokenizer.from_dir(checkpoint_dir)``.
+
+    Safe to share between threads (the lazily built `tokenizers` pipeline is built once)."""
+
+    def __init__(self, backend, added: Dict[int, Tuple[str, bool]], *, path: Optional[str] = None,
+                 table: Optional[dict] = None):
+        """backend: a ``tokenizers.Tokenizer``, or None with ``path`` and ``table`` (a token
+        table of ``path``: the backend is built from ``path`` on first need); added: id ->
+        (content, special)."""
+        if backend is None and (path is None or table is None):
+            raise ValueError("a Tokenizer without a backend needs the directory and its token table")
+        self._backend = backend
+        self._path = path
+        self._table = table
+        self._lock = threading.Lock()
         self._added = dict(added)
         self._special_ids = frozenset(i for i, (_, s) in self._added.items() if s)
         self._by_name = {content: i for i, (content, _) in self._added.items()}
@@ -197,82 +329,58 @@ class Tokenizer:
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_dir(cls, path: str) -> "Tokenizer":
-        """Load from a checkpoint directory.
+        """Load from a checkpoint or bundle directory.
 
-        Uses tokenizer.json when present, else vocab.json + merges.txt +
+        Uses the directory's token table when it matches the tokenizer files (the module
+        docstring), else tokenizer.json when present, else vocab.json + merges.txt +
         tokenizer_config.json (the layout of the real Qwen3-ASR checkpoints).
         Raises TokenizerError naming the missing or broken file.
         """
-        try:
-            from tokenizers import Tokenizer as _Backend
-        except ImportError as exc:  # pragma: no cover - a runtime dependency
-            raise TokenizerError("the 'tokenizers' package is needed: pip install tokenizers") from exc
-
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise TokenizerError(f"tokenizer directory not found: {path}")
-        tj = os.path.join(path, "tokenizer.json")
-        if os.path.isfile(tj):
-            try:
-                backend = _Backend.from_file(tj)
-            except Exception as exc:  # tokenizers raises its own Exception type
-                raise TokenizerError(f"cannot load {tj}: {exc}") from exc
-            added = {int(i): (a.content, bool(a.special)) for i, a in backend.get_added_tokens_decoder().items()}
-            return cls._checked(backend, added, tj)
-
-        needed = ["vocab.json", "merges.txt", "tokenizer_config.json"]
-        missing = [n for n in needed if not os.path.isfile(os.path.join(path, n))]
-        if missing:
-            raise TokenizerError(
-                f"{path} has no tokenizer.json and lacks {', '.join(missing)}; a Qwen3-ASR checkpoint "
-                "directory holds vocab.json, merges.txt and tokenizer_config.json"
-            )
-        fast = _from_files(path)
-        if fast is not None:
-            return cls._checked(*fast, path)
-        vocab = _read_json(os.path.join(path, "vocab.json"))
-        if not isinstance(vocab, dict) or not vocab:
-            raise TokenizerError(f"{os.path.join(path, 'vocab.json')}: expected a non-empty token -> id object")
-        merges = _read_merges(os.path.join(path, "merges.txt"))
-        cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
-        decoder = cfg.get("added_tokens_decoder")
-        if not isinstance(decoder, dict) or not decoder:
-            raise TokenizerError(
-                f"{os.path.join(path, 'tokenizer_config.json')} has no added_tokens_decoder; "
-                "the special tokens (<|im_start|>, <|audio_pad|>, ...) cannot be resolved"
-            )
-        try:
-            added_list = [dict(v, id=int(k)) for k, v in decoder.items()]
-            backend = _Backend.from_str(json.dumps(tokenizer_json(vocab, merges, added_list)))
-        except (ValueError, TypeError, KeyError) as exc:
-            raise TokenizerError(f"invalid tokenizer files in {path}: {exc}") from exc
-        except Exception as exc:  # tokenizers raises its own Exception type
-            raise TokenizerError(f"cannot build the tokenizer from {path}: {exc}") from exc
-        added = {a["id"]: (a["content"], bool(a.get("special", False))) for a in added_list}
-        return cls._checked(backend, added, path)
-
-    @classmethod
-    def _checked(cls, backend, added: Dict[int, Tuple[str, bool]], where: str) -> "Tokenizer":
-        for i, (content, _) in added.items():
-            got = backend.token_to_id(content)
-            if got != i:
-                raise TokenizerError(f"{where}: added token {content!r} should have id {i}, the tokenizer gives {got}")
-        logger.debug("tokenizer from %s: %d ids, %d added", where, backend.get_vocab_size(True), len(added))
+        table = _read_table(path)
+        if table is not None:
+            logger.debug("tokenizer from %s's token table (%d ids)", path, table["vocab_size"])
+            return cls(None, table["added"], path=path, table=table)
+        backend, added = _load_backend(path)
         return cls(backend, added)
+
+    @property
+    def _tok(self):
+        """The `tokenizers` pipeline, built from the directory on first use when a table stood in."""
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    backend, added = _load_backend(self._path)
+                    if added != self._added:
+                        raise TokenizerError(f"{self._path}: the added tokens of {TOKEN_TABLE} and of the "
+                                             "tokenizer files differ; re-export the bundle")
+                    logger.debug("tokenizer pipeline built from %s", self._path)
+                    self._backend = backend
+        return self._backend
 
     # ------------------------------------------------------------------ API
     def encode(self, text: str) -> List[int]:
         """Token ids of ``text``; added-token strings in it become their ids."""
         if not isinstance(text, str):
             raise TypeError(f"encode expects str, got {type(text).__name__}")
+        if self._table is not None:
+            ids = self._table["encoded"].get(text)
+            if ids is not None:
+                return list(ids)
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids`` (bytes that are not valid UTF-8 become U+FFFD)."""
+        if self._table is not None:
+            return b"".join(self.token_bytes(i, skip_special_tokens) for i in ids).decode("utf-8", "replace")
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def token_id(self, name: str) -> int:
         """Id of one whole token (added token like "<|im_end|>" or a vocabulary entry)."""
+        if name in self._by_name:
+            return self._by_name[name]
         i = self._tok.token_to_id(name)
         if i is None:
             raise TokenizerError(f"token {name!r} is not in the tokenizer's vocabulary or added tokens")
@@ -284,6 +392,11 @@ class Tokenizer:
         if token_id in self._added:
             content, special = self._added[token_id]
             return b"" if (special and skip_special_tokens) else content.encode("utf-8")
+        if self._table is not None:
+            offsets = self._table["offsets"]
+            if 0 <= token_id < len(offsets) - 1:
+                return self._table["blob"][offsets[token_id]:offsets[token_id + 1]]
+            return b""
         s = self._tok.id_to_token(token_id)
         if s is None:
             return b""  # ids beyond the tokenizer (padding rows of the embedding) decode to nothing
@@ -301,8 +414,12 @@ class Tokenizer:
     def max_token_bytes(self) -> int:
         """Most UTF-8 bytes one token stands for (vocabulary entries and added tokens): a text of
         n bytes takes at least n / max_token_bytes tokens."""
-        vocab = self._tok.get_vocab(with_added_tokens=False)
-        longest = max((len(t) for t in vocab), default=1)  # byte-level entries: one character per byte
+        if self._table is not None:
+            offsets = self._table["offsets"]
+            longest = int((offsets[1:] - offsets[:-1]).max()) if len(offsets) > 1 else 1
+        else:
+            vocab = self._tok.get_vocab(with_added_tokens=False)
+            longest = max((len(t) for t in vocab), default=1)  # byte-level entries: one character per byte
         return max([longest] + [len(content.encode("utf-8")) for content, _ in self._added.values()])
 
     @property
@@ -311,6 +428,8 @@ class Tokenizer:
 
         The model's embedding may have more rows (151936).
         """
+        if self._table is not None:
+            return self._table["vocab_size"]
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
     @property
@@ -379,3 +498,44 @@ class IncrementalDecoder:
     def pending(self) -> bool:
         """True when bytes of an incomplete character are held."""
         return bool(self._utf8.getstate()[0])
+
+
+def write_token_table(path: str, texts: Sequence[str] = ()) -> str:
+    """Write ``token_table.npz`` into the tokenizer directory ``path`` and return its path.
+
+    Built with the full tokenizer from the directory's files: the bytes of every vocabulary id, the
+    added tokens, the vocabulary size, the ids of each of ``texts`` (what ``encode`` then answers
+    without building the pipeline: the exporter passes the fixed prompt texts) and the SHA-256 of
+    the files, which ``Tokenizer.from_dir`` checks before it uses the table.
+    """
+    import numpy as np
+
+    path = os.fspath(path)
+    backend, added = _load_backend(path)
+    tok = Tokenizer(backend, added)
+    vocab = backend.get_vocab(with_added_tokens=False)
+    n = max(vocab.values(), default=-1) + 1
+    pieces = []
+    for i in range(n):
+        s = None if i in added else backend.id_to_token(i)
+        try:
+            pieces.append(b"" if s is None else bytes(_UNICODE_TO_BYTE[c] for c in s))
+        except KeyError as exc:
+            raise TokenizerError(f"{path}: token {i} ({s!r}) is not byte-level BPE; no token table for it") from exc
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(p) for p in pieces])
+    meta = {"format": TOKEN_TABLE_FORMAT, "sources": _source_digests(path),
+            "added": [[i, c, sp] for i, (c, sp) in sorted(added.items())],
+            "vocab_size": int(backend.get_vocab_size(with_added_tokens=True)),
+            "encoded": {t: tok.encode(t) for t in texts}}
+    out = os.path.join(path, TOKEN_TABLE)
+    tmp = out + ".tmp"
+    arrays = {"meta": np.array(json.dumps(meta, ensure_ascii=False)), "offsets": offsets,
+              "blob": np.frombuffer(b"".join(pieces), dtype=np.uint8)}
+    # np.savez's layout with a fixed date: the same files give the same bytes (a reproducible bundle)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
+        for name, arr in arrays.items():
+            with zf.open(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w") as fh:
+                np.lib.format.write_array(fh, arr, allow_pickle=False)
+    os.replace(tmp, out)
+    return out

@@ -10,6 +10,7 @@ The bundle holds:
   decoder/decoder_{fp32,int8,int4}.onnx (+ .data)   KV-cache decoder for ONNX Runtime
   embed_tokens.npy              the token embedding table the host embeds prompts with
   vocab.json, merges.txt, tokenizer_config.json, ...   tokenizer files
+  token_table.npz               every token's bytes and the fixed prompts' ids (a load without BPE)
   model.json                    manifest: config, special ids, variants, dtypes, checksums
 
 A Qwen3-ForcedAligner checkpoint (thinker model_type "qwen3_forced_aligner") gives an aligner
@@ -43,6 +44,8 @@ import numpy as np
 from qwen3asr.backends import MEMORY_PROFILES  # the engine's memory profiles, one list
 from qwen3asr.bundle import BUNDLE_FORMAT, sha256_file
 from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK
+from qwen3asr.prompt import fixed_prompt_texts
+from qwen3asr.tokenizer import write_token_table
 
 from . import checkpoint as ckpt
 from . import onnx_graphs as graphs
@@ -273,6 +276,8 @@ def export(ckpt_dir: str, out_dir: str, durations=DEFAULT_DURATIONS, forms=("mer
         if os.path.isfile(src):
             shutil.copyfile(src, os.path.join(out_dir, name))
             files.append(os.path.join(out_dir, name))
+    # every token's bytes and the fixed prompt texts' ids: a load without BPE (qwen3asr.tokenizer)
+    files.append(write_token_table(out_dir, [] if al else fixed_prompt_texts()))
     eos = [specials["<|im_end|>"], specials["<|endoftext|>"]]
     manifest = {
         "format": BUNDLE_FORMAT,
