@@ -146,3 +146,29 @@ def test_word_timestamps_in_json_and_subtitles():
     p = run("--audio", clip, "--model", model, "--backend", "onnx", "--aligner", aligner, "--word-timestamps",
             "--language", "Swedish", "--duration", "3")
     assert p.returncode == 2 and p.stderr.startswith("error: the forced aligner covers") and "Traceback" not in p.stderr
+
+
+def test_the_cli_opens_the_file_first_and_preloads_its_length(bundle_dir, monkeypatch, capsys):
+    """qwen3asr-transcribe reads the file before any model loads (a bad one fails fast) and tells
+    the engine the seconds a one-pass decode of it takes (preload_seconds); none when chunks are
+    asked for."""
+    from qwen3asr.cli import transcribe as cli
+
+    seen = []
+    real = cli.engine_from_args
+
+    def spy(args, preload_seconds=None):
+        seen.append(preload_seconds)
+        return real(args, preload_seconds=preload_seconds)
+
+    monkeypatch.setattr(cli, "engine_from_args", spy)
+    base = ["--audio", CLIP, "--model", bundle_dir, "--backend", "onnx", "--max-new-tokens", "3"]
+    assert cli.main(base) == 0
+    assert cli.main(base + ["--start", "0.5", "--duration", "0.6"]) == 0
+    assert cli.main(base + ["--vad"]) == 0
+    assert seen == [pytest.approx(1.38, abs=0.01), pytest.approx(0.6), None]
+    capsys.readouterr()
+    assert cli.main(["--audio", os.path.join(ROOT, "README.md"), "--model", bundle_dir]) == 2
+    assert cli.main(base + ["--start", "9"]) == 2
+    assert len(seen) == 3  # neither reached the engine
+    assert "past the end of the audio" in capsys.readouterr().err

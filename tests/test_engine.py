@@ -308,3 +308,79 @@ def test_close_is_harmless_twice_and_use_after_close_is_a_clear_error():
                  lambda: e.start(EN2)):
         with pytest.raises(EngineClosed, match=r"was closed \(engine.close\(\)\); create a new one"):
             call()
+
+
+# ----------------------------------------------------------------- preload_seconds
+
+
+class _Recording:
+    """An EncoderRunner that records the variants each call runs (shapes as the real graphs')."""
+
+    def __init__(self, out_dim=8):
+        self.runs, self.loaded, self.out_dim = [], [], out_dim
+
+    def load(self, variant):
+        self.loaded.append(variant)
+
+    def run_merged(self, variant, mel, conv_mask1, conv_mask2, attn_bias):
+        self.runs.append(variant)
+        return np.zeros((1, variant.tokens, self.out_dim), np.float32)
+
+    def close(self):
+        pass
+
+
+def test_variants_for_are_the_variants_encode_runs():
+    from qwen3asr.encoder import AudioEncoder, EncoderVariant
+
+    rng = np.random.default_rng(3)
+    for sizes, window in (((2, 3, 4, 5, 8), 104), ((1, 3), 104), ((2, 3), 13 * 4)):
+        runner = _Recording()
+        enc = AudioEncoder(runner, [EncoderVariant("merged", n, f"m{n}") for n in sizes], window, 4)
+        for n in list(range(1, 1700, 7)) + [int(x) for x in rng.integers(1, 6000, 60)] + [800, 1600, 2400]:
+            runner.runs.clear()
+            enc.encode(np.zeros((4, n), np.float32))
+            assert enc.variants_for(n) == list(dict.fromkeys(runner.runs)), (sizes, n)
+        assert enc.preload(2.5) == [enc.pick(250)] and runner.loaded == [enc.pick(250)]
+
+
+def test_preload_loads_the_clips_graphs_with_the_engine(bundle_dir):
+    """preload_seconds: the encoder session a one-pass decode of that length runs is made during
+    the engine's load (beside the decoder's) and the call makes none; the result is unchanged."""
+    seconds = 1.78175  # CLIP
+    with Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8", preload_seconds=seconds) as e, \
+            Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8") as plain:
+        want = [v.path for v in e.encoder.variants_for(int(seconds * 100))]
+        assert list(e.encoder.runner._sessions) == want and len(want) == 1
+        assert list(plain.encoder.runner._sessions) == []
+        got = e.transcribe(CLIP, max_new_tokens=6)
+        assert list(e.encoder.runner._sessions) == want  # the call found its graph loaded
+        assert got.token_ids == plain.transcribe(CLIP, max_new_tokens=6).token_ids
+
+
+def test_preload_over_the_one_pass_limit_loads_nothing():
+    """models/default declares a 10 s one-pass limit: longer audio goes in chunks, whose graphs
+    are not the whole length's, so nothing is preloaded."""
+    with Qwen3ASREngine(backend="onnx", preload_seconds=60.0) as e:
+        assert e.bundle.one_pass_seconds == 10.0 and list(e.encoder.runner._sessions) == []
+    with Qwen3ASREngine(backend="onnx", preload_seconds=9.0) as e:  # one pass: the 8 s graph chained, then 2 s
+        assert [os.path.basename(p) for p in e.encoder.runner._sessions] == ["merged_8s.onnx", "merged_2s.onnx"]
+
+
+def test_a_preload_that_fails_fails_the_load_and_frees_the_decoder(bundle_dir, monkeypatch):
+    from qwen3asr.backends import onnx as onnx_backend
+
+    closed = []
+    monkeypatch.setattr(onnx_backend.OnnxEncoderRunner, "load",
+                        lambda self, v: (_ for _ in ()).throw(RuntimeError(f"ONNX Runtime cannot load {v.path}: bad")))
+    real_close = onnx_backend.OnnxTextDecoder.close
+    monkeypatch.setattr(onnx_backend.OnnxTextDecoder, "close", lambda self: (closed.append(self), real_close(self)))
+    with pytest.raises(RuntimeError, match="cannot load .*merged_2s.onnx: bad"):
+        Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8", preload_seconds=1.5)
+    assert len(closed) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "3", True, 1e9])
+def test_preload_seconds_is_checked(bundle_dir, bad):
+    with pytest.raises(ValueError, match="preload_seconds"):
+        Qwen3ASREngine(bundle_dir, backend="onnx", preload_seconds=bad)

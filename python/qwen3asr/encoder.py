@@ -75,6 +75,10 @@ class EncoderRunner(Protocol):
     def run_backend(self, variant: EncoderVariant, hidden: np.ndarray, attn_bias: np.ndarray) -> np.ndarray:
         """hidden (1, tokens, d_model) -> embeds (1, tokens, output_dim) float32."""
 
+    def load(self, variant: EncoderVariant) -> None:
+        """Make ``variant``'s graphs ready to run (a runner that makes them on first use makes them
+        now; one that loads every graph at start only checks that ``variant`` is among them)."""
+
     def close(self) -> None:
         """Free the loaded graphs (safe to call twice)."""
 
@@ -137,6 +141,24 @@ class AudioEncoder:
             if v.frames >= n_frames:
                 return v
         return self.variants[-1]
+
+    def variants_for(self, n_frames: int) -> list[EncoderVariant]:
+        """The variants ``encode`` runs for ``n_frames`` frames of log-mel (the chained one first)."""
+        longest = self.variants[-1].frames
+        if n_frames <= longest:
+            return [self.pick(n_frames)]
+        chained = -(-(n_frames - longest) // self._chain.frames)  # the pieces encode's loop cuts
+        last = self.pick(n_frames - chained * self._chain.frames)
+        return [self._chain] if last == self._chain else [self._chain, last]
+
+    def preload(self, seconds: float) -> list[EncoderVariant]:
+        """Load the graphs ``encode`` needs for ``seconds`` of audio now instead of on first use
+        (the engine does it beside the decoder's load: Qwen3ASREngine's ``preload_seconds``).
+        Returns those variants."""
+        variants = self.variants_for(max(1, int(round(float(seconds) * 100))))
+        for v in variants:
+            self.runner.load(v)
+        return variants
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
         """``mel`` (n_mels, T) float32 -> embeddings (tokens_for_frames(T), output_dim) float32."""

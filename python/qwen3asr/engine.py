@@ -107,6 +107,11 @@ class Qwen3ASREngine:
         one-shot runs (int4 decoder by default, KV cache grown in smaller steps; a bundle exported
         with ``--memory lean`` adds int8 encoder weights and memory-mapped decoder weights).
         Measured in docs/benchmarks.md "Lean profile". The aligner is loaded with it too.
+      preload_seconds: the length of the audio the first request brings in one pass (a one-shot
+        CLI passes its file's): the encoder graphs a one-pass decode of it runs are loaded during
+        the engine's load, beside the decoder's (ONNX Runtime, in a thread), instead of by that
+        request. Ignored over the bundle's one-pass limit (such audio goes in chunks). Default None:
+        each graph on first use. The rk backend loads every graph at start anyway.
       aligner: a forced-aligner bundle for word timestamps (docs/aligner.md); default
         ``$QWEN3ASR_ALIGNER``, else, with the bundled default model, the bundled demo aligner.
         Loaded on the first request that asks for words, with this engine's backend settings.
@@ -121,7 +126,8 @@ class Qwen3ASREngine:
                  encoder_sizes=None, decoder_dtype: str = "auto", threads: Optional[int] = None, rk=None,
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
                  enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
-                 spin_wait: bool = False, aligner: Optional[str] = None, memory: str = "default"):
+                 spin_wait: bool = False, aligner: Optional[str] = None, memory: str = "default",
+                 preload_seconds: Optional[float] = None):
         from .backends import RKOptions
 
         if not isinstance(backend, str) or backend not in BACKENDS:
@@ -139,7 +145,7 @@ class Qwen3ASREngine:
         backend_options = BackendOptions(
             encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype, threads=threads,
             spin_wait=spin_wait, prefix_cache=PrefixCacheOptions() if prefix_cache is None else prefix_cache, rk=rk,
-            memory=memory)
+            memory=memory, preload_seconds=preload_seconds)
         overrides = {} if repeat_penalty is None else {"repetition_penalty": repeat_penalty}
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine
@@ -149,6 +155,11 @@ class Qwen3ASREngine:
         self._check_specials()
         self.embeddings = EmbeddingTable(self.bundle)
         self.n_mels = int(self.bundle.audio_config["num_mel_bins"])
+        limit = self.bundle.one_pass_seconds
+        if preload_seconds is not None and limit is not None and preload_seconds > limit:
+            # such audio goes in chunks, whose graphs are not the whole length's: nothing to preload
+            logger.debug("no preload: %.1f s is over the bundle's one-pass limit of %g s", preload_seconds, limit)
+            backend_options = dataclasses.replace(backend_options, preload_seconds=None)
         loaded = create_backend(backend, self.bundle, backend_options, tokenizer=self.tokenizer,
                                 embeddings=self.embeddings, decoding=self.options.decoding())
         self._backend = loaded

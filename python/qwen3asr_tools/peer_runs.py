@@ -13,7 +13,8 @@ What is timed per call (each call = the whole clip, N decoded tokens, end of seq
 - ours: the engine's own stages, as ``Qwen3ASREngine.transcribe`` runs them for one pass
   (file read, mel, encoder, official prompt, prefill, N greedy steps), but with no end-of-sequence
   ids and no loop guard, so every call decodes exactly N tokens; the engine is built from the
-  ``qwen3asr-transcribe`` flags (``engine_from_args``), so any engine flag can be passed through;
+  ``qwen3asr-transcribe`` flags (``engine_from_args``), so any engine flag can be passed through,
+  and, as that CLI does, told the clip's length (``preload_seconds``);
 - crispasr: the Qwen3-ASR stages of libcrispasr through the C API it exports (``qwen3_asr_*``:
   mel, encoder, tokenizer, embeddings, KV-cache forward; ``CrispStages``), driven the same way
   (official prompt, N greedy steps). Its ``Session.transcribe`` has a token cap but no setting to
@@ -75,14 +76,16 @@ def read_wav_f32(path: str):
 # ----------------------------------------------------------------------------- ours
 def run_ours(model: str, audio: str, tokens: int, threads: int, calls: int, dtype: str,
              extra: Sequence[str], t_start: float) -> ProcessReport:
-    from qwen3asr.audio import prepare_audio
+    from qwen3asr.audio import SAMPLE_RATE, AudioFile, prepare_audio
     from qwen3asr.cli.common import engine_from_args
     from qwen3asr.cli.transcribe import build_parser
     from qwen3asr.decoding import DecodingOptions, Generation
 
     args = build_parser().parse_args(["--audio", audio, "--model", model, "--backend", "onnx", "--threads",
                                       str(threads), "--decoder-dtype", dtype, *extra])
-    engine = engine_from_args(args)
+    with AudioFile(audio) as f:  # as qwen3asr-transcribe: the clip's encoder graphs load beside the decoder
+        seconds = f.n_samples / SAMPLE_RATE
+    engine = engine_from_args(args, preload_seconds=seconds)
     load_ms = (time.perf_counter() - t_start) * 1000
     out = []
     rows = None

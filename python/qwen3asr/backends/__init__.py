@@ -15,6 +15,7 @@ Hardware SDKs are imported only inside ``rk``'s creation; the stages never impor
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib.util
 import logging
@@ -40,6 +41,7 @@ DECODER_DTYPES = ("auto", "fp32", "int8", "int4")
 # decoder weights); docs/benchmarks.md "Lean profile"
 MEMORY_PROFILES = ("default", "lean")
 MAX_THREADS = 256  # ONNX Runtime intra-op threads accepted (more than any board or desktop has cores)
+MAX_PRELOAD_SECONDS = 86400.0  # preload_seconds accepted: a day of audio (it only picks encoder graphs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,9 @@ class BackendOptions:
     prefix_cache: PrefixCacheOptions = PrefixCacheOptions()  # the ONNX decoder's prompt-prefix KV reuse
     rk: RKOptions = RKOptions()  # board settings of the rk backend
     memory: str = "default"  # ONNX memory profile: "default" or "lean" (MEMORY_PROFILES)
+    # audio length (s) whose ASR encoder graphs load beside the decoder (ONNX: in a thread) instead
+    # of on first use; None: on first use (Qwen3ASREngine's preload_seconds)
+    preload_seconds: Optional[float] = None
 
     def __post_init__(self):
         problems = []
@@ -73,7 +78,9 @@ class BackendOptions:
                             f"(got {checks.show(self.decoder_dtype)})")
         problems += filter(None, (checks.integer("threads", self.threads, 1, MAX_THREADS, optional=True),
                                   checks.flag("spin_wait", self.spin_wait),
-                                  checks.choice("memory", self.memory, MEMORY_PROFILES)))
+                                  checks.choice("memory", self.memory, MEMORY_PROFILES),
+                                  checks.number("preload_seconds", self.preload_seconds, 0, MAX_PRELOAD_SECONDS,
+                                                kind="a number of seconds", low_open=True, optional=True)))
         if not isinstance(self.prefix_cache, PrefixCacheOptions):
             problems.append(f"prefix_cache must be a qwen3asr.PrefixCacheOptions "
                             f"(got {type(self.prefix_cache).__name__})")
@@ -140,10 +147,27 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
     from .onnx import create_onnx_decoder, create_onnx_encoder
 
     encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
+    # preload: the encoder sessions are made in a thread while this one makes the decoder's (ONNX
+    # Runtime releases the interpreter lock while it loads): a one-shot run's first call no longer
+    # makes them after the decoder's (docs/benchmarks.md "Lean profile")
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen3asr-preload") \
+        if o.preload_seconds is not None else None
     try:
-        decoder = create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
-                                      eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache, spin_wait=o.spin_wait,
-                                      memory=o.memory)
+        preload = pool.submit(encoder.preload, o.preload_seconds) if pool else None
+        try:
+            decoder = create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
+                                          eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache,
+                                          spin_wait=o.spin_wait, memory=o.memory)
+        finally:
+            if pool:
+                pool.shutdown(wait=True)
+        if preload:
+            try:
+                loaded = preload.result()
+            except BaseException:
+                decoder.close()
+                raise
+            logger.debug("encoder graphs preloaded for %.1f s: %s", o.preload_seconds, [v.path for v in loaded])
     except BaseException:
         encoder.close()
         raise

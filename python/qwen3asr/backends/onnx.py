@@ -77,6 +77,12 @@ class OnnxEncoderRunner:
                 drop_mapped_pages(os.path.dirname(path))
         return sess
 
+    def load(self, variant: EncoderVariant) -> None:
+        """Make the sessions ``variant`` runs with (split: the front end's too)."""
+        if variant.form == "split" and self._frontend_path is not None:
+            self._session(self._frontend_path)
+        self._session(variant.path)
+
     def run_merged(self, variant: EncoderVariant, mel, conv_mask1, conv_mask2, attn_bias):
         return self._session(variant.path).run(
             ["embeds"], {"mel": mel, "conv_mask1": conv_mask1, "conv_mask2": conv_mask2, "attn_bias": attn_bias})[0]

@@ -111,13 +111,14 @@ def backend_options_from_args(args):
                           spin_wait=args.spin_wait, rk=rk, memory=args.memory)
 
 
-def engine_from_args(args):
+def engine_from_args(args, preload_seconds=None):
+    """The engine of the flags; ``preload_seconds``: Qwen3ASREngine's (the one-shot CLI's file length)."""
     from .. import Qwen3ASREngine
 
     o = backend_options_from_args(args)
     return Qwen3ASREngine(args.model, backend=args.backend, threads=o.threads, rk=o.rk, spin_wait=o.spin_wait,
                           encoder_form=o.encoder_form, decoder_dtype=o.decoder_dtype, aligner=args.aligner,
-                          memory=o.memory)
+                          memory=o.memory, preload_seconds=preload_seconds)
 
 
 def options_from_args(args, **extra) -> TranscribeOptions:

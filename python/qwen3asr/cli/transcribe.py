@@ -63,21 +63,40 @@ def _write_piece(piece: str) -> None:
     sys.stdout.flush()
 
 
+def _one_pass_seconds(audio, options, args):
+    """The seconds the request decodes when it may go in one pass (what the engine preloads the
+    encoder graphs for), or None when the options ask for chunks or words beyond one aligner pass
+    (the engine also ignores it over the bundle's one-pass limit). ValueError: a bad selection."""
+    from ..aligner.model import MAX_ALIGN_SECONDS
+    from ..audio import SAMPLE_RATE
+    from ..longform import selection
+
+    if options.wants_chunks():
+        return None
+    a, b = selection(audio.n_samples, args.start, args.duration) if args.start or args.duration is not None \
+        else (0, audio.n_samples)
+    seconds = (b - a) / SAMPLE_RATE
+    return None if options.word_timestamps and seconds > MAX_ALIGN_SECONDS else seconds
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
-    from ..audio import AudioError
+    from ..audio import AudioError, AudioFile
     from ..bundle import BundleError
 
     try:
         options = options_from_args(args, vad=args.vad, itn=args.itn and not (args.no_itn or args.stream),
                                     word_timestamps=args.word_timestamps)
-        engine = engine_from_args(args)
-        on_text = _write_piece if args.stream and args.format == "text" else None
-        progress = _progress_bar if sys.stderr.isatty() and not args.stream else None
-        with engine:
-            result = engine.transcribe(args.audio, options, start_second=args.start, duration=args.duration,
-                                       on_text=on_text, progress=progress)
+        # the file first: a bad one is reported before any model loads, and its length tells the
+        # engine which encoder graphs to load beside the decoder (preload_seconds)
+        with AudioFile(args.audio) as audio:
+            engine = engine_from_args(args, preload_seconds=_one_pass_seconds(audio, options, args))
+            on_text = _write_piece if args.stream and args.format == "text" else None
+            progress = _progress_bar if sys.stderr.isatty() and not args.stream else None
+            with engine:
+                result = engine.transcribe(audio, options, start_second=args.start, duration=args.duration,
+                                           on_text=on_text, progress=progress)
         if progress is not None:
             sys.stderr.write("\r\033[K")
     except (AudioError, BundleError, ValueError, RuntimeError, OSError, ImportError) as exc:

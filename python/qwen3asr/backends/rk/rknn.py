@@ -220,6 +220,10 @@ class RknnEncoderRunner:
             raise ValueError(f"encoder variant {variant.path} is not loaded (loaded: {sorted(self._models)})")
         return model
 
+    def load(self, variant: EncoderVariant) -> None:
+        """Every model is loaded at start: checks that ``variant``'s is one of them."""
+        self._model(variant)
+
     def run_merged(self, variant, mel, conv_mask1, conv_mask2, attn_bias):
         return self._model(variant).run(
             {"mel": mel, "conv_mask1": conv_mask1, "conv_mask2": conv_mask2, "attn_bias": attn_bias}, variant.n_chunks)
