@@ -12,12 +12,14 @@ RKNN_VENV ?= .venv-rknn
 # The checkout installed editable (pyproject.toml is the one list of dependencies): the console
 # scripts, the launchers in scripts/ and `import qwen3asr` then run this checkout's code.
 $(VENV)/.runtime: pyproject.toml
+	bash scripts/need_disk.sh $(VENV) 250 "the runtime venv $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime pyproject.toml requirements-nodeps.txt
+	bash scripts/need_disk.sh $(VENV) 1950 "the test packages (torch, transformers, ...) in $(VENV)"
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@

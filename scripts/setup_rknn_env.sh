@@ -49,6 +49,7 @@ if [ -x "$VENV/bin/python" ] && [ "$STAMP" -nt "$REQUIREMENTS" ] && [ "$STAMP" -
     exit 0
 fi
 
+bash "$ROOT/scripts/need_disk.sh" "$VENV" 1650 "the rknn-toolkit2 venv $VENV"
 if [ ! -x "$VENV/bin/python" ]; then
     if ! command -v "$RKNN_PYTHON" >/dev/null; then
         echo "$RKNN_PYTHON not found; set RKNN_PYTHON=/path/to/python3.11" >&2

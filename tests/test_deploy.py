@@ -824,3 +824,26 @@ def test_the_rehearsal_stops_the_server_it_started_inside_the_chroot(tmp_path):
     out = subprocess.run(["bash", str(driver)], capture_output=True, text=True, timeout=90)
     assert "rc=0" in out.stdout and f"nothing left on port {port}" in out.stdout, out.stdout + out.stderr
     assert not [cmd for cmd in processes.marked(RUN_ID).values() if f"--port {port}" in cmd]
+
+
+def test_set_up_refuses_a_disk_too_small_with_the_numbers(tmp_path):
+    """scripts/need_disk.sh (make's venv steps, scripts/setup_rknn_env.sh): what a venv still needs
+    is its full size less what it holds; more than the filesystem has free is refused up front."""
+    script = REPO / "scripts" / "need_disk.sh"
+    free_mb = shutil.disk_usage(tmp_path).free // 2**20
+    venv = tmp_path / "v"
+    ok = subprocess.run(["bash", str(script), str(venv), "10", "a small venv"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    big = subprocess.run(["bash", str(script), str(venv), str(free_mb + 10_000), "the test packages"],
+                         capture_output=True, text=True, timeout=60)
+    assert big.returncode == 1
+    assert re.search(rf"not enough disk for the test packages: it needs about \d+ MB more in {re.escape(str(tmp_path))}, "
+                     r"which has \d+ MB free", big.stderr), big.stderr
+    # a venv that already holds part of its size needs only the rest (+ 200 MB): with 100 MB of it
+    # there, a full size of free - 150 MB fits, which would not fit into an empty one
+    venv.mkdir()
+    (venv / "blob").write_bytes(os.urandom(100 * 2**20))
+    free_mb = shutil.disk_usage(tmp_path).free // 2**20
+    part = subprocess.run(["bash", str(script), str(venv), str(free_mb - 150), "a venv half installed"],
+                          capture_output=True, text=True, timeout=60)
+    assert part.returncode == 0, part.stderr
