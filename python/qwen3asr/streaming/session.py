@@ -106,6 +106,9 @@ class StreamSession:
         # word timestamps: each committed segment is aligned on its audio (the aligner loads now,
         # so a missing one is an error here rather than at the first commit)
         self._aligner = engine.aligner if o.word_timestamps else None
+        if self._aligner is not None and o.chunk_size > self._aligner.max_seconds:
+            raise ValueError(f"chunk_size={o.chunk_size:g} s with word timestamps: a chunk is aligned in one pass, "
+                             f"and this aligner takes at most {self._aligner.max_seconds:g} s; use shorter chunks")
         # final passes: each finished piece is decoded again in one pass (qwen3asr.streaming.committed)
         self._final = bool(o.final_pass)
         self._one_pass = dataclasses.replace(o, one_pass=True, chunk_size=None, vad=False, max_chunks=None,
@@ -325,8 +328,8 @@ class StreamSession:
 
     def _final_audio(self, end: int) -> Optional[np.ndarray]:
         """The open piece's audio up to sample ``end`` when it gets a final pass (final passes on,
-        the piece short enough to have been kept, within the bundle's one-pass limit, fitting
-        one pass); else None."""
+        the piece short enough to have been kept, within the bundle's one-pass limit and, with
+        word timestamps, the aligner's, fitting one pass); else None."""
         a = self._piece_start
         if not (self._final and self._piece_ok and a is not None
                 and HOP <= end - a <= FINAL_PASS_MAX_SECONDS * SAMPLE_RATE):
@@ -335,6 +338,8 @@ class StreamSession:
         limit = self.engine.bundle.one_pass_seconds  # the model's own one-pass limit, when it declares one
         if limit is not None and pcm.shape[0] > limit * SAMPLE_RATE:
             return None
+        if self._aligner is not None and pcm.shape[0] > self._aligner.max_seconds * SAMPLE_RATE:
+            return None  # its words come from one aligner pass: too long for it, the chunks are aligned instead
         return pcm if self.engine.fits_one_pass(pcm, self._one_pass) else None
 
     def _finish_piece(self, end: int, pcm: Optional[np.ndarray] = None) -> None:
