@@ -478,9 +478,12 @@ def test_rknn_program_size_reproduces_the_measured_files():
 
 
 def test_default_load_fits_a_4_gb_board():
-    """The defaults (one dynamic-shape .rknn per encoder, all five sizes): one copy of each model's
-    weights, 1.0 GB, and the whole budget fits a 4 GB board with 800 MB for the OS; the same sizes
-    as fixed-shape files (ten .rknn, 5.0 GB of weights) do not."""
+    """The defaults (one dynamic-shape .rknn per encoder, all five sizes; on a 4 GB board both
+    RKLLM handles at the runtime's small-board context of 1024): one copy of each model's
+    weights, 1.0 GB, and the whole budget fits a 4 GB board with 800 MB for the OS at the high
+    estimate too, on both SoCs; at the converted contexts (an 8 GB board's defaults) RK3588's high
+    estimate would not; the same sizes as fixed-shape files (ten .rknn, 5.0 GB of weights) do not
+    fit even at the low one."""
     assert bw.CHOICES[0].label == "defaults" and bw.CHOICES[0].shapes == "dynamic"
     fixed = next(c for c in bw.CHOICES if c.shapes == "fixed" and c.asr_sizes == bw.ALL_SIZES)
     for choice, copies, fits in ((bw.CHOICES[0], 1, True), (fixed, 5, False)):
@@ -488,7 +491,14 @@ def test_default_load_fits_a_4_gb_board():
             weights = sum(i.low_mb for i in b.items if "weights" in i.name)
             assert weights == pytest.approx(copies * (186_376_192 + 316_427_904) * 2 / 1e6)
             assert (b.low_mb <= b.available_mb) == fits, (choice.label, soc, b.low_mb)
-            assert [i for i in b.items if "RKLLM" in i.name][0].low_mb == bm.RKLLM_MEMORY_MB[soc]
+            assert b.fits == fits, (choice.label, soc, b.high_mb)
+            handles = [i for i in b.items if "RKLLM" in i.name]
+            assert handles[0].low_mb == bm.RKLLM_MEMORY_MB[soc]
+            assert [i.name.endswith("(context 1024)") for i in handles] == [True, True]
+    assert bw.default_context(4096, 4295.0) == 1024 and bw.default_context(4096, 8590.0) == 4096
+    big = {soc: bb.memory_budget(soc, bm.RKLLM_MEMORY_MB[soc], bw.ALL_SIZES, bw.ALL_SIZES, 50.0, 1000)
+           for soc in bm.SOCS}  # the converted contexts on a 4 GB board's budget
+    assert big["rk3576"].fits and not big["rk3588"].fits
 
 
 def test_recommendation_rule():

@@ -329,6 +329,22 @@ def test_context_of_the_conversion_bounds_one_pass(base_aligner, tmp_path, shim,
         ForcedAligner(d, backend="rk", options=BackendOptions(rk=RKOptions(max_context=64)))
 
 
+def test_a_4_gb_board_runs_the_aligner_at_1024_positions(base_aligner, tmp_path, shim, fake_rknnlite, monkeypatch):
+    """The small-board default of the ASR decoder (test_rk_backend) holds for the aligner's handle:
+    1024 positions, and the engine then cuts word requests to 27 s pieces (piece_seconds)."""
+    from qwen3asr.backends.rk import backend as rk_backend
+
+    d = str(tmp_path / "aligner")
+    shutil.copytree(base_aligner, d)
+    add_rk_section(d, SOC, max_context=2048)
+    monkeypatch.setattr(rk_backend, "board_ram_bytes", lambda: 3_900_000_000)
+    expect_aligner(shim, d, max_context=1024)
+    with ForcedAligner(d, backend="rk") as al:
+        assert al.scorer.max_positions == 1023 and al.piece_seconds == 27.0
+        assert len(al.align(EN, "open the door", "English")) == 3
+    assert shim.violations == []
+
+
 def test_missing_files(aligner_dir, shim, fake_rknnlite):
     os.remove(os.path.join(aligner_dir, "aligner_head.npy"))
     with pytest.raises(BundleError, match=r"aligner head missing: .*aligner_head\.npy\. Re-export the bundle"):

@@ -379,6 +379,34 @@ def test_stream_session_on_rk_backend(rk_bundle, shim, fake_rknnlite):
     engine.close()
 
 
+def test_a_4_gb_board_runs_the_decoder_at_1024_positions(base_bundle, tmp_path, fake_rknnlite, shim, monkeypatch):
+    """Under SMALL_BOARD_RAM of MemTotal (a "4 GB" board) an RKLLM handle converted for more gets
+    rkllm_init's max_context_len 1024 (the memory budget's high estimate then fits, docs/board.md
+    section 8); a larger board gets the converted context; max_context always decides."""
+    from qwen3asr import RKOptions
+
+    d = str(tmp_path / "bundle")
+    shutil.copytree(base_bundle, d)
+    add_rk_section(d, SOC, max_context=4096)
+    decoder_file = os.path.join(d, "rk", f"decoder_{SOC}_w8a8.rkllm")
+    for ram, rk, context in ((3_900_000_000, RKOptions(), 1024), (7_800_000_000, RKOptions(), 4096),
+                             (None, RKOptions(), 4096), (3_900_000_000, RKOptions(max_context=2048), 2048)):
+        monkeypatch.setattr(rk_backend, "board_ram_bytes", lambda ram=ram: ram)
+        expect_init(shim, decoder_file, max_context=context)
+        with Qwen3ASREngine(d, backend="rk", rk=rk) as engine:
+            assert engine.max_context == context
+        assert shim.violations == []
+
+
+def test_board_ram_is_memtotal(tmp_path):
+    from qwen3asr.backends.rk.soc import board_ram_bytes
+
+    (tmp_path / "meminfo").write_text("MemTotal:        3903164 kB\nMemFree:          101 kB\n")
+    assert board_ram_bytes(str(tmp_path / "meminfo")) == 3903164 * 1024
+    (tmp_path / "bad").write_text("MemFree: 1 kB\n")
+    assert board_ram_bytes(str(tmp_path / "bad")) is None and board_ram_bytes(str(tmp_path / "none")) is None
+
+
 # ---------------------------------------------------------------------------- board knobs
 
 def test_every_rk_option_reaches_the_runtimes(rk_bundle, shim, fake_rknnlite, monkeypatch):

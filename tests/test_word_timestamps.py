@@ -149,7 +149,7 @@ def test_a_decoder_dtype_the_aligner_lacks_lets_the_aligner_pick_its_own(caplog)
 
 def test_word_requests_are_cut_to_what_the_aligner_takes(monkeypatch):
     """An aligner with few positions (an RKLLM aligner run with max_context=1024 takes 27 s of
-    dense speech) sets how long a piece with words may be: one pass up to its max_seconds, longer
+    dense speech) sets how long a piece with words may be: one pass up to its piece_seconds, longer
     audio in chunks no longer than that, a live stream's chunks no longer either, and no final pass
     over a piece it could not align; no request fails in the aligner."""
     from qwen3asr.aligner.model import DENSE_TEXT_POSITIONS_PER_SECOND, MAX_ALIGN_SECONDS
@@ -157,10 +157,10 @@ def test_word_requests_are_cut_to_what_the_aligner_takes(monkeypatch):
     _, aligner = bundles.aligner_bundle()
     with Qwen3ASREngine(os.path.join(ROOT, "models", "default"), backend="onnx", threads=2, aligner=aligner) as e:
         scorer = e.aligner.scorer
-        assert scorer.max_positions >= 4096 and e.aligner.max_seconds == MAX_ALIGN_SECONDS
+        assert scorer.max_positions >= 4096 and e.aligner.piece_seconds == MAX_ALIGN_SECONDS
         per_s = 13 + DENSE_TEXT_POSITIONS_PER_SECOND
         monkeypatch.setattr(scorer, "max_positions", 2 + 4 * per_s + 5)
-        assert e.aligner.max_seconds == 4.0
+        assert e.aligner.piece_seconds == 4.0
         pcm = prepare_audio(LONG)[2 * SR:8 * SR]  # 6 s: within the demo model's 10 s one-pass limit
         mode, o = e.plan(pcm, e.options.__class__(word_timestamps=True, vad=False))
         assert mode == "chunks" and o.chunk_size == 4.0

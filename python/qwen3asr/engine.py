@@ -590,7 +590,7 @@ class Qwen3ASREngine:
         if not o.wants_chunks():
             limit = self.bundle.one_pass_seconds
             if o.word_timestamps:  # each segment is aligned in one aligner pass
-                limit = self.aligner.max_seconds if limit is None else min(limit, self.aligner.max_seconds)
+                limit = self.aligner.piece_seconds if limit is None else min(limit, self.aligner.piece_seconds)
             fits = self.fits_one_pass(n, o)
             if fits and (limit is None or n / SAMPLE_RATE <= limit):
                 return "one pass", o
@@ -612,12 +612,12 @@ class Qwen3ASREngine:
     def _fitting_chunks(self, o: TranscribeOptions) -> TranscribeOptions:
         """``o`` with its default chunk size lowered, in whole seconds, until the decoder window
         fits this decoder's context (a 1024-position RKLLM model takes 30 s x 2 chunks no more)
-        and, with word timestamps, a chunk fits one aligner pass (ForcedAligner.max_seconds)."""
+        and, with word timestamps, a chunk fits one aligner pass (ForcedAligner.piece_seconds)."""
         from .streaming import positions_needed
 
         size = o.chunk_size
-        if o.word_timestamps and size > self.aligner.max_seconds:
-            size = self.aligner.max_seconds
+        if o.word_timestamps and size > self.aligner.piece_seconds:
+            size = self.aligner.piece_seconds
             o = dataclasses.replace(o, chunk_size=size)
         while size > 1 and positions_needed(self, o) > self.max_context:
             size = float(math.ceil(size) - 1)

@@ -93,7 +93,9 @@ class LoadChoice:
     label: str
     asr_sizes: Tuple[int, ...]  # merged ASR encoder sizes in use (s)
     aligner_sizes: Tuple[int, ...]  # merged aligner encoder sizes in use (s)
-    context: Optional[int] = None  # RKOptions.max_context, both RKLLM handles; None: as converted (4096 / 2048)
+    # RKOptions.max_context, both RKLLM handles; None: the runtime's default (as converted, 4096 / 2048;
+    # at most 1024 each on a board under backends.rk.backend.SMALL_BOARD_RAM: default_context)
+    context: Optional[int] = None
     shapes: str = "dynamic"  # the encoders' .rknn kind: scripts/onnx2rknn.py --shapes (dynamic: its default)
 
     @property
@@ -124,6 +126,14 @@ CHOICES = (  # the choices printed in the report (the recommendation searches ev
 )
 
 
+def default_context(converted: int, board_mb: float) -> int:
+    """The context the rk backend gives a handle converted for ``converted`` positions when
+    max_context is not set, on a board of ``board_mb`` MB (qwen3asr.backends.rk.backend.resolve_rkllm)."""
+    from qwen3asr.backends.rk.backend import SMALL_BOARD_CONTEXT, SMALL_BOARD_RAM
+
+    return min(converted, SMALL_BOARD_CONTEXT) if board_mb * bb.MB < SMALL_BOARD_RAM else converted
+
+
 def budgets(choice: LoadChoice, baseline_mb: float, embed_rows: int,
             board_mb: float = bb.BOARD_MB) -> Dict[str, bb.MemoryBudget]:
     """The memory budget of ``choice`` on each SoC."""
@@ -133,8 +143,10 @@ def budgets(choice: LoadChoice, baseline_mb: float, embed_rows: int,
     for soc in bm.SOCS:
         out[soc] = bb.memory_budget(
             soc, bm.RKLLM_MEMORY_MB[soc], choice.asr_sizes, choice.aligner_sizes, baseline_mb, embed_rows,
-            label=choice.label, board_mb=board_mb, asr_context=choice.context or bb.ASR_RKLLM_CONTEXT,
-            aligner_context=min(choice.context or bb.ALIGNER_RKLLM_CONTEXT, bb.ALIGNER_RKLLM_CONTEXT),
+            label=choice.label, board_mb=board_mb,
+            asr_context=choice.context or default_context(bb.ASR_RKLLM_CONTEXT, board_mb),
+            aligner_context=min(choice.context or default_context(bb.ALIGNER_RKLLM_CONTEXT, board_mb),
+                                bb.ALIGNER_RKLLM_CONTEXT),
             shapes=choice.shapes, rkllm_source=published)
     return out
 

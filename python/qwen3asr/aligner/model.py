@@ -42,7 +42,7 @@ MAX_ALIGN_SECONDS = 60.0
 # Input positions a second of dense speech takes besides its 13 audio rows: 8 word units a second
 # (fast Mandarin, one unit per character; fast English is about 4 words), each at least one token
 # and its two <timestamp> slots. A scorer of P positions takes (P - 2) / (13 + this) seconds for
-# sure (``ForcedAligner.max_seconds``): an RKLLM aligner converted for 2048 positions 55 s, one run
+# sure (``ForcedAligner.piece_seconds``): an RKLLM aligner converted for 2048 positions 55 s, one run
 # with max_context=1024 27 s; the CPU's 4096 more than MAX_ALIGN_SECONDS.
 DENSE_TEXT_POSITIONS_PER_SECOND = 24
 SPECIALS = ("<|audio_start|>", "<|audio_pad|>", "<|audio_end|>", "<timestamp>")
@@ -93,14 +93,16 @@ class ForcedAligner:
         self._backend = loaded
         self.backend = loaded.name
         self.encoder, self.scorer = loaded.encoder, loaded.scorer
+        self.max_seconds = MAX_ALIGN_SECONDS
         self._closed = False
         logger.info("loaded aligner %s (backend %s)", self.bundle.path, self.backend)
 
     @property
-    def max_seconds(self) -> float:
-        """The longest audio aligned in one pass (whole seconds): MAX_ALIGN_SECONDS, or less when the
-        scorer's positions would not hold that much dense speech (DENSE_TEXT_POSITIONS_PER_SECOND).
-        The engine cuts word requests into pieces no longer than this."""
+    def piece_seconds(self) -> float:
+        """The longest audio whose alignment fits one pass however dense its speech (whole
+        seconds): MAX_ALIGN_SECONDS, or less when the scorer's positions would not hold that much
+        (DENSE_TEXT_POSITIONS_PER_SECOND). The engine cuts word requests into pieces no longer than
+        this; ``align`` itself takes up to ``max_seconds`` while the input fits the positions."""
         fits = (self.scorer.max_positions - 2) // (TOKENS_PER_CHUNK + DENSE_TEXT_POSITIONS_PER_SECOND)
         return float(max(1, min(MAX_ALIGN_SECONDS, fits)))
 

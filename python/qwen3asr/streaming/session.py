@@ -106,9 +106,9 @@ class StreamSession:
         # word timestamps: each committed segment is aligned on its audio (the aligner loads now,
         # so a missing one is an error here rather than at the first commit)
         self._aligner = engine.aligner if o.word_timestamps else None
-        if self._aligner is not None and o.chunk_size > self._aligner.max_seconds:
+        if self._aligner is not None and o.chunk_size > self._aligner.piece_seconds:
             raise ValueError(f"chunk_size={o.chunk_size:g} s with word timestamps: a chunk is aligned in one pass, "
-                             f"and this aligner takes at most {self._aligner.max_seconds:g} s; use shorter chunks")
+                             f"and this aligner takes at most {self._aligner.piece_seconds:g} s; use shorter chunks")
         # final passes: each finished piece is decoded again in one pass (qwen3asr.streaming.committed)
         self._final = bool(o.final_pass)
         self._one_pass = dataclasses.replace(o, one_pass=True, chunk_size=None, vad=False, max_chunks=None,
@@ -338,7 +338,7 @@ class StreamSession:
         limit = self.engine.bundle.one_pass_seconds  # the model's own one-pass limit, when it declares one
         if limit is not None and pcm.shape[0] > limit * SAMPLE_RATE:
             return None
-        if self._aligner is not None and pcm.shape[0] > self._aligner.max_seconds * SAMPLE_RATE:
+        if self._aligner is not None and pcm.shape[0] > self._aligner.piece_seconds * SAMPLE_RATE:
             return None  # its words come from one aligner pass: too long for it, the chunks are aligned instead
         return pcm if self.engine.fits_one_pass(pcm, self._one_pass) else None
 

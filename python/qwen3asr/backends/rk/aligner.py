@@ -197,10 +197,10 @@ def create_rk_aligner(bundle: Bundle, encoder_form: str = "merged", encoder_size
     the .rkllm, an .rknn), missing rknnlite or librkllmrt.so.
     """
     bundle.require_kind("aligner")
-    soc, entry, decoder_file, converted = resolve_rkllm(bundle, rk, "aligner's RKLLM model")
+    soc, entry, decoder_file, context = resolve_rkllm(bundle, rk, "aligner's RKLLM model")
     from .rknn import create_rknn_encoder
     head, norm, eps = load_head(bundle)
-    scorer = RKLLMSlotScorer(decoder_file, soc, str(entry["quant"]), rk.max_context or converted, head, norm, eps, rk)
+    scorer = RKLLMSlotScorer(decoder_file, soc, str(entry["quant"]), context, head, norm, eps, rk)
     encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=rk.npu_cores)
     try:
         scorer.load()

@@ -48,7 +48,7 @@ from ...encoder import AudioEncoder
 from ...errors import Qwen3ASRError
 from ...results import DecodeStats
 from .options import RKOptions
-from .soc import ENV_SOC, SUPPORTED_SOCS
+from .soc import ENV_SOC, SUPPORTED_SOCS, board_ram_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -204,10 +204,22 @@ def _check_machine(soc: Optional[str]) -> None:
             "use backend 'onnx' here (transcribe.py --backend onnx, or auto). To prepare a board, see docs/board.md.")
 
 
+# A board with less RAM than this (a "4 GB" board) runs each RKLLM handle with at most
+# SMALL_BOARD_CONTEXT positions unless RKOptions.max_context says otherwise: with word timestamps
+# the two handles' KV caches for their converted contexts (4096 + 2048, fp16, 112 KiB a position)
+# would put RK3588's high memory estimate 350 MB over a 4 GB board's budget; at 1024 it fits with
+# 120 MB to spare (docs/board.md section 8). Longer audio then goes in segments, words in pieces
+# of at most 27 s (ForcedAligner.piece_seconds).
+SMALL_BOARD_RAM = 5_000_000_000
+SMALL_BOARD_CONTEXT = 1024
+
+
 def resolve_rkllm(bundle: Bundle, rk: RKOptions, what: str):
     """The SoC (``rk.soc``, ``$QWEN3ASR_SOC`` or detected), the bundle's RKLLM entry for it, the
-    .rkllm path and the context it was converted for, after checking this machine can run it and
-    that ``rk.max_context`` does not exceed that context (``what`` names the model in errors)."""
+    .rkllm path and the context to run it with (``rk.max_context``, else the converted one, at
+    most SMALL_BOARD_CONTEXT on a board with less than SMALL_BOARD_RAM), after checking this
+    machine can run it and that ``rk.max_context`` does not exceed the converted context
+    (``what`` names the model in errors)."""
     soc = rk.soc or os.environ.get(ENV_SOC) or None
     _check_machine(soc)
     from .soc import detect_soc
@@ -221,7 +233,13 @@ def resolve_rkllm(bundle: Bundle, rk: RKOptions, what: str):
     if rk.max_context is not None and rk.max_context > converted:
         raise ValueError(f"max_context={rk.max_context} is over the {converted} tokens the {what} was converted "
                          f"for; use at most {converted} or convert again with scripts/export_rkllm.py --max-context")
-    return soc, entry, decoder_file, converted
+    context = rk.max_context if rk.max_context is not None else converted
+    ram = board_ram_bytes() if rk.max_context is None else None
+    if ram is not None and ram < SMALL_BOARD_RAM and context > SMALL_BOARD_CONTEXT:
+        logger.info("%s: context %d instead of the converted %d on this %.1f GB board (max_context sets it)",
+                    what, SMALL_BOARD_CONTEXT, converted, ram / 1e9)
+        context = SMALL_BOARD_CONTEXT
+    return soc, entry, decoder_file, context
 
 
 def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_sizes: Optional[Sequence[int]] = None,
@@ -238,10 +256,10 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
     Raises RKBackendError / BundleError / RKLLMError with what to do: not a board, no ``rk``
     section, wrong SoC, missing file or Git LFS pointer, missing rknnlite or librkllmrt.so.
     """
-    soc, entry, decoder_file, converted = resolve_rkllm(bundle, rk, "RKLLM model")
+    soc, entry, decoder_file, context = resolve_rkllm(bundle, rk, "RKLLM model")
     from .rknn import create_rknn_encoder
     t = bundle.text_config
-    decoder = RKLLMTextDecoder(decoder_file, soc, str(entry["quant"]), rk.max_context or converted,
+    decoder = RKLLMTextDecoder(decoder_file, soc, str(entry["quant"]), context,
                                int(t["vocab_size"]), int(t["hidden_size"]), bundle.eos_token_ids, rk, repetition)
     encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=rk.npu_cores)
     try:

@@ -1,4 +1,4 @@
-"""Which Rockchip board this is: the SoC from the device tree, its NPU cores and CPU speeds.
+"""Which Rockchip board this is: the SoC from the device tree, its NPU cores, CPU speeds and RAM.
 
 Read from files only (``/proc/device-tree/compatible``, sysfs); nothing here needs the NPU
 runtimes, so the backend factory can ask before it loads anything.
@@ -7,7 +7,7 @@ runtimes, so the backend factory can ask before it loads anything.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
 from ...checks import is_integer, show
 
@@ -74,5 +74,18 @@ def cpu_capacities(root: str = "/sys/devices/system/cpu") -> list:
     return caps
 
 
-__all__ = ["CORE_MASKS", "DEFAULT_CORE_MASK", "ENV_SOC", "SOC_CORES", "SUPPORTED_SOCS", "cpu_capacities",
-           "detect_soc", "resolve_core_mask"]
+def board_ram_bytes(meminfo: str = "/proc/meminfo") -> Optional[int]:
+    """The board's RAM as the kernel counts it (MemTotal: a "4 GB" board shows 3.7-3.9 GB), or
+    None when it cannot be read."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+__all__ = ["CORE_MASKS", "DEFAULT_CORE_MASK", "ENV_SOC", "SOC_CORES", "SUPPORTED_SOCS", "board_ram_bytes",
+           "cpu_capacities", "detect_soc", "resolve_core_mask"]
