@@ -18,7 +18,11 @@ SMALL = f"{PY} -c pass"
 
 
 def test_rounds_rotate_and_ratios_refer_to_the_first(monkeypatch):
+    """...and each peak is the command's own, not this (large) process's: a child forked from a big
+    parent reports the parent's map in ru_maxrss, which the spawn helper keeps out."""
     monkeypatch.setattr(bench_oneshot, "SETTLE_S", 0)
+    ballast = bytearray(400 * 2**20)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # resident: this process is over 400 MB
     seen = []
     runs = bench_oneshot.bench(bench_oneshot.parse_commands([f"small={SMALL}", f"big={BIG}"]), rounds=2, warmup=1,
                                progress=seen.append)
@@ -27,7 +31,8 @@ def test_rounds_rotate_and_ratios_refer_to_the_first(monkeypatch):
     assert len(runs["small"]) == len(runs["big"]) == 2
     rows = {r["name"]: r for r in bench_oneshot.summarize(runs)}
     assert rows["small"]["ratio"] == 1.0
-    assert rows["big"]["peak_mb"] > rows["small"]["peak_mb"] + 150
+    assert rows["small"]["peak_mb"] < 100 and rows["big"]["peak_mb"] > rows["small"]["peak_mb"] + 150
+    del ballast
     walls = [w for w, _ in runs["big"]]
     assert rows["big"]["wall_range"] == (min(walls), max(walls))
     ratios = [b / s for (b, _), (s, _) in zip(runs["big"], runs["small"])]
@@ -51,3 +56,8 @@ def test_command_line_writes_json_and_refuses_bad_input(tmp_path):
                         f"bad={PY} -c \"raise SystemExit('broken on purpose')\""], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and "bad exited with 1" in r.stderr and "broken on purpose" in r.stderr
+
+
+def test_a_command_that_cannot_start_is_reported():
+    with pytest.raises(OSError, match="cannot start /no/such/program"):
+        bench_oneshot.run_child(["/no/such/program"], dict())

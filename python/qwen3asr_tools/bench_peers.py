@@ -163,17 +163,58 @@ def token_counts(measures: Sequence[Measure]) -> dict:
 
 
 # ----------------------------------------------------------------------------- processes
+# Started by run_child, it starts the measured command and reports its wall time, ru_maxrss and
+# wait status on the file descriptor it is given. A child's ru_maxrss includes the memory map it
+# had before exec: a child forked (or vforked) straight from a large parent (a test runner of
+# 1.8 GB) reports the parent's size. This helper is a bare interpreter (-I -S: about 10 MB), so the
+# commands it spawns start from that.
+_SPAWN_HELPER = """
+import json, os, sys, time
+fd, argv = int(sys.argv[1]), sys.argv[2:]
+os.set_inheritable(fd, False)  # the command does not hold the report's pipe open
+t0 = time.perf_counter()
+try:
+    pid = os.posix_spawnp(argv[0], argv, os.environ)
+except OSError as exc:
+    os.write(fd, json.dumps({"error": f"cannot start {argv[0]}: {exc}"}).encode())
+    sys.exit(0)
+_, status, usage = os.wait4(pid, 0)
+os.write(fd, json.dumps({"wall": time.perf_counter() - t0, "maxrss_kb": usage.ru_maxrss,
+                         "status": status}).encode())
+"""
+
+
 def run_child(argv: Sequence[str], env: dict) -> tuple[float, float, int, str, str]:
     """(wall s from spawn to exit, peak RSS MB from ``wait4``, exit code, stdout, stderr) of one
-    process; its output goes to temporary files, so a chatty child never blocks on a full pipe."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(list(argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, text=True)
-        _, status, usage = os.wait4(p.pid, 0)
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), out.read(), err.read()  # KiB
+    process, started through a small helper process (_SPAWN_HELPER: the peak is the command's
+    own, whatever the caller's size); its output goes to temporary files, so a chatty child never
+    blocks on a full pipe. OSError when the command cannot be started."""
+    r, w = os.pipe()
+    try:
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SPAWN_HELPER, str(w), *argv], stdout=out,
+                                 stderr=err, stdin=subprocess.DEVNULL, env=env, text=True, pass_fds=(w,))
+            os.close(w)
+            w = -1
+            with os.fdopen(r, "rb") as f:
+                r = -1
+                report = f.read()
+            p.wait()
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+    finally:
+        for fd in (r, w):
+            if fd >= 0:
+                os.close(fd)
+    try:
+        got = json.loads(report)
+    except ValueError:
+        raise OSError(f"the process helper of {argv[0]} exited with {p.returncode} and no report: "
+                      f"...{stderr[-500:]}") from None
+    if "error" in got:
+        raise OSError(got["error"])
+    return got["wall"], got["maxrss_kb"] / 1024, os.waitstatus_to_exitcode(got["status"]), stdout, stderr
 
 
 def run_process(rt: Runtime, tokens: int) -> tuple[float, float, ProcessReport]:
