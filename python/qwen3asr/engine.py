@@ -510,6 +510,7 @@ class Qwen3ASREngine:
                     f"set {DEFAULT_ALIGNER_ENV}; docs/aligner.md converts Qwen3-ForcedAligner-0.6B into one")
             t0 = time.perf_counter()
             name, options = self._backend_request
+            options = dataclasses.replace(options, preload_seconds=None)  # the ASR encoder's, not the aligner's
             if options.decoder_dtype != "auto" and \
                     options.decoder_dtype not in Bundle.load(self._aligner_dir).decoder_dtypes():
                 # decoder_dtype names the ASR decoder; an aligner without that dtype picks its own
