@@ -19,7 +19,7 @@ from qwen3asr import Qwen3ASREngine
 from qwen3asr import TranscribeOptions
 from qwen3asr import prepare_audio
 from qwen3asr import mel as melmod
-from qwen3asr.longform import clip_ceiling, select_audio
+from qwen3asr.longform import clip_ceiling, selection
 from qwen3asr.results import Segment
 from qwen3asr.subtitles import to_srt, to_vtt
 
@@ -87,14 +87,14 @@ def test_long_audio_without_chunk_size_explains(engine):
     assert r.stats.encoder_calls == 6
 
 
-def test_select_audio_and_ceiling():
-    x = np.linspace(-1, 1, SR * 3).astype(np.float32)
-    assert select_audio(x, 1.0, 1.5).shape == (SR * 3 // 2,)
-    assert select_audio(x, 2.5).shape == (SR // 2,)
+def test_selection_and_ceiling():
+    n = SR * 3
+    assert selection(n, 1.0, 1.5) == (SR, SR * 5 // 2)
+    assert selection(n, 2.5) == (SR * 5 // 2, n) and selection(n, 1.0, 1e300) == (SR, n)
     with pytest.raises(ValueError, match=r"past the end of the audio \(3.00 s\)"):
-        select_audio(x, 3.0)
+        selection(n, 3.0)
     with pytest.raises(ValueError, match="duration must be"):
-        select_audio(x, 0.0, -1)
+        selection(n, 0.0, -1)
     y, _ = sf.read(LONG, dtype="float32")
     y = y[:SR * 130 + 77]
     assert clip_ceiling(y, 128) == pytest.approx(float(melmod.log_mel_power(y, 128).max()), abs=1e-9)

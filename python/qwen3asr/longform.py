@@ -60,12 +60,6 @@ def selection(n_samples: int, start_second: float = 0.0, duration: Optional[floa
     return a, b
 
 
-def select_audio(pcm: np.ndarray, start_second: float = 0.0, duration: Optional[float] = None) -> np.ndarray:
-    """The part [start_second, start_second + duration) of (n,) 16 kHz audio; errors name the length."""
-    a, b = selection(pcm.shape[0], start_second, duration)
-    return pcm[a:b]
-
-
 def _reader(audio):
     """An AudioFile or ArrayAudio for audio given as either or as a (n,) float32 array."""
     return ArrayAudio(audio) if isinstance(audio, np.ndarray) else audio
