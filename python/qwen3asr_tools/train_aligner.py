@@ -47,7 +47,6 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from qwen3asr.encoder import tokens_for_frames as n_audio_tokens
-from qwen3asr.mel import DYNAMIC_RANGE
 
 from . import REPO_ROOT as ROOT
 from . import train_tiny as tt
@@ -253,13 +252,8 @@ def compose(frames: Sequence[int], has_words: Sequence[bool], cfg: AlignerTrainC
 
 
 def example_mel(mel_all: np.ndarray, off: np.ndarray, ex: Example) -> np.ndarray:
-    """(128, frames) float32 log-mel of the joined clips, clamped again at the joined maximum - 8
-    (as the whole audio would be; train_tiny.sample_mel)."""
-    if len(ex.clips) == 1:
-        i = ex.clips[0]
-        return mel_all[:, off[i]:off[i + 1]].astype(np.float32)
-    m = np.concatenate([mel_all[:, off[i]:off[i + 1]] for i in ex.clips], axis=1).astype(np.float32)
-    return np.maximum(m, m.max() - DYNAMIC_RANGE / 4.0)
+    """(128, frames) float32 log-mel of the example's clips joined (train_tiny.joined_mel)."""
+    return tt.joined_mel(mel_all, off, ex.clips)
 
 
 def example_words(words: Sequence[ClipWords], off: np.ndarray, ex: Example):

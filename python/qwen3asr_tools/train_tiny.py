@@ -425,15 +425,19 @@ def compose(samples: List[Sample], cfg: TrainConfig, rng: random.Random, tok) ->
     return out
 
 
+def joined_mel(mel_all: np.ndarray, off: np.ndarray, clips: Sequence[int]) -> np.ndarray:
+    """(128, frames) float32 log-mel of ``clips`` (indices into ``off``) joined along time and
+    clamped again at the joined maximum - 8 (2 after scaling), as the whole audio would be: each
+    clip was clamped at its own maximum (so one clip is returned as it is)."""
+    if len(clips) == 1:
+        return mel_all[:, off[clips[0]]:off[clips[0] + 1]].astype(np.float32)
+    m = np.concatenate([mel_all[:, off[i]:off[i + 1]] for i in clips], axis=1).astype(np.float32)
+    return np.maximum(m, m.max() - DYNAMIC_RANGE / 4.0)
+
+
 def sample_mel(mel_all: np.ndarray, off: np.ndarray, s: Sample) -> np.ndarray:
-    """(128, frames) float32 log-mel of a sample. Parts are joined along time and clamped
-    again at the joined maximum - 8 (2 after scaling), as the whole audio would be: each
-    clip was clamped at its own maximum."""
-    if not s.parts:
-        m = mel_all[:, off[s.index]:off[s.index + 1]].astype(np.float32)
-    else:
-        m = np.concatenate([mel_all[:, off[i]:off[i + 1]] for i in s.parts], axis=1).astype(np.float32)
-        m = np.maximum(m, m.max() - DYNAMIC_RANGE / 4.0)
+    """(128, frames) float32 log-mel of a sample: its parts joined (``joined_mel``), then cropped."""
+    m = joined_mel(mel_all, off, s.parts or (s.index,))
     return m[:, s.crop[0]:s.crop[1]] if s.crop else m
 
 
