@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from qwen3asr_tools import bench_oneshot
+from qwen3asr_tools import bench_oneshot, bench_peers
 
 PY = sys.executable
 # about 200 MB more resident than the small one: the peak must see it
@@ -20,7 +20,7 @@ SMALL = f"{PY} -c pass"
 def test_rounds_rotate_and_ratios_refer_to_the_first(monkeypatch):
     """...and each peak is the command's own, not this (large) process's: a child forked from a big
     parent reports the parent's map in ru_maxrss, which the spawn helper keeps out."""
-    monkeypatch.setattr(bench_oneshot, "SETTLE_S", 0)
+    monkeypatch.setattr(bench_peers, "SETTLE_S", 0)
     ballast = bytearray(400 * 2**20)
     ballast[::4096] = b"x" * len(ballast[::4096])  # resident: this process is over 400 MB
     seen = []

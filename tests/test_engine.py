@@ -342,6 +342,8 @@ def test_variants_for_are_the_variants_encode_runs():
             enc.encode(np.zeros((4, n), np.float32))
             assert enc.variants_for(n) == list(dict.fromkeys(runner.runs)), (sizes, n)
         assert enc.preload(2.5) == [enc.pick(250)] and runner.loaded == [enc.pick(250)]
+        # frames as the front end counts them (floor(n / 160)): 48090 samples are 300 frames, the 3 s graph
+        assert enc.preload(48090 / 16000) == [enc.pick(300)]
 
 
 def test_preload_loads_the_clips_graphs_with_the_engine(bundle_dir):

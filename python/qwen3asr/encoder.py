@@ -155,7 +155,9 @@ class AudioEncoder:
         """Load the graphs ``encode`` needs for ``seconds`` of audio now instead of on first use
         (the engine does it beside the decoder's load: Qwen3ASREngine's ``preload_seconds``).
         Returns those variants."""
-        variants = self.variants_for(max(1, int(round(float(seconds) * 100))))
+        from .mel import SAMPLE_RATE, n_frames
+
+        variants = self.variants_for(max(1, n_frames(int(round(float(seconds) * SAMPLE_RATE)))))
         for v in variants:
             self.runner.load(v)
         return variants

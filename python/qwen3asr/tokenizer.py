@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import codecs
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -202,16 +201,10 @@ def _from_files(path: str):
 
 def _source_digests(path: str) -> Dict[str, str]:
     """SHA-256 of the tokenizer files present in ``path`` (what a token table is checked against)."""
-    out = {}
-    for name in _TABLE_SOURCES:
-        f = os.path.join(path, name)
-        if os.path.isfile(f):
-            h = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-            out[name] = h.hexdigest()
-    return out
+    from .bundle import sha256_file
+
+    return {name: sha256_file(os.path.join(path, name)) for name in _TABLE_SOURCES
+            if os.path.isfile(os.path.join(path, name))}
 
 
 def _read_table(path: str) -> Optional[dict]:
@@ -513,15 +506,12 @@ def write_token_table(path: str, texts: Sequence[str] = ()) -> str:
     path = os.fspath(path)
     backend, added = _load_backend(path)
     tok = Tokenizer(backend, added)
-    vocab = backend.get_vocab(with_added_tokens=False)
-    n = max(vocab.values(), default=-1) + 1
-    pieces = []
-    for i in range(n):
-        s = None if i in added else backend.id_to_token(i)
-        try:
-            pieces.append(b"" if s is None else bytes(_UNICODE_TO_BYTE[c] for c in s))
-        except KeyError as exc:
-            raise TokenizerError(f"{path}: token {i} ({s!r}) is not byte-level BPE; no token table for it") from exc
+    n = max(backend.get_vocab(with_added_tokens=False).values(), default=-1) + 1
+    try:  # the added tokens keep their own entries (token_bytes answers them before the table)
+        pieces = [b"" if i in added else tok.token_bytes(i) for i in range(n)]
+    except KeyError as exc:
+        raise TokenizerError(f"{path}: a token has the character {exc} outside byte-level BPE's alphabet; "
+                             "no token table for it") from exc
     offsets = np.zeros(n + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(p) for p in pieces])
     meta = {"format": TOKEN_TABLE_FORMAT, "sources": _source_digests(path),

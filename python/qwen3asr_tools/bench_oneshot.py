@@ -21,10 +21,9 @@ import os
 import shlex
 import statistics
 import sys
-import time
 from typing import Dict, List, Sequence, Tuple
 
-from .bench_peers import SETTLE_S, run_child
+from .bench_peers import interleaved, run_child
 
 
 def parse_commands(specs: Sequence[str]) -> List[Tuple[str, List[str]]]:
@@ -46,17 +45,13 @@ def parse_commands(specs: Sequence[str]) -> List[Tuple[str, List[str]]]:
 def bench(commands: Sequence[Tuple[str, List[str]]], rounds: int, warmup: int, progress=print) -> Dict[str, list]:
     """{name: [(wall s, peak MB) of each counted round]}; RuntimeError with the output of a failed run."""
     runs: Dict[str, list] = {name: [] for name, _ in commands}
-    n = len(commands)
-    for i in range(warmup + rounds):
-        for name, argv in [commands[(i + j) % n] for j in range(n)]:
-            wall, peak, code, out, err = run_child(argv, dict(os.environ))
-            if code != 0:
-                raise RuntimeError(f"{name} exited with {code}: ...{(out + err)[-2000:]}")
-            tag = "warm-up" if i < warmup else f"round {i - warmup + 1}/{rounds}"
-            progress(f"{tag} {name}: {wall:.2f} s, {peak:.0f} MB")
-            if i >= warmup:
-                runs[name].append((wall, peak))
-            time.sleep(SETTLE_S)
+    for i, tag, (name, argv) in interleaved(commands, rounds, warmup):
+        wall, peak, code, out, err = run_child(argv, dict(os.environ))
+        if code != 0:
+            raise RuntimeError(f"{name} exited with {code}: ...{(out + err)[-2000:]}")
+        progress(f"{tag} {name}: {wall:.2f} s, {peak:.0f} MB")
+        if i >= warmup:
+            runs[name].append((wall, peak))
     return runs
 
 

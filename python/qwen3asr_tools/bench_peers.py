@@ -163,15 +163,15 @@ def token_counts(measures: Sequence[Measure]) -> dict:
 
 
 # ----------------------------------------------------------------------------- processes
-# Started by run_child, it starts the measured command and reports its wall time, ru_maxrss and
-# wait status on the file descriptor it is given. A child's ru_maxrss includes the memory map it
+# Started by run_child, it starts the measured command and writes its wall time, ru_maxrss and
+# wait status to the file descriptor it is given. A child's ru_maxrss includes the memory map it
 # had before exec: a child forked (or vforked) straight from a large parent (a test runner of
 # 1.8 GB) reports the parent's size. This helper is a bare interpreter (-I -S: about 10 MB), so the
 # commands it spawns start from that.
 _SPAWN_HELPER = """
 import json, os, sys, time
 fd, argv = int(sys.argv[1]), sys.argv[2:]
-os.set_inheritable(fd, False)  # the command does not hold the report's pipe open
+os.set_inheritable(fd, False)  # the report's file is not the command's
 t0 = time.perf_counter()
 try:
     pid = os.posix_spawnp(argv[0], argv, os.environ)
@@ -184,29 +184,30 @@ os.write(fd, json.dumps({"wall": time.perf_counter() - t0, "maxrss_kb": usage.ru
 """
 
 
+def interleaved(items: Sequence, rounds: int, warmup: int):
+    """(round index, tag, item) for every item once per round, ``warmup`` uncounted rounds
+    ("warm-up") first, the order rotating from round to round (so no item always runs after the
+    same one); SETTLE_S of idle after each."""
+    n = len(items)
+    for i in range(warmup + rounds):
+        tag = "warm-up" if i < warmup else f"round {i - warmup + 1}/{rounds}"
+        for j in range(n):
+            yield i, tag, items[(i + j) % n]
+            time.sleep(SETTLE_S)
+
+
 def run_child(argv: Sequence[str], env: dict) -> tuple[float, float, int, str, str]:
     """(wall s from spawn to exit, peak RSS MB from ``wait4``, exit code, stdout, stderr) of one
     process, started through a small helper process (_SPAWN_HELPER: the peak is the command's
     own, whatever the caller's size); its output goes to temporary files, so a chatty child never
     blocks on a full pipe. OSError when the command cannot be started."""
-    r, w = os.pipe()
-    try:
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SPAWN_HELPER, str(w), *argv], stdout=out,
-                                 stderr=err, stdin=subprocess.DEVNULL, env=env, text=True, pass_fds=(w,))
-            os.close(w)
-            w = -1
-            with os.fdopen(r, "rb") as f:
-                r = -1
-                report = f.read()
-            p.wait()
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-    finally:
-        for fd in (r, w):
-            if fd >= 0:
-                os.close(fd)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.TemporaryFile("w+b") as rep:
+        p = subprocess.run([sys.executable, "-I", "-S", "-c", _SPAWN_HELPER, str(rep.fileno()), *argv], stdout=out,
+                           stderr=err, stdin=subprocess.DEVNULL, env=env, text=True, pass_fds=(rep.fileno(),))
+        for f in (out, err, rep):
+            f.seek(0)
+        stdout, stderr, report = out.read(), err.read(), rep.read()
     try:
         got = json.loads(report)
     except ValueError:
@@ -233,17 +234,13 @@ def bench(runtimes: Sequence[Runtime], rounds: int, warmup: int, tokens: int,
           progress: Callable[[str], None] = lambda s: None) -> list[Measure]:
     """All processes, interleaved: round i starts the runtimes rotated by i."""
     measures = []
-    n = len(runtimes)
-    for i in range(warmup + rounds):
-        for rt in [runtimes[(i + j) % n] for j in range(n)]:
-            wall, rss, report = run_process(rt, tokens)
-            m = Measure(rt.name, i, wall, rss, report)
-            measures.append(m)
-            x = metrics(m)
-            tag = "warm-up" if i < warmup else f"round {i - warmup + 1}/{rounds}"
-            progress(f"{tag} {rt.name}: process {wall:.2f} s, {rss:.0f} MB, cold {x['cold_ms']:.0f} ms, "
-                     f"decode {x['decode_tok_s'] or float('nan'):.1f} tok/s")
-            time.sleep(SETTLE_S)
+    for i, tag, rt in interleaved(runtimes, rounds, warmup):
+        wall, rss, report = run_process(rt, tokens)
+        m = Measure(rt.name, i, wall, rss, report)
+        measures.append(m)
+        x = metrics(m)
+        progress(f"{tag} {rt.name}: process {wall:.2f} s, {rss:.0f} MB, cold {x['cold_ms']:.0f} ms, "
+                 f"decode {x['decode_tok_s'] or float('nan'):.1f} tok/s")
     return measures
 
 

@@ -150,24 +150,15 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
     # preload: the encoder sessions are made in a thread while this one makes the decoder's (ONNX
     # Runtime releases the interpreter lock while it loads): a one-shot run's first call no longer
     # makes them after the decoder's (docs/benchmarks.md "Lean profile")
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen3asr-preload") \
-        if o.preload_seconds is not None else None
     try:
-        preload = pool.submit(encoder.preload, o.preload_seconds) if pool else None
-        try:
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen3asr-preload") as pool:  # joins
+            preload = pool.submit(encoder.preload, o.preload_seconds) if o.preload_seconds is not None else None
             decoder = create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
                                           eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache,
                                           spin_wait=o.spin_wait, memory=o.memory)
-        finally:
-            if pool:
-                pool.shutdown(wait=True)
-        if preload:
-            try:
-                loaded = preload.result()
-            except BaseException:
-                decoder.close()
-                raise
-            logger.debug("encoder graphs preloaded for %.1f s: %s", o.preload_seconds, [v.path for v in loaded])
+        if preload is not None and preload.exception() is not None:
+            decoder.close()
+            raise preload.exception()
     except BaseException:
         encoder.close()
         raise
