@@ -167,9 +167,9 @@ def test_api_and_cli_give_the_same_text_for_the_long_clip(default_engine):
 
 
 def test_without_the_vad_model_long_audio_goes_in_chunks(default_engine, monkeypatch):
-    from qwen3asr import engine as engine_mod
+    from qwen3asr import plan
 
-    monkeypatch.setattr(engine_mod, "vad_available", lambda: False)
+    monkeypatch.setattr(plan, "vad_available", lambda: False)
     mode, o = default_engine.plan(prepare_audio(LONG))
     assert (mode, o.chunk_size, o.rollback_tokens, o.vad_options) == ("chunks", 30.0, 5, None)
     r = default_engine.transcribe(LONG)

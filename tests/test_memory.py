@@ -101,12 +101,12 @@ def test_live_stream_footprint_stays_flat(monkeypatch):
     run with an unbounded history (what a long file keeps) grows, which shows the check can
     fail."""
     from qwen3asr import Qwen3ASREngine, prepare_audio
-    from qwen3asr.streaming import StreamSession, committed, session as session_mod
+    from qwen3asr.streaming import StreamSession, committed, tally
 
     monkeypatch.setattr(committed, "HISTORY_SEGMENTS", 10)
     monkeypatch.setattr(committed, "HISTORY_CHARS", 200)
     monkeypatch.setattr(committed, "HISTORY_TOKENS", 50)
-    monkeypatch.setattr(session_mod, "CHUNK_HISTORY", 20)
+    monkeypatch.setattr(tally, "CHUNK_HISTORY", 20)
     pcm = prepare_audio(LONG)
     with Qwen3ASREngine() as engine:
         bounded = engine.create_stream(chunk_size=1.0)

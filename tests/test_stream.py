@@ -473,9 +473,9 @@ def test_final_passes_decode_each_finished_piece_in_one_pass(default_engine):
 
 def test_a_piece_too_long_to_keep_keeps_its_streamed_text(default_engine, monkeypatch):
     from qwen3asr import prepare_audio
-    from qwen3asr.streaming import session as session_mod
+    from qwen3asr import plan
 
-    monkeypatch.setattr(session_mod, "FINAL_PASS_MAX_SECONDS", 0.5)  # every piece is longer
+    monkeypatch.setattr(plan, "FINAL_PASS_MAX_SECONDS", 0.5)  # every piece is longer
     pcm = prepare_audio(os.path.join(ROOT, "audio", "long_mixed.wav"))[:12 * SR]
     s = default_engine.create_stream(chunk_size=2.0, final_pass=True)
     s.feed_audio(pcm)

@@ -127,7 +127,7 @@ def test_the_aligner_loads_on_first_use_and_the_environment_names_it(bundle_dir,
     monkeypatch.setenv("QWEN3ASR_ALIGNER", aligner)
     with Qwen3ASREngine(bundle_dir, backend="onnx") as e:
         assert e.aligner_dir == aligner and e._aligner is None
-        with caplog.at_level(logging.INFO, logger="qwen3asr.engine"):
+        with caplog.at_level(logging.INFO, logger="qwen3asr.aligner.segments"):
             e.transcribe(EN, language="English", word_timestamps=True, max_new_tokens=8)
         assert e._aligner is not None and "loaded the aligner" in caplog.text
 
@@ -139,7 +139,7 @@ def test_a_decoder_dtype_the_aligner_lacks_lets_the_aligner_pick_its_own(caplog)
     _, int8_only = bundles.aligner_bundle(decoders=("int8",))
     demo = os.path.join(ROOT, "models", "default")
     with Qwen3ASREngine(demo, backend="onnx", threads=2, decoder_dtype="fp32", aligner=int8_only) as e:
-        with caplog.at_level(logging.INFO, logger="qwen3asr.engine"):
+        with caplog.at_level(logging.INFO, logger="qwen3asr.aligner.segments"):
             got = e.transcribe(EN, language="English", word_timestamps=True)
         assert e.aligner.scorer.dtype == "int8" and "picks its own" in caplog.text
     with Qwen3ASREngine(demo, backend="onnx", threads=2, aligner=int8_only) as e:  # the default dtype

@@ -297,6 +297,20 @@ class Bundle:
         return bad
 
 
+def check_tokenizer(bundle: "Bundle", tokenizer) -> None:
+    """BundleError when the bundle's tokenizer files and its manifest disagree on the special
+    tokens or the end-of-sequence ids (a bundle put together from two exports)."""
+    for name, tid in bundle.special_tokens.items():
+        if tokenizer.token_id(name) != tid:
+            raise BundleError(f"{bundle.path}: the tokenizer and model.json disagree on {name} "
+                              f"({tokenizer.token_id(name)} vs {tid}); re-export the bundle with "
+                              "scripts/export_onnx.py")
+    eos = bundle.eos_token_ids
+    if eos != set(tokenizer.eos_ids):
+        raise BundleError(f"manifest end-of-sequence ids {sorted(eos)} differ from the tokenizer's "
+                          f"{list(tokenizer.eos_ids)}; re-export the bundle")
+
+
 class EmbeddingTable:
     """The token embedding table, memory-mapped; rows come back as float32 (bf16 widened exactly)."""
 

@@ -183,6 +183,62 @@ def fallback_rank(finish_reason: str, text: str) -> tuple:
     return FINISH_RANK.get(finish_reason, 3), compression_ratio(text)
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeOutcome:
+    """One decoder run as every request makes it (``decode_with_fallback``)."""
+
+    tokens: list  # generated ids of the kept try (end-of-sequence excluded)
+    stats: Any  # DecodeStats of the kept try, with the prefill and decode costs of every try
+    tries: int  # fallback tries made after the first run
+    looped: bool  # the first run was stopped by the loop guard
+
+
+def decode_with_fallback(generate: Callable, decode_text: Callable[[list], str], prompt_embeds: np.ndarray,
+                         options: DecodingOptions, *, audio_seconds: float, prefix_len: int | None = None,
+                         fallback: bool = False, on_token: Callable[[int], bool | None] | None = None
+                         ) -> DecodeOutcome:
+    """One decoder run with the loop guard of ``audio_seconds`` of audio (``loop_guard``) and,
+    with ``fallback``, the fallback tries.
+
+    ``generate``: a TextDecoder's ``generate`` (same arguments); ``decode_text``: ids to text (the
+    tokenizer's decode). A run that looped (the guard stopped it, or it ran out of tokens on text
+    that repeats itself: compression ratio over COMPRESSION_LIMIT) is decoded again with the
+    FALLBACK_STEPS settings until a try ends at end-of-sequence, and the best try
+    (``fallback_rank``) is kept. A run cut by ``max_new_tokens`` on text that does not repeat is
+    kept as it is (the budget is the caller's). ``on_token`` sees the first try's tokens only."""
+    guard = loop_guard(audio_seconds)
+    tokens, ds = generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard)
+    text = decode_text(tokens)
+    looped = ds.finish_reason == "repetition" or (
+        ds.finish_reason == "length" and compression_ratio(text) > COMPRESSION_LIMIT)
+    if looped:
+        logger.warning("the decoder looped over %.1f s of audio (%s after %d tokens)%s", audio_seconds,
+                       ds.finish_reason, len(tokens),
+                       "; decoding it again with the fallback settings" if fallback else "")
+    if not fallback or not looped:
+        return DecodeOutcome(tokens, ds, 0, looped)
+    best = (fallback_rank(ds.finish_reason, text), tokens, ds)
+    spent = [ds]
+    for step in range(len(FALLBACK_STEPS)):
+        t, d = generate(prompt_embeds, fallback_options(options, step, options.max_new_tokens), prefix_len=prefix_len,
+                        guard=guard)
+        spent.append(d)
+        rank = fallback_rank(d.finish_reason, decode_text(t))
+        logger.info("fallback try %d (%s): %s after %d tokens", step + 1, FALLBACK_STEPS[step], d.finish_reason,
+                    len(t))
+        if rank < best[0]:
+            best = (rank, t, d)
+        if d.finish_reason in ("eos", "stopped"):
+            break
+    # the kept try's stats, with the time and positions of every try (what the request cost)
+    cost = {k: sum(getattr(x, k) for x in spent) for k in DECODE_COST_FIELDS}
+    return DecodeOutcome(best[1], dataclasses.replace(best[2], **cost), len(spent) - 1, looped)
+
+
+# The DecodeStats fields that add up over decoder runs (fallback tries, a stream's chunks).
+DECODE_COST_FIELDS = ("prefill_tokens", "prefill_ms", "decode_tokens", "decode_ms", "reused_tokens")
+
+
 class TextDecoder(Protocol):
     """The engine's decoder seam (one per loaded engine; not safe for concurrent calls)."""
 

@@ -30,7 +30,7 @@ from .audio import SAMPLE_RATE, ArrayAudio
 from .decoding import FINISH_RANK
 from .languages import language_code
 from .mel import LEFT_CONTEXT, LOOKAHEAD
-from .results import Segment, Transcription, TranscriptionStats, Word
+from .results import Transcription, TranscriptionStats, decoder_costs
 from .options import TranscribeOptions
 from .streaming import StreamSession
 from .work import NO_WORK, Work
@@ -144,16 +144,12 @@ def transcribe_long(engine, audio, options: TranscribeOptions = TranscribeOption
             stopped = True  # the session decodes nothing more: no need to feed the rest
             break
     r = session.finish()
-    segments = tuple(Segment(s.start + offset, s.end + offset, s.text, s.language,
-                             tuple(Word(w.word, round(w.start + offset, 3), round(w.end + offset, 3)) for w in s.words),
-                             s.finish_reason)
-                     for s in r.segments)
+    segments = tuple(s.shifted(offset) for s in r.segments)
     lang = _main_language(segments) or r.language
     s = r.stats
     stats = TranscriptionStats(
-        audio_seconds=total, encoder_ms=s.encoder_ms, encoder_calls=s.encoder_calls,
-        prefill_tokens=s.prefill_tokens, prefill_ms=s.prefill_ms, decode_tokens=s.decode_tokens,
-        decode_ms=s.decode_ms, total_ms=(time.perf_counter() - t0) * 1000, backend=engine.backend,
+        audio_seconds=total, encoder_ms=s.encoder_ms, encoder_calls=s.encoder_calls, **decoder_costs(s),
+        total_ms=(time.perf_counter() - t0) * 1000, backend=engine.backend,
         fallback_tries=s.fallback_tries, loops=s.loops)
     worst = r.finish_reason
     logger.info("%.1f s in %d chunks: %.1f prefill tokens/s, %.2f of the audio encoded", total, s.chunks,

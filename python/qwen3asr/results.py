@@ -7,6 +7,15 @@ import types
 from typing import Optional
 
 
+DECODER_COSTS = ("prefill_tokens", "prefill_ms", "decode_tokens", "decode_ms")  # what every report of a run copies
+
+
+def decoder_costs(stats) -> dict:
+    """The decoder cost fields (DECODER_COSTS) of a DecodeStats, StreamStats or ChunkStats, by name:
+    the one copy of them into another report."""
+    return {k: getattr(stats, k) for k in DECODER_COSTS}
+
+
 @dataclasses.dataclass(frozen=True)
 class TranscriptionStats:
     audio_seconds: float  # duration of the input audio (s)
@@ -53,6 +62,10 @@ class Word:
     def to_dict(self) -> dict:
         return {"word": self.word, "start": self.start, "end": self.end}
 
+    def shifted(self, seconds: float) -> "Word":
+        """This word ``seconds`` later (times rounded to the millisecond, as the aligner gives them)."""
+        return dataclasses.replace(self, start=round(self.start + seconds, 3), end=round(self.end + seconds, 3))
+
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
@@ -66,6 +79,11 @@ class Segment:
     # how its decoder run ended: "eos", "length" (max_new_tokens), "repetition" (a loop the
     # guard stopped, and no fallback try did better), "stopped"; None where not known
     finish_reason: Optional[str] = None
+
+    def shifted(self, seconds: float) -> "Segment":
+        """This segment and its words ``seconds`` later (a piece's times made times of the whole input)."""
+        return dataclasses.replace(self, start=self.start + seconds, end=self.end + seconds,
+                                   words=tuple(w.shifted(seconds) for w in self.words))
 
     def to_dict(self) -> dict:
         d = {"start": self.start, "end": self.end, "text": self.text, "language": self.language}
@@ -141,3 +159,24 @@ def _mapping(result: Transcription):
     d = result.to_dict()
     d["stats"]["rtf"] = d["stats"]["real_time_factor"]
     return _frozen(d)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeStats:
+    """What one encoder call cost."""
+
+    calls: int  # encoder graph executions
+    graph_seconds: float  # capacity of the fixed-size graphs run (s, padding included)
+    ms: float  # wall time (ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One clip made ready for the decoder (Qwen3ASREngine.prepare)."""
+
+    prompt: object  # qwen3asr.prompt.Prompt: token ids of the prompt, audio pads included
+    embeds: object  # np.ndarray (len(prompt), hidden) float32: embedded prompt with the audio spliced in
+    audio_seconds: float  # duration of the clip
+    encoder_ms: float  # mel + encoder wall time
+    encoder_calls: int  # encoder graph executions
+    t0: float  # time.perf_counter() when preparation started (for total_ms)

@@ -58,4 +58,16 @@ class Work:
 
 NO_WORK = Work()
 
-__all__ = ["Cancelled", "NO_WORK", "Work"]
+
+def check_hooks(where: str, work: Work, **callbacks) -> None:
+    """TypeError unless every callback is callable or None and ``work`` is a Work."""
+    from .checks import show
+
+    for name, fn in callbacks.items():
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{where}(): {name} must be a function or None (got {show(fn)})")
+    if not isinstance(work, Work):
+        raise TypeError(f"{where}(): work must be a qwen3asr.work.Work (got {show(work)})")
+
+
+__all__ = ["Cancelled", "NO_WORK", "Work", "check_hooks"]

@@ -111,14 +111,15 @@ def backend_options_from_args(args):
                           spin_wait=args.spin_wait, rk=rk, memory=args.memory)
 
 
-def engine_from_args(args, preload_seconds=None):
-    """The engine of the flags; ``preload_seconds``: Qwen3ASREngine's (the one-shot CLI's file length)."""
+def engine_from_args(args, preload_seconds=None, options=None):
+    """The engine of the flags; ``preload_seconds`` and ``options``: Qwen3ASREngine's (the one-shot
+    CLI's file length and its request's options, from which the plan tells what to preload)."""
     from .. import Qwen3ASREngine
 
     o = backend_options_from_args(args)
     return Qwen3ASREngine(args.model, backend=args.backend, threads=o.threads, rk=o.rk, spin_wait=o.spin_wait,
                           encoder_form=o.encoder_form, decoder_dtype=o.decoder_dtype, aligner=args.aligner,
-                          memory=o.memory, preload_seconds=preload_seconds)
+                          memory=o.memory, preload_seconds=preload_seconds, options=options)
 
 
 def options_from_args(args, **extra) -> TranscribeOptions:

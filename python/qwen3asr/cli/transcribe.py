@@ -63,20 +63,16 @@ def _write_piece(piece: str) -> None:
     sys.stdout.flush()
 
 
-def _one_pass_seconds(audio, options, args):
-    """The seconds the request decodes when it may go in one pass (what the engine preloads the
-    encoder graphs for), or None when the options ask for chunks or words beyond one aligner pass
-    (the engine also ignores it over the bundle's one-pass limit). ValueError: a bad selection."""
-    from ..aligner.model import MAX_ALIGN_SECONDS
+def _selected_seconds(audio, args) -> float:
+    """The seconds of the file the request transcribes (the engine preloads the encoder graphs for
+    them when the plan may decode them in one pass: qwen3asr.plan.preload_seconds). ValueError: a
+    bad selection."""
     from ..audio import SAMPLE_RATE
     from ..longform import selection
 
-    if options.wants_chunks():
-        return None
     a, b = selection(audio.n_samples, args.start, args.duration) if args.start or args.duration is not None \
         else (0, audio.n_samples)
-    seconds = (b - a) / SAMPLE_RATE
-    return None if options.word_timestamps and seconds > MAX_ALIGN_SECONDS else seconds
+    return (b - a) / SAMPLE_RATE
 
 
 def main(argv=None) -> int:
@@ -91,7 +87,7 @@ def main(argv=None) -> int:
         # the file first: a bad one is reported before any model loads, and its length tells the
         # engine which encoder graphs to load beside the decoder (preload_seconds)
         with AudioFile(args.audio) as audio:
-            engine = engine_from_args(args, preload_seconds=_one_pass_seconds(audio, options, args))
+            engine = engine_from_args(args, preload_seconds=_selected_seconds(audio, args), options=options)
             on_text = _write_piece if args.stream and args.format == "text" else None
             progress = _progress_bar if sys.stderr.isatty() and not args.stream else None
             with engine:

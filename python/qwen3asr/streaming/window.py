@@ -16,15 +16,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import sys
 from typing import Iterator, List, Optional
 
 import numpy as np
 
-from ..encoder import tokens_for_frames
-from ..mel import HOP_LENGTH as HOP
+from ..plan import HEADER_TOKENS
 from ..prompt import parse_language_header
-
-HEADER_TOKENS = 8  # most tokens of a detected ``language X<asr_text>`` header kept before the prefix
 
 
 @dataclasses.dataclass
@@ -61,12 +59,9 @@ class Prefix:
 
 
 def positions_needed(engine, options) -> int:
-    """Most decoder positions one window of a session with these (resolved) options can take:
-    the prompt with ``memory_num`` full chunks of audio, a language header, and every chunk's
-    token budget."""
-    o = options
-    window = engine.request_prompt(o.memory_num * tokens_for_frames(o.chunk_samples // HOP), o)
-    return len(window) + HEADER_TOKENS + o.memory_num * o.max_new_tokens
+    """Most decoder positions one window of a session with these (resolved) options can take
+    (qwen3asr.plan.Planner.window_positions)."""
+    return engine.planner.window_positions(options)
 
 
 class DecoderWindow:
@@ -84,6 +79,11 @@ class DecoderWindow:
         self._asr_text = tokenizer.asr_text
         self.chunks: collections.deque = collections.deque()
         self.new_segment()
+
+    def footprint(self) -> int:
+        """Bytes held by the window's chunks (their mel or embeddings, their tokens)."""
+        return sum(sum(x.nbytes for x in (c.embeds, c.mel) if x is not None) + sys.getsizeof(c.tokens)
+                   + 8 * len(c.tokens) for c in self.chunks)
 
     def __len__(self) -> int:
         return len(self.chunks)

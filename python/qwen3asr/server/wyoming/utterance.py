@@ -25,7 +25,7 @@ import numpy as np
 from ...audio import MIN_SAMPLES, SAMPLE_RATE, PcmConverter, PcmFormat, PcmFormatError
 from ...checks import show, text
 from ...languages import LANGUAGE_CODES, LanguageError, resolve_language
-from ...options import chunk_problems
+from ...options import build_options, chunk_problems
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,10 @@ class Utterance:
         self.session = engine.create_stream(language=options.language, context=options.context,
                                             chunk_size=server.chunk_size, on_text=self.pieces.append,
                                             final_pass=server.final == "pieces", work=client.work)
-        limit = engine.bundle.one_pass_seconds
+        # the options of the one-pass final (engine.transcribe's): the plan decides whether it fits
+        self.final_options = build_options(engine.options, {"language": options.language,
+                                                            "context": options.context}, "Utterance")
+        limit = engine.planner.one_pass_seconds(self.final_options)
         self.keep_limit = int(SAMPLE_RATE * min(limit if limit is not None else math.inf, MAX_UTTERANCE_S))
         # 16 kHz audio while it may be decoded in one pass (final="one-pass")
         self.kept: Optional[List[np.ndarray]] = [] if server.final == "one-pass" else None
@@ -195,8 +198,7 @@ class Utterance:
         """audio-stop: decide how the final text is made; the worker then ends."""
         self._append(self.converter.flush())
         pcm = self.audio()
-        self.one_pass = pcm is not None and self.engine.fits_one_pass(pcm, context=self.options.context,
-                                                                      language=self.options.language)
+        self.one_pass = pcm is not None and self.engine.planner.fits_one_pass(pcm.shape[0], self.final_options)
         if self.one_pass:
             self.pending.clear()  # the stream need not catch up: the whole utterance is decoded at once
         self.stopped = True
@@ -243,8 +245,7 @@ class Utterance:
             pcm = self.audio()
             if pcm.shape[0] < MIN_SAMPLES:  # under one 10 ms frame: nothing to decode
                 return "", language_code(self.options.language)
-            result = await self._call(self.engine.transcribe, pcm, language=self.options.language,
-                                      context=self.options.context, work=self.client.work)
+            result = await self._call(self.engine.transcribe, pcm, self.final_options, work=self.client.work)
             return result.text, result.language_code or language_code(self.options.language)
         result = await self._call(self.session.finish)
         await self._send_new(send_piece)

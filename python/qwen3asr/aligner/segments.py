@@ -1,0 +1,96 @@
+"""Words for transcripts: the aligner an engine uses, loaded with the engine's settings, and the
+words of a list of timed segments.
+
+The engine (one-pass files) and the stream session (committed chunks, finished pieces; long
+files through it) both give their segments words through ``align_segments``: each segment's
+audio aligned with its raw text in its language, segments in languages the aligner does not
+cover left without words and logged once per language.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+
+from ..work import NO_WORK, Work
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_aligner_dir(given: Optional[str], model_dir: str) -> Optional[str]:
+    """The aligner bundle an engine of ``model_dir`` uses: ``given``, else ``$QWEN3ASR_ALIGNER``,
+    else the bundled demo aligner when ``model_dir`` is the bundled default model; None when
+    there is none."""
+    from ..bundle import BUNDLED_ALIGNER, bundled_model_dir
+    from .model import DEFAULT_ALIGNER_ENV
+
+    if given is not None:
+        return os.fspath(given)
+    env = os.environ.get(DEFAULT_ALIGNER_ENV)
+    if env:
+        return env
+    default = bundled_model_dir()
+    if default is not None and os.path.realpath(model_dir) == os.path.realpath(default):
+        demo = os.path.join(os.path.dirname(default), BUNDLED_ALIGNER)
+        if os.path.isdir(demo):
+            return demo
+    return None
+
+
+def load_aligner(aligner_dir: Optional[str], backend: str, options):
+    """The ForcedAligner of ``aligner_dir`` on an engine's ``backend`` with its BackendOptions
+    ``options``: no encoder preload (that hint is the ASR encoder's), and its own decoder dtype
+    where it has not the one the ASR decoder was forced to. AlignmentError when there is no
+    aligner to load."""
+    from ..bundle import Bundle
+    from .model import DEFAULT_ALIGNER_ENV, AlignmentError, ForcedAligner
+
+    if aligner_dir is None:
+        raise AlignmentError(
+            f"word timestamps need a forced aligner: pass Qwen3ASREngine(aligner=DIR) (CLI --aligner DIR) or "
+            f"set {DEFAULT_ALIGNER_ENV}; docs/aligner.md converts Qwen3-ForcedAligner-0.6B into one")
+    t0 = time.perf_counter()
+    options = dataclasses.replace(options, preload_seconds=None)
+    if options.decoder_dtype != "auto" and options.decoder_dtype not in Bundle.load(aligner_dir).decoder_dtypes():
+        # decoder_dtype names the ASR decoder; an aligner without that dtype picks its own
+        logger.info("the aligner has no %s scorer: it picks its own (auto)", options.decoder_dtype)
+        options = dataclasses.replace(options, decoder_dtype="auto")
+    aligner = ForcedAligner(aligner_dir, backend=backend, options=options)
+    logger.info("loaded the aligner %s in %.0f ms", aligner_dir, (time.perf_counter() - t0) * 1000)
+    return aligner
+
+
+def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[np.ndarray, float]], *,
+                   language: Optional[str] = None, default_language: Optional[str] = None,
+                   warned: Optional[set] = None, work: Work = NO_WORK) -> list:
+    """``segments`` (qwen3asr.results.Segment) with their words, in order.
+
+    clip: a segment's audio, (n,) float32 16 kHz, and the time in seconds of its first sample.
+    language: the request's forced language (None: each segment's own, else ``default_language``).
+    warned: languages already logged as not covered (updated; None: log each here once).
+    work: scheduling hooks, one unit of model work per aligned segment.
+    A segment without text, or in a language the aligner does not cover, keeps no words."""
+    warned = set() if warned is None else warned
+    out = []
+    for seg in segments:
+        lang = language or seg.language or default_language
+        if not seg.text or not aligner.supports(lang):
+            if seg.text and lang not in warned:
+                warned.add(lang)
+                logger.warning("no word timestamps for %s text: the aligner covers %s", lang or "undetected",
+                               ", ".join(aligner.languages))
+            out.append(seg)
+            continue
+        pcm, start = clip(seg)
+        with work.unit():
+            words = aligner.align(pcm, seg.text, lang, offset=start)
+        out.append(dataclasses.replace(seg, words=words))
+    return out
+
+
+__all__ = ["align_segments", "load_aligner", "resolve_aligner_dir"]

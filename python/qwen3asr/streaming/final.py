@@ -1,0 +1,82 @@
+"""Final passes: each finished piece of live speech decoded again in one pass.
+
+A piece is the speech between two pauses (or a speech start and end). With
+``TranscribeOptions.final_pass`` its audio is kept while it lasts (up to
+``plan.FINAL_PASS_MAX_SECONDS``), and when it ends its one-pass text replaces its streamed
+text (qwen3asr.streaming.committed), when the plan says it fits one pass (``Planner.final_pass``:
+the bundle's and the aligner's limits, the context). Words come from that one pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE
+from ..options import TranscribeOptions
+from ..plan import final_pass_options
+from ..results import Segment
+from ..work import Work
+from .. import plan as planmod
+
+logger = logging.getLogger(__name__)
+
+
+class FinalPasses:
+    """Where the open piece began, whether its audio is still kept, and its one-pass decode.
+
+    ``engine``: the loaded engine (its planner and ``transcribe``); ``options``: the stream's
+    resolved options (``final_pass`` turns this on); ``work``: the stream's scheduling hooks.
+    """
+
+    def __init__(self, engine, options: TranscribeOptions, work: Work):
+        self.engine = engine
+        self.on = bool(options.final_pass)
+        self.options = final_pass_options(options)  # the one-pass decode's
+        self._work = work
+        self.start: Optional[int] = None  # sample where the open piece began (None: no speech open)
+        self.kept = True  # the open piece is short enough for its final pass (its audio is kept)
+
+    def open(self, start: Optional[int]) -> None:
+        """A piece opens at sample ``start`` (None: none until a speech start)."""
+        self.start, self.kept = start, True
+
+    def keep_from(self, pos: int, keep: int) -> int:
+        """The first sample a stream at ``pos`` samples must keep, given it keeps ``keep`` for
+        itself: the open piece's start while its audio may still get a final pass."""
+        if self.on and self.start is not None:
+            if pos - self.start > planmod.FINAL_PASS_MAX_SECONDS * SAMPLE_RATE:
+                self.kept = False  # too long to keep for its final pass: its streamed text stays
+            elif self.kept:
+                keep = min(keep, self.start)
+        return keep
+
+    def audio(self, end: int, audio: Callable[[int, int], np.ndarray]) -> Optional[np.ndarray]:
+        """The open piece's audio up to sample ``end`` (``audio(a, b)``: the stream's kept samples)
+        when it gets a final pass, else None."""
+        a = self.start
+        if not (self.on and self.kept and a is not None):
+            return None
+        if not self.engine.planner.final_pass(end - a, self.options):
+            return None
+        return audio(a, end)
+
+    def decode(self, pcm: np.ndarray, end: int, in_unit: bool) -> tuple[str, Optional[Segment], Optional[str]]:
+        """The one-pass decode of the piece [start, end) whose audio is ``pcm``: (its text, its
+        Segment in stream seconds with its words, None without text; its language). One unit of
+        model work unless the caller is inside one (``in_unit``)."""
+        if in_unit:
+            r = self.engine.transcribe(pcm, self.options)
+        else:
+            with self._work.unit():
+                r = self.engine.transcribe(pcm, self.options)
+        self._work.check()
+        t0 = self.start / SAMPLE_RATE
+        seg = Segment(t0, end / SAMPLE_RATE, r.text, r.language, tuple(w.shifted(t0) for w in r.words),
+                      r.finish_reason) if r.text else None
+        return r.text, seg, r.language
+
+
+__all__ = ["FinalPasses"]
