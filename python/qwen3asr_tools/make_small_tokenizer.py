@@ -30,7 +30,7 @@ import logging
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from qwen3asr.languages import SUPPORTED_LANGUAGES
-from qwen3asr.tokenizer import PRETOKENIZE_REGEX, bytes_to_unicode  # the runtime's pre-tokenizer
+from qwen3asr.bpe import PRETOKENIZE_REGEX, bytes_to_unicode  # the runtime's pre-tokenizer
 
 from .make_tokenizer_files import ADDED_TOKENS, FIRST_ADDED_ID, tokenizer_config, write_tokenizer_dir
 
