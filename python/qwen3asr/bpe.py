@@ -115,12 +115,13 @@ def tokenizer_json(vocab: Dict[str, int], merges: Sequence[Tuple[str, str]], add
     }
 
 
-def pipeline():
-    """A ``tokenizers.Tokenizer`` with the pipeline of :func:`tokenizer_json`, an empty BPE model
-    and no added tokens: to train a vocabulary in, or to give a model parsed from files."""
+def pipeline(vocab: Optional[Dict[str, int]] = None, merges: Sequence[Tuple[str, str]] = ()):
+    """A ``tokenizers.Tokenizer`` with the pipeline of :func:`tokenizer_json` and no added tokens;
+    without ``vocab``, an empty BPE model: to train a vocabulary in, or to give a model parsed from
+    files."""
     from tokenizers import Tokenizer as _Backend
 
-    return _Backend.from_str(json.dumps(tokenizer_json({}, [], [])))
+    return _Backend.from_str(json.dumps(tokenizer_json(vocab or {}, merges, [])))
 
 
 def _read_json(path: str) -> dict:
