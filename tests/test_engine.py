@@ -45,10 +45,10 @@ def test_a_transcription_without_context_builds_no_bpe(bundle_dir):
         assert "token_table.npz" in e.bundle.manifest["files"]
         auto = e.transcribe(CLIP, max_new_tokens=4)
         forced = e.transcribe(CLIP, language="zh", max_new_tokens=4)
-        assert e.tokenizer._backend is None
+        assert e.tokenizer._pipeline is None
         assert forced.stats.prefill_tokens == auto.stats.prefill_tokens + 3  # language, " Chinese", <asr_text>
         with_context = e.transcribe(CLIP, context="hot words", max_new_tokens=4)
-        assert e.tokenizer._backend is not None
+        assert e.tokenizer._pipeline is not None
         assert with_context.stats.prefill_tokens == auto.stats.prefill_tokens + 2
 
 

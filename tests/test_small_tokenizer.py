@@ -5,6 +5,7 @@ import random
 import pytest
 
 pytest.importorskip("tokenizers")
+from qwen3asr.bpe import piece_bytes  # noqa: E402
 from qwen3asr_tools import make_small_tokenizer, textgen  # noqa: E402
 from qwen3asr.tokenizer import Tokenizer  # noqa: E402
 
@@ -20,7 +21,7 @@ def _texts():
 def _multi_numeral_tokens(vocab):
     found = []
     for piece in vocab:
-        text = make_small_tokenizer._piece_bytes(piece).decode("utf-8", errors="replace")
+        text = piece_bytes(piece).decode("utf-8", errors="replace")
         if len(text) > 1 and any(c in textgen.ZH_NUMERALS for c in text):
             found.append(text)
     return found

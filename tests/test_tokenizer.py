@@ -6,9 +6,11 @@ import shutil
 import pytest
 
 from fixtures import tokenizer_dir
+from qwen3asr.bpe import tokenizer_json
 from qwen3asr.languages import SUPPORTED_LANGUAGES
 from qwen3asr.prompt import build_prompt, fixed_prompt_texts
-from qwen3asr.tokenizer import TOKEN_TABLE, IncrementalDecoder, Tokenizer, TokenizerError, tokenizer_json, write_token_table
+from qwen3asr.token_table import TOKEN_TABLE, write_token_table
+from qwen3asr.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,7 @@ def tok(request, tdir, table_dir):
     """Every test below runs on the tokenizer built from the files and on one loaded from a token
     table (which builds the `tokenizers` pipeline only for texts the table does not hold)."""
     t = Tokenizer.from_dir(tdir if request.param == "files" else table_dir)
-    assert (t._backend is None) == (request.param == "table")
+    assert (t._pipeline is None) == (request.param == "table")
     return t
 
 
@@ -287,19 +289,19 @@ def test_added_token_id_mismatch(tdir, tmp_path):
 
 
 def test_files_read_by_tokenizers_give_the_json_route_tokenizer(tok, tdir):
-    """The slow files are parsed by `tokenizers` itself (qwen3asr.tokenizer._from_files, what
+    """The slow files are parsed by `tokenizers` itself (qwen3asr.bpe._from_files, what
     from_dir uses for them); the tokenizer it builds serialises exactly as the one built from
     tokenizer_json(), the pipeline of transformers' Qwen2TokenizerFast."""
     from tokenizers import Tokenizer as Backend
 
-    from qwen3asr.tokenizer import _from_files
+    from qwen3asr.bpe import _from_files
 
     vocab, merges, added = _slow_files(tdir)
     reference = json.loads(Backend.from_str(json.dumps(tokenizer_json(vocab, merges, added))).to_str())
     fast = _from_files(tdir)  # None would mean from_dir fell back to the JSON route
     assert fast is not None
     assert json.loads(fast[0].to_str()) == reference
-    assert json.loads(tok._tok.to_str()) == reference
+    assert json.loads(tok._bpe.backend.to_str()) == reference
 
 
 
@@ -336,25 +338,25 @@ def test_table_answers_prompts_and_decoding_without_bpe(tdir, table_dir):
     assert (table.vocab_size, table.max_token_bytes, table.eos_ids, table.added_tokens) == \
         (files.vocab_size, files.max_token_bytes, files.eos_ids, files.added_tokens)
     assert [table.is_special(i) for i in range(151640, 151710)] == [files.is_special(i) for i in range(151640, 151710)]
-    assert table._backend is None  # nothing above built the pipeline
+    assert table._pipeline is None  # nothing above built the pipeline
     # Any other text builds it, once, and gets the same ids.
     assert table.encode("hello 世界<asr_text>") == files.encode("hello 世界<asr_text>")
-    assert table._backend is not None and table.token_id("Ċ") == 198
+    assert table._pipeline is not None and table.token_id("Ċ") == 198
 
 
 def test_table_pipeline_is_built_once_under_threads(table_dir, monkeypatch):
     import threading
 
-    import qwen3asr.tokenizer as tk
+    from qwen3asr.bpe import BPE
 
     built = []
-    real = tk._load_backend
+    real = BPE.from_dir.__func__
 
-    def counting(path):
+    def counting(cls, path):
         built.append(path)
-        return real(path)
+        return real(cls, path)
 
-    monkeypatch.setattr(tk, "_load_backend", counting)
+    monkeypatch.setattr(BPE, "from_dir", classmethod(counting))
     t = Tokenizer.from_dir(table_dir)
     assert built == []
     results, go = [], threading.Barrier(4)
@@ -377,14 +379,14 @@ def test_stale_or_corrupt_table_is_not_used(table_dir, tmp_path, caplog):
     # another merges file: the table's digests no longer match, the files decide
     merges = (tmp_path / "merges.txt").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "merges.txt").write_text("".join(merges[:-1]), encoding="utf-8")
-    with caplog.at_level("WARNING", logger="qwen3asr.tokenizer"):
+    with caplog.at_level("WARNING", logger="qwen3asr.token_table"):
         t = Tokenizer.from_dir(str(tmp_path))
-    assert t._backend is not None and "was written for other tokenizer files" in caplog.text
+    assert t._pipeline is not None and "was written for other tokenizer files" in caplog.text
     caplog.clear()
     (tmp_path / TOKEN_TABLE).write_bytes(b"PK\x03\x04 not a zip")
-    with caplog.at_level("WARNING", logger="qwen3asr.tokenizer"):
+    with caplog.at_level("WARNING", logger="qwen3asr.token_table"):
         t = Tokenizer.from_dir(str(tmp_path))
-    assert t._backend is not None and "is unreadable" in caplog.text
+    assert t._pipeline is not None and "is unreadable" in caplog.text
     assert t.encode("<|im_start|>system\n") == [151644, 8948, 198]
 
 
@@ -403,4 +405,4 @@ def test_bundled_models_carry_their_current_table(bundle, texts, tmp_path):
         shutil.copy(os.path.join(src, name), tmp_path / name)
     write_token_table(str(tmp_path), fixed_prompt_texts() if texts else [])
     assert (tmp_path / TOKEN_TABLE).read_bytes() == open(os.path.join(src, TOKEN_TABLE), "rb").read()
-    assert Tokenizer.from_dir(src)._backend is None
+    assert Tokenizer.from_dir(src)._pipeline is None

@@ -45,7 +45,7 @@ from qwen3asr.backends import MEMORY_PROFILES  # the engine's memory profiles, o
 from qwen3asr.bundle import BUNDLE_FORMAT, sha256_file
 from qwen3asr.encoder import CHUNK_FRAMES, TOKENS_PER_CHUNK
 from qwen3asr.prompt import fixed_prompt_texts
-from qwen3asr.tokenizer import write_token_table
+from qwen3asr.token_table import write_token_table
 
 from . import checkpoint as ckpt
 from . import onnx_graphs as graphs

@@ -29,8 +29,8 @@ import json
 import logging
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from qwen3asr.bpe import piece_bytes, pipeline  # the runtime's pipeline
 from qwen3asr.languages import SUPPORTED_LANGUAGES
-from qwen3asr.tokenizer import PRETOKENIZE_REGEX, bytes_to_unicode  # the runtime's pre-tokenizer
 
 from .make_tokenizer_files import ADDED_TOKENS, FIRST_ADDED_ID, tokenizer_config, write_tokenizer_dir
 
@@ -55,15 +55,9 @@ def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[st
     smaller than ``vocab_size`` by the number dropped. Raises RuntimeError if a text still
     encodes such a character inside a longer token.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import pre_tokenizers, trainers
 
-    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
+    tok = pipeline()  # the runtime's normalizer and pre-tokenizer, an empty BPE model
     required = sorted(set(required_chars))
     # Each required character is also given alone, often enough to be merged into one token.
     corpus: List[str] = list(texts) + FORMAT_TEXTS * FORMAT_REPEAT + [c for c in required for _ in range(50)]
@@ -80,20 +74,13 @@ def train_bpe(texts: Sequence[str], vocab_size: int, required_chars: Iterable[st
     isolated = sorted(set(isolated_chars))
     if isolated:
         vocab, merges = _isolate(vocab, merges, isolated)
-        tok.model = models.BPE(vocab=vocab, merges=merges, unk_token=None, fuse_unk=False, byte_fallback=False)
+        tok = pipeline(vocab, merges)
         for text in texts:
-            pieces = [_piece_bytes(t) for t in tok.encode(text).tokens]
+            pieces = [piece_bytes(t) for t in tok.encode(text).tokens]
             for c in isolated:
                 if c in text and text.count(c) != pieces.count(c.encode("utf-8")):
                     raise RuntimeError(f"{c!r} is not a token of its own in the encoding of {text!r}")
     return vocab, merges
-
-
-_BYTE_OF = {c: b for b, c in bytes_to_unicode().items()}  # byte-level alphabet -> byte
-
-
-def _piece_bytes(piece: str) -> bytes:
-    return bytes(_BYTE_OF[ch] for ch in piece)
 
 
 def _isolate(vocab: Dict[str, int], merges: List[tuple], isolated: Sequence[str]):
@@ -103,7 +90,7 @@ def _isolate(vocab: Dict[str, int], merges: List[tuple], isolated: Sequence[str]
     dropped, kept = set(), []
     for a, b in merges:
         piece = a + b
-        raw = _piece_bytes(piece)
+        raw = piece_bytes(piece)
         if a in dropped or b in dropped or any(n in raw and raw != n for n in needles):
             dropped.add(piece)
         else:

@@ -28,7 +28,7 @@ import os
 from importlib import resources
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from qwen3asr.tokenizer import bytes_to_unicode
+from qwen3asr.bpe import bytes_to_unicode
 
 logger = logging.getLogger(__name__)
 
