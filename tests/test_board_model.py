@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from qwen3asr_tools import board_budget as bb
+from qwen3asr_tools.board import budget as bb
 from qwen3asr_tools import board_model as bm
 from qwen3asr_tools import board_words as bw
 

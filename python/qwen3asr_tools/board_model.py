@@ -57,7 +57,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from qwen3asr.audio import SAMPLE_RATE
 
-from . import board_budget as bb
+from .board import budget as bb
 
 SOCS = ("rk3576", "rk3588")
 FEED_SECONDS = 0.02  # piece size when a stream is fed to measure when each chunk became ready
@@ -972,11 +972,11 @@ def build_report(model: str, audio: str, threads: Optional[int] = None, aligner:
                       record_stream(engine, joined, "stream defaults, continuous speech", word_timestamps=words)[0]]
         clips: List[Accounting] = []
         if words:
-            from . import REPO_ROOT, board_budget, board_words
+            from . import REPO_ROOT, board_words
 
             clips = board_words.clip_runs(engine, os.path.join(REPO_ROOT, "audio"))
             r["words"] = board_words.build(name, with_words[0], one_pass, *with_words[1:], clips,
-                                           board_budget.import_rss_mb(), len(every.rows), engine.aligner_dir)
+                                           bb.import_rss_mb(), len(every.rows), engine.aligner_dir)
         else:
             r["words"] = None
     from . import REPO_ROOT, board_finals

@@ -19,7 +19,7 @@ import os
 import statistics
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import board_budget as bb
+from .board import budget as bb
 from . import board_model as bm
 
 ALL_SIZES = (2, 3, 4, 5, 8)  # merged encoder variants of a bundle exported with the default durations

@@ -22,7 +22,7 @@ import types
 
 import numpy as np
 
-from . import board_budget as bb
+from .board import budget as bb
 from . import onnx2rknn
 from . import onnx_graphs as graphs
 from .export_onnx import SharedWeights, save_encoder

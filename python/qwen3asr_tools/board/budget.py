@@ -35,7 +35,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 from qwen3asr.backends.rk.rknn_meta import SHAPE_KINDS  # scripts/onnx2rknn.py --shapes (dynamic: its default)
 
-from .make_random_checkpoint import aligner_config_dict, config_dict
+from ..make_random_checkpoint import aligner_config_dict, config_dict
 
 MB = 1e6
 CHUNK_TOKENS = 13  # encoder tokens per 1 s chunk (qwen3asr.encoder.TOKENS_PER_CHUNK)
@@ -298,7 +298,7 @@ IMPORTS = ("import numpy, onnxruntime, qwen3asr; from qwen3asr import Qwen3ASREn
 def import_rss_mb(python: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> float:
     """RSS (MB) of a fresh Python process that has imported what the rk engine imports here (no
     models loaded; rknnlite is not importable off a board)."""
-    from . import child_env
+    from .. import child_env
 
     code = IMPORTS + "\nprint(open('/proc/self/status').read())"
     out = subprocess.run([python or sys.executable, "-c", code], capture_output=True, text=True, check=True,
