@@ -1,6 +1,6 @@
 """What word timestamps need on the board: the aligner encoder's compute, and memory with both models loaded.
 
-Compute (used by board_model for the aligner's encoder, which has no published board figures):
+Compute (used by ``costs`` for the aligner's encoder, which has no published board figures):
 the multiply-accumulates (MACs) of one merged encoder graph call, counted from the audio
 config's widths exactly as the official ``Qwen3ASRAudioEncoder`` computes them for one clip of
 whole 1 s chunks up to one 8 s attention window (tests/test_board_model.py checks the count
@@ -234,7 +234,7 @@ def memory_budget(soc: str, rkllm_mb: float, asr_sizes: Sequence[int], aligner_s
                   aligner_context: int = ALIGNER_RKLLM_CONTEXT, shapes: str = "dynamic") -> MemoryBudget:
     """Budget of an rk engine with word timestamps on ``soc``.
 
-    rkllm_mb: one Qwen3-0.6B-shaped RKLLM handle as published (board_model.RKLLM_MEMORY_MB);
+    rkllm_mb: one Qwen3-0.6B-shaped RKLLM handle as published (costs.RKLLM_MEMORY_MB);
     asr_sizes / aligner_sizes: merged encoder sizes in use (seconds; empty aligner_sizes: no
     aligner); baseline_mb: RSS of the Python process with the package imported (measured);
     embed_rows: distinct embedding rows a session touches per table (estimate); asr_context /
