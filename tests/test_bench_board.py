@@ -10,12 +10,15 @@ import os
 import pytest
 
 from qwen3asr_tools import bench_board
-from qwen3asr_tools import board_model as bm
+from qwen3asr_tools.board import cli
+from qwen3asr_tools.board.accounting import Accounting
+from qwen3asr_tools.board.costs import SOCS
+from qwen3asr_tools.board.report import prediction_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "default")
 CLIP = os.path.join(ROOT, "audio", "en_2.wav")  # 2.4 s, with a speech segment in transcripts.json
-HEADER = bm.prediction_table([]).splitlines()[0]
+HEADER = prediction_table([]).splitlines()[0]
 
 
 def _rows(table: str) -> list:
@@ -66,19 +69,19 @@ def test_measured_table_has_the_cost_model_columns(run):
 def test_predictions_cover_both_socs_for_the_same_runs(run):
     _, report = run
     rows = _rows(report["predicted_table"])
-    assert [(r[0], r[1]) for r in rows] == [(name, soc) for name in report["accountings"] for soc in bm.SOCS]
+    assert [(r[0], r[1]) for r in rows] == [(name, soc) for name in report["accountings"] for soc in SOCS]
 
 
 def test_json_accountings_are_what_the_model_reads(run, tmp_path, capsys):
     _, report = run
-    accs = [bm.Accounting.from_dict(d) for d in report["accountings"].values()]
+    accs = [Accounting.from_dict(d) for d in report["accountings"].values()]
     measured = {m["label"]: m for m in report["measured"]}
     for a in accs:
         assert len(a.chunks) == measured[a.label]["chunks"]
         assert all(c.graphs for c in a.chunks)
     path = tmp_path / "b.json"
     path.write_text(json.dumps(report), encoding="utf-8")
-    assert bm.main(["--accounting", str(path), "--soc", "rk3576"]) == 0
+    assert cli.main(["--accounting", str(path), "--soc", "rk3576"]) == 0
     assert len(_rows(capsys.readouterr().out)) == 2 * len(accs)
 
 

@@ -10,9 +10,16 @@ import os
 
 import pytest
 
-from qwen3asr_tools import board_budget as bb
-from qwen3asr_tools import board_model as bm
-from qwen3asr_tools import board_words as bw
+from qwen3asr_tools.board import budget as bb
+from qwen3asr_tools.board import cli
+from qwen3asr_tools.board import words as bw
+from qwen3asr_tools.board.accounting import Accounting, AlignWork, ChunkWork, compact_prompt
+from qwen3asr_tools.board.calibrate import (PUBLISHED_LATENCY_S, PUBLISHED_RTF, fit_prefill_rate,
+                                            fit_prefill_to_latency, published_target, rate_needed)
+from qwen3asr_tools.board.costs import (ALIGNER_ENCODER_SCALE, RK3576_PREFILL_TOK_S_FIT, RKLLM_BENCHMARK,
+                                        RKLLM_MEMORY_MB, SOCS, UnitCosts, unit_costs)
+from qwen3asr_tools.board.predict import align_costs, predict
+from qwen3asr_tools.board.record import FEED_SECONDS, record_file, record_one_pass, record_stream
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "default")
@@ -37,9 +44,9 @@ def long_pcm():
 @pytest.fixture(scope="module")
 def calibration(engine, long_pcm):
     """The reference design's (docs/reference_design.md) settings at 2/3/4/5 s chunks on the long clip, and the fit."""
-    runs = {cs: bm.record_stream(engine, long_pcm, f"{cs} s", chunk_size=cs, memory_num=2, rollback_tokens=2,
-                                 pause_db=None)[0] for cs in sorted(bm.PUBLISHED_RTF)}
-    return runs, bm.fit_prefill_rate(runs)
+    runs = {cs: record_stream(engine, long_pcm, f"{cs} s", chunk_size=cs, memory_num=2, rollback_tokens=2,
+                              pause_db=None)[0] for cs in sorted(PUBLISHED_RTF)}
+    return runs, fit_prefill_rate(runs)
 
 
 def test_calibration_reproduces_the_published_rtf_within_10_percent(calibration):
@@ -49,31 +56,31 @@ def test_calibration_reproduces_the_published_rtf_within_10_percent(calibration)
     for cs, err in errors.items():
         assert abs(err) <= 0.10, f"{cs} s chunks: predicted RTF is {100 * err:+.1f} % off the published band"
     # the 4 s point is a single published value (0.57), not a band: hit within 10 % of it
-    rtf4 = bm.predict(runs[4.0], bm.unit_costs("rk3576", prefill_tok_s=fit.prefill_tok_s)).rtf
+    rtf4 = predict(runs[4.0], unit_costs("rk3576", prefill_tok_s=fit.prefill_tok_s)).rtf
     assert abs(rtf4 / 0.57 - 1) <= 0.10
 
 
 def test_the_committed_prefill_rate_is_the_current_fit(calibration):
     """RK3576_PREFILL_TOK_S_FIT (unit_costs(prefill="rtf-fit")) must be refitted when token counts change."""
     _, fit = calibration
-    assert fit.prefill_tok_s == pytest.approx(bm.RK3576_PREFILL_TOK_S_FIT, rel=0.01)
-    assert bm.unit_costs("rk3576", prefill="rtf-fit").prefill_tok_s == bm.RK3576_PREFILL_TOK_S_FIT
-    assert bm.unit_costs("rk3588", prefill="rtf-fit").prefill_tok_s == bm.unit_costs("rk3588").prefill_tok_s
+    assert fit.prefill_tok_s == pytest.approx(RK3576_PREFILL_TOK_S_FIT, rel=0.01)
+    assert unit_costs("rk3576", prefill="rtf-fit").prefill_tok_s == RK3576_PREFILL_TOK_S_FIT
+    assert unit_costs("rk3588", prefill="rtf-fit").prefill_tok_s == unit_costs("rk3588").prefill_tok_s
 
 
 def test_default_decoder_costs_are_rockchips_benchmark_rows():
     """Prefill = 128 prompt tokens / time to first token, decode = tokens/s, of the row of the decoder's
     own quantisation (RK3576 runs W4A16_G128, not the per-channel W4A16 row)."""
-    for soc, (quant, ttft_ms, tok_s) in bm.RKLLM_BENCHMARK.items():
-        c = bm.unit_costs(soc)
+    for soc, (quant, ttft_ms, tok_s) in RKLLM_BENCHMARK.items():
+        c = unit_costs(soc)
         assert c.decoder_quant == quant
         assert c.prefill_tok_s == pytest.approx(128 / (ttft_ms / 1000))
         assert c.decode_tok_s == tok_s
         assert dict(c.sources)["prefill"].startswith("Rockchip rknn-llm benchmark v1.3.0")
-    assert bm.RKLLM_BENCHMARK["rk3576"][0] == "w4a16_g128"
-    assert bm.unit_costs("rk3576").prefill_tok_s == pytest.approx(252.8, abs=0.1)
+    assert RKLLM_BENCHMARK["rk3576"][0] == "w4a16_g128"
+    assert unit_costs("rk3576").prefill_tok_s == pytest.approx(252.8, abs=0.1)
     with pytest.raises(ValueError, match="accepted: published, rtf-fit"):
-        bm.unit_costs("rk3576", prefill="guess")
+        unit_costs("rk3576", prefill="guess")
 
 
 def test_published_costs_reproduce_the_reference_latency_not_its_rtf(calibration):
@@ -81,12 +88,12 @@ def test_published_costs_reproduce_the_reference_latency_not_its_rtf(calibration
     settings give its published later-chunk caption latency (1.4 s at 4 s chunks) within 10 %,
     but an RTF far below its published 0.55-0.58 (the disagreement the RTF fit is for)."""
     runs, _ = calibration
-    pub = bm.predict(runs[4.0], bm.unit_costs("rk3576"))
-    assert abs(pub.latency_median_s / bm.PUBLISHED_LATENCY_S[1] - 1) <= 0.10
+    pub = predict(runs[4.0], unit_costs("rk3576"))
+    assert abs(pub.latency_median_s / PUBLISHED_LATENCY_S[1] - 1) <= 0.10
     for cs, acc in runs.items():
-        assert bm.predict(acc, bm.unit_costs("rk3576")).rtf < 0.9 * bm.PUBLISHED_RTF[cs][0]
-    fitted = bm.predict(runs[4.0], bm.unit_costs("rk3576", prefill="rtf-fit"))
-    assert fitted.latency_median_s > 1.3 * bm.PUBLISHED_LATENCY_S[1]
+        assert predict(acc, unit_costs("rk3576")).rtf < 0.9 * PUBLISHED_RTF[cs][0]
+    fitted = predict(runs[4.0], unit_costs("rk3576", prefill="rtf-fit"))
+    assert fitted.latency_median_s > 1.3 * PUBLISHED_LATENCY_S[1]
 
 
 def test_calibration_runs_encode_each_chunk_once_and_prefill_the_window(calibration):
@@ -102,19 +109,19 @@ def test_calibration_runs_encode_each_chunk_once_and_prefill_the_window(calibrat
 
 
 # ----------------------------------------------------------------------------- arithmetic
-COSTS = bm.UnitCosts(soc="rk3576", decoder_quant="w4a16_g128", merged_ms=((2.0, 300.0), (4.0, 500.0)),
-                     frontend_ms=50.0, backend_ms=((2.0, 400.0), (4.0, 600.0)), prefill_tok_s=100.0,
-                     decode_tok_s=20.0, decoder_run_ms=10.0, sources=(("all", "test"),))
+COSTS = UnitCosts(soc="rk3576", decoder_quant="w4a16_g128", merged_ms=((2.0, 300.0), (4.0, 500.0)),
+                  frontend_ms=50.0, backend_ms=((2.0, 400.0), (4.0, 600.0)), prefill_tok_s=100.0,
+                  decode_tok_s=20.0, decoder_run_ms=10.0, sources=(("all", "test"),))
 
 
-def _hand_built(live: bool = True) -> bm.Accounting:
-    return bm.Accounting(label="hand", audio_seconds=9.0, live=live, system_tokens=5, chunks=(
-        bm.ChunkWork(start=0.0, end=4.0, ready=4.0, graphs=(("merged", 4.0),), prefill_tokens=100,
-                     decode_tokens=10, prefix_tokens=0),
-        bm.ChunkWork(start=4.0, end=8.0, ready=8.0, graphs=(("merged", 4.0),), prefill_tokens=200,
-                     decode_tokens=20, prefix_tokens=10),
-        bm.ChunkWork(start=8.0, end=9.0, ready=9.0, graphs=(("frontend", 1.0), ("backend", 2.0)),
-                     prefill_tokens=50, decode_tokens=0, prefix_tokens=4)))
+def _hand_built(live: bool = True) -> Accounting:
+    return Accounting(label="hand", audio_seconds=9.0, live=live, system_tokens=5, chunks=(
+        ChunkWork(start=0.0, end=4.0, ready=4.0, graphs=(("merged", 4.0),), prefill_tokens=100,
+                  decode_tokens=10, prefix_tokens=0),
+        ChunkWork(start=4.0, end=8.0, ready=8.0, graphs=(("merged", 4.0),), prefill_tokens=200,
+                  decode_tokens=20, prefix_tokens=10),
+        ChunkWork(start=8.0, end=9.0, ready=9.0, graphs=(("frontend", 1.0), ("backend", 2.0)),
+                  prefill_tokens=50, decode_tokens=0, prefix_tokens=4)))
 
 
 def test_graph_costs_from_the_table_interpolated_and_extrapolated():
@@ -124,13 +131,13 @@ def test_graph_costs_from_the_table_interpolated_and_extrapolated():
     assert COSTS.graph_ms("backend", 2.0) == 400.0
     assert COSTS.graph_ms("frontend", 1.0) == 50.0
     # the published RK3576 table, and its 8 s extrapolation from the 4 s and 5 s rows
-    c = bm.unit_costs("rk3576")
+    c = unit_costs("rk3576")
     assert [c.graph_ms("merged", s) for s in (2, 3, 4, 5)] == [302.0, 364.0, 499.0, 643.0]
     assert c.graph_ms("merged", 8) == pytest.approx(643.0 + 3 * 144.0)
 
 
 def test_serial_prediction_of_a_hand_built_accounting():
-    p = bm.predict(_hand_built(), COSTS)
+    p = predict(_hand_built(), COSTS)
     # chunk ms: 500 + 1000 + 500 + 10 = 2010; 500 + 2000 + 1000 + 10 = 3510; 450 + 500 + 0 + 10 = 960
     assert [round(c.encoder_ms + c.prefill_ms + c.decode_ms + c.run_ms, 6) for c in p.per_chunk] == [2010, 3510, 960]
     assert (p.encoder_s, p.prefill_s, p.decode_s, p.overhead_s) == pytest.approx((1.45, 3.5, 1.5, 0.03))
@@ -142,19 +149,19 @@ def test_serial_prediction_of_a_hand_built_accounting():
 
 
 def test_overlap_prediction_of_a_hand_built_accounting():
-    p = bm.predict(_hand_built(), COSTS, overlap=True)
+    p = predict(_hand_built(), COSTS, overlap=True)
     # offline: encoders end 0.5 / 1.0 / 1.45; decoders 0.5-2.01, 2.01-5.02, 5.02-5.53
     assert p.wall_s == pytest.approx(5.53)
     assert p.rtf == pytest.approx(5.53 / 9)
     # live: C's encoder runs 9.0-9.45 while B's decoder runs (8.5-11.51); C's decoder 11.51-12.02
     assert [c.latency_s for c in p.per_chunk] == pytest.approx([2.01, 3.51, 3.02])
-    offline = bm.predict(_hand_built(live=False), COSTS)
+    offline = predict(_hand_built(live=False), COSTS)
     assert offline.latency_first_s is None and offline.per_chunk[0].latency_s is None
     assert offline.wall_s == pytest.approx(6.48)
 
 
 def test_compact_prompt_drops_the_system_block_and_the_header():
-    c = bm.compact_prompt(_hand_built())
+    c = compact_prompt(_hand_built())
     assert [x.prefill_tokens for x in c.chunks] == [95, 192, 42]  # -5; -5 -3; -5 -3
     assert [x.prefix_tokens for x in c.chunks] == [0, 7, 1]
     assert [x.decode_tokens for x in c.chunks] == [10, 20, 0]
@@ -165,33 +172,33 @@ def test_inverse_solvers_recover_a_known_rate():
     acc = _hand_built()
     for rate in (37.0, 250.0):
         costs = dataclasses.replace(COSTS, prefill_tok_s=rate)
-        rtf = bm.predict(acc, costs).rtf
-        assert bm.rate_needed(acc, COSTS, rtf) == pytest.approx(rate, rel=1e-6)
-        lat = bm.predict(acc, costs).latency_median_s
-        assert bm.fit_prefill_to_latency(acc, lat, COSTS) == pytest.approx(rate, rel=1e-6)
+        rtf = predict(acc, costs).rtf
+        assert rate_needed(acc, COSTS, rtf) == pytest.approx(rate, rel=1e-6)
+        lat = predict(acc, costs).latency_median_s
+        assert fit_prefill_to_latency(acc, lat, COSTS) == pytest.approx(rate, rel=1e-6)
     # without any prefill cost the rest is 2.98 s of 9 s (RTF 0.331): a lower target is unreachable
-    assert bm.rate_needed(acc, COSTS, 0.3) == float("inf")
+    assert rate_needed(acc, COSTS, 0.3) == float("inf")
 
 
 def test_fit_prefers_rates_inside_the_published_band():
     """A fit over accountings whose RTF with the fitted rate lands inside the band has error 0."""
     acc = _hand_built(live=False)
-    fit = bm.fit_prefill_rate({4.0: acc}, COSTS)
-    p = bm.predict(acc, dataclasses.replace(COSTS, prefill_tok_s=fit.prefill_tok_s)).rtf
+    fit = fit_prefill_rate({4.0: acc}, COSTS)
+    p = predict(acc, dataclasses.replace(COSTS, prefill_tok_s=fit.prefill_tok_s)).rtf
     assert p == pytest.approx(0.57, rel=1e-4)
     assert fit.worst_error == pytest.approx(0.0, abs=1e-4)
 
 
 def test_accounting_round_trips_through_json():
     acc = _hand_built()
-    back = bm.Accounting.from_dict(json.loads(json.dumps(acc.to_dict())))
+    back = Accounting.from_dict(json.loads(json.dumps(acc.to_dict())))
     assert back == acc
 
 
 # ----------------------------------------------------------------------------- real runs
 def test_recorded_graphs_match_the_engine_counters(engine, long_pcm):
     pcm = long_pcm[:16000 * 11]
-    acc, r = bm.record_stream(engine, pcm, "11 s", chunk_size=4.0, pause_db=None)
+    acc, r = record_stream(engine, pcm, "11 s", chunk_size=4.0, pause_db=None)
     assert [len(c.graphs) for c in acc.chunks] == [c.encoder_calls for c in r.chunks]
     assert [sum(s for _, s in c.graphs) for c in acc.chunks] == [c.encoder_seconds for c in r.chunks]
     assert [c.graphs for c in acc.chunks] == [(("merged", 4.0),), (("merged", 4.0),), (("merged", 3.0),)]
@@ -199,7 +206,7 @@ def test_recorded_graphs_match_the_engine_counters(engine, long_pcm):
     assert [c.decode_tokens for c in acc.chunks] == [c.decode_tokens for c in r.chunks]
     # ready: the 20 ms piece that brought the chunk's 2.5 ms look-ahead; the last at the end
     for c in acc.chunks[:-1]:
-        assert c.end < c.ready <= c.end + bm.FEED_SECONDS + 0.0026
+        assert c.end < c.ready <= c.end + FEED_SECONDS + 0.0026
     assert acc.chunks[-1].ready == pytest.approx(11.0)
     assert engine.encoder.runner.__class__.__name__ != "_GraphLog"  # restored
 
@@ -209,7 +216,7 @@ def test_split_encoder_graphs_are_recorded_per_part():
     from qwen3asr.audio import prepare_audio
 
     eng = Qwen3ASREngine(MODEL, backend="onnx", encoder_form="split", threads=1)
-    acc, r = bm.record_stream(eng, prepare_audio(LONG)[:16000 * 6], "6 s", chunk_size=4.0, pause_db=None)
+    acc, r = record_stream(eng, prepare_audio(LONG)[:16000 * 6], "6 s", chunk_size=4.0, pause_db=None)
     assert acc.chunks[0].graphs == (("frontend", 1.0),) * 4 + (("backend", 4.0),)
     assert acc.chunks[1].graphs == (("frontend", 1.0),) * 2 + (("backend", 2.0),)
     assert [len(c.graphs) for c in acc.chunks] == [c.encoder_calls for c in r.chunks]
@@ -218,7 +225,7 @@ def test_split_encoder_graphs_are_recorded_per_part():
 # ----------------------------------------------------------------------------- bad input
 def test_unknown_soc_names_the_accepted_ones():
     with pytest.raises(ValueError, match="rk3568.*accepted: rk3576, rk3588"):
-        bm.unit_costs("rk3568")
+        unit_costs("rk3568")
     with pytest.raises(ValueError, match="soc must be one of rk3576, rk3588"):
         dataclasses.replace(COSTS, soc="rk3399")
 
@@ -227,48 +234,48 @@ def test_missing_fields_are_named():
     d = _hand_built().to_dict()
     del d["audio_seconds"]
     with pytest.raises(ValueError, match="missing audio_seconds; fields: label, audio_seconds, chunks, live"):
-        bm.Accounting.from_dict(d)
+        Accounting.from_dict(d)
     d = _hand_built().to_dict()
     del d["chunks"][1]["decode_tokens"]
     with pytest.raises(ValueError, match="chunk 1 is missing decode_tokens; chunk fields: start, end, ready"):
-        bm.Accounting.from_dict(d)
+        Accounting.from_dict(d)
     d = _hand_built().to_dict()
     d["chunks"][0]["graphs"] = [["conv", 4.0]]
     with pytest.raises(ValueError, match="merged, backend or frontend"):
-        bm.Accounting.from_dict(d)
+        Accounting.from_dict(d)
     with pytest.raises(ValueError, match="chunk 0 must be an object with fields start, end, ready"):
-        bm.Accounting.from_dict(dict(_hand_built().to_dict(), chunks=[[0, 4]]))
+        Accounting.from_dict(dict(_hand_built().to_dict(), chunks=[[0, 4]]))
     d = _hand_built().to_dict()
     d["chunks"][0]["prefill_tokens"] = -3
     with pytest.raises(ValueError, match="prefill_tokens must be an integer >= 0"):
-        bm.Accounting.from_dict(d)
+        Accounting.from_dict(d)
 
 
 def test_other_bad_input():
     with pytest.raises(ValueError, match="no published RTF for 6.0 s chunks; accepted: 2.0, 3.0, 4.0, 5.0"):
-        bm.published_target(6.0)
+        published_target(6.0)
     with pytest.raises(ValueError, match="unknown encoder graph part 'conv'; accepted: merged, backend, frontend"):
         COSTS.graph_ms("conv", 2.0)
     with pytest.raises(ValueError, match="predict needs an Accounting"):
-        bm.predict(_hand_built().to_dict(), COSTS)
+        predict(_hand_built().to_dict(), COSTS)
     with pytest.raises(ValueError, match="prefill_tok_s must be a finite number > 0"):
         dataclasses.replace(COSTS, prefill_tok_s=0.0)
     with pytest.raises(ValueError, match="at least one chunk"):
-        bm.Accounting(label="x", audio_seconds=1.0, chunks=(), live=False)
+        Accounting(label="x", audio_seconds=1.0, chunks=(), live=False)
 
 
 def test_cli_predicts_a_saved_accounting(tmp_path, capsys):
     path = tmp_path / "acc.json"
     path.write_text(json.dumps(_hand_built().to_dict()), encoding="utf-8")
-    assert bm.main(["--accounting", str(path), "--soc", "rk3588"]) == 0
+    assert cli.main(["--accounting", str(path), "--soc", "rk3588"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("| run | SoC | overlap | audio s | chunks |")
     assert out.count("| hand | rk3588 |") == 2
-    assert bm.main(["--accounting", str(path), "--soc", "rk3399"]) == 2
+    assert cli.main(["--accounting", str(path), "--soc", "rk3399"]) == 2
     assert "accepted: rk3576, rk3588" in capsys.readouterr().err
-    assert bm.main(["--accounting", str(path), "--prefill", "rtf-fit"]) == 0
+    assert cli.main(["--accounting", str(path), "--prefill", "rtf-fit"]) == 0
     assert capsys.readouterr().out.count("| hand | rk3576 |") == 2
-    assert bm.main(["--accounting", str(path), "--prefill", "fast"]) == 2
+    assert cli.main(["--accounting", str(path), "--prefill", "fast"]) == 2
     assert "accepted: published, rtf-fit" in capsys.readouterr().err
 
 
@@ -306,7 +313,7 @@ def test_flop_ratio_from_the_configs():
     for cfg in (bb.ASR_AUDIO, bb.ALIGNER_AUDIO):
         for n in (2, 5, 8):
             assert bb.part_macs(cfg, "merged", n) == n * bb.part_macs(cfg, "frontend") + bb.part_macs(cfg, "backend", n)
-    assert dict(bm.ALIGNER_ENCODER_SCALE)["merged"] == bb.encoder_flop_ratio()
+    assert dict(ALIGNER_ENCODER_SCALE)["merged"] == bb.encoder_flop_ratio()
     with pytest.raises(ValueError, match="n_chunks must be 1..8"):
         bb.encoder_macs(bb.ASR_AUDIO, 9)
     with pytest.raises(ValueError, match="accepted: merged, frontend, backend"):
@@ -344,12 +351,12 @@ def test_mac_count_equals_torch_flop_counter_on_the_official_encoder():
 
 
 def test_aligner_unit_costs_scale_the_asr_table():
-    c = bm.unit_costs("rk3576")
+    c = unit_costs("rk3576")
     ratio = bb.encoder_flop_ratio()
     assert [c.aligner_graph_ms("merged", s) for s in (2, 4, 8)] == pytest.approx(
         [302 * ratio, 499 * ratio, (643 + 3 * 144) * ratio])
     assert c.aligner_graph_ms("frontend", 1) == pytest.approx(60 * bb.part_flop_ratio("frontend"))
-    assert bm.unit_costs("rk3588").aligner_graph_ms("merged", 4) == pytest.approx(499 * ratio)
+    assert unit_costs("rk3588").aligner_graph_ms("merged", 4) == pytest.approx(499 * ratio)
     assert c.head_ms(10) == pytest.approx(10 * 2 * 1024 * 5000 / 5e9 * 1000)  # 5 GFLOP/s assumed
     assert "aligner encoder" in dict(c.sources) and "aligner head" in dict(c.sources)
     with pytest.raises(ValueError, match="head_gflops must be a finite number > 0"):
@@ -363,24 +370,24 @@ WORD_COSTS = dataclasses.replace(COSTS, aligner_scale=(("merged", 2.0), ("fronte
                                  head_gflops=1.024)  # 10 ms per slot row
 
 
-def _with_words(live: bool = True) -> bm.Accounting:
+def _with_words(live: bool = True) -> Accounting:
     """_hand_built with two alignments: chunk A's segment before chunk B's decoder run, chunk B's
     after the last run (at finish)."""
     return dataclasses.replace(_hand_built(live), alignments=(
-        bm.AlignWork(start=0.0, end=4.0, ready=4.0, after_runs=1, graphs=(("merged", 4.0),), positions=50, slots=4),
-        bm.AlignWork(start=4.0, end=8.0, ready=8.0, after_runs=3, graphs=(("merged", 2.0), ("merged", 2.0)),
-                     positions=30, slots=2)))
+        AlignWork(start=0.0, end=4.0, ready=4.0, after_runs=1, graphs=(("merged", 4.0),), positions=50, slots=4),
+        AlignWork(start=4.0, end=8.0, ready=8.0, after_runs=3, graphs=(("merged", 2.0), ("merged", 2.0)),
+                  positions=30, slots=2)))
 
 
 def test_alignment_costs_of_a_hand_built_accounting():
     acc = _with_words()
     # A1: 2 x 500 + 50 / 100 tok/s + 4 slots x 10 + 10 = 1550 ms; A2: 2 x 2 x 300 + 300 + 20 + 10 = 1530 ms
-    assert [bm.align_costs(a, WORD_COSTS) for a in acc.alignments] == [
+    assert [align_costs(a, WORD_COSTS) for a in acc.alignments] == [
         pytest.approx((1000, 500, 40, 10)), pytest.approx((1200, 300, 20, 10))]
-    p = bm.predict(acc, WORD_COSTS)
+    p = predict(acc, WORD_COSTS)
     assert p.align_s == pytest.approx(3.08)
     assert p.wall_s == pytest.approx(6.48 + 3.08)  # serial: the transcription's 6.48 s plus both
-    assert bm.predict(acc.without_words(), WORD_COSTS).wall_s == pytest.approx(6.48)
+    assert predict(acc.without_words(), WORD_COSTS).wall_s == pytest.approx(6.48)
     # live: B ready 8 -> encoder 8.5, A1 until 10.05, B's decoder until 13.06; C waits: 13.51 -> 14.02;
     # A2 after C: 15.55
     assert [c.latency_s for c in p.per_chunk] == pytest.approx([2.01, 5.06, 5.02])
@@ -390,28 +397,28 @@ def test_alignment_costs_of_a_hand_built_accounting():
 
 
 def test_alignments_run_in_the_decoder_stage_with_overlap():
-    p = bm.predict(_with_words(), WORD_COSTS, overlap=True)
+    p = predict(_with_words(), WORD_COSTS, overlap=True)
     # C's encoder runs 9.0-9.45 during A1 + B's decoder (8.5-13.06); C's decoder 13.06-13.57; A2 until 15.10
     assert [c.latency_s for c in p.per_chunk] == pytest.approx([2.01, 5.06, 4.57])
     assert [a.latency_s for a in p.per_align] == pytest.approx([6.05, 15.10 - 8.0])
     # offline: decoders 0.5-2.01, A1 2.01-3.56, B 3.56-6.57, C 6.57-7.08, A2 7.08-8.61
-    assert bm.predict(_with_words(live=False), WORD_COSTS, overlap=True).wall_s == pytest.approx(8.61)
+    assert predict(_with_words(live=False), WORD_COSTS, overlap=True).wall_s == pytest.approx(8.61)
 
 
 def test_accounting_with_alignments_round_trips_and_checks_them():
     acc = _with_words()
-    assert bm.Accounting.from_dict(json.loads(json.dumps(acc.to_dict()))) == acc
+    assert Accounting.from_dict(json.loads(json.dumps(acc.to_dict()))) == acc
     d = acc.to_dict()
     del d["alignments"][0]["slots"]
     with pytest.raises(ValueError, match="alignment 0 is missing slots; alignment fields: start, end, ready"):
-        bm.Accounting.from_dict(d)
+        Accounting.from_dict(d)
     d = acc.to_dict()
     d["alignments"][1]["graphs"] = [["conv", 2.0]]
     with pytest.raises(ValueError, match="alignment 1: bad encoder graph"):
-        bm.Accounting.from_dict(d)
+        Accounting.from_dict(d)
     with pytest.raises(ValueError, match=r"after_runs must be ascending in 0..3 \(the chunks\), got \[1, 4\]"):
         dataclasses.replace(acc, alignments=(acc.alignments[0], dataclasses.replace(acc.alignments[1], after_runs=4)))
-    assert bm.Accounting.from_dict(_hand_built().to_dict()).alignments == ()  # older files have none
+    assert Accounting.from_dict(_hand_built().to_dict()).alignments == ()  # older files have none
 
 
 def test_with_sizes_runs_each_graph_on_the_smallest_loaded_variant():
@@ -493,11 +500,11 @@ def test_default_load_fits_a_4_gb_board():
             assert (b.low_mb <= b.available_mb) == fits, (choice.label, soc, b.low_mb)
             assert b.fits == fits, (choice.label, soc, b.high_mb)
             handles = [i for i in b.items if "RKLLM" in i.name]
-            assert handles[0].low_mb == bm.RKLLM_MEMORY_MB[soc]
+            assert handles[0].low_mb == RKLLM_MEMORY_MB[soc]
             assert [i.name.endswith("(context 1024)") for i in handles] == [True, True]
     assert bw.default_context(4096, 4295.0) == 1024 and bw.default_context(4096, 8590.0) == 4096
-    big = {soc: bb.memory_budget(soc, bm.RKLLM_MEMORY_MB[soc], bw.ALL_SIZES, bw.ALL_SIZES, 50.0, 1000)
-           for soc in bm.SOCS}  # the converted contexts on a 4 GB board's budget
+    big = {soc: bb.memory_budget(soc, RKLLM_MEMORY_MB[soc], bw.ALL_SIZES, bw.ALL_SIZES, 50.0, 1000)
+           for soc in SOCS}  # the converted contexts on a 4 GB board's budget
     assert big["rk3576"].fits and not big["rk3588"].fits
 
 
@@ -505,7 +512,7 @@ def test_recommendation_rule():
     def row(label, today, fits, ratio, rtf):
         soc = {"fits_low": fits, "fits": False, "low_mb": 1.0, "high_mb": 2.0,
                "times": {"file": {"ratio": ratio}, "clips": {"ratio": 1.5}, "joined": {"rtf_words": rtf}}}
-        return {"choice": {"label": label, "how": label, "today": today}, "socs": {s: soc for s in bm.SOCS}}
+        return {"choice": {"label": label, "how": label, "today": today}, "socs": {s: soc for s in SOCS}}
 
     rows = [row("too big", True, False, 1.5, 0.3), row("slow stream", True, True, 1.9, 0.8),
             row("fast stream", True, True, 1.9, 0.6), row("over the goal", True, True, 2.5, 0.4),
@@ -541,8 +548,8 @@ def test_recorded_alignments_are_what_the_aligner_computes(engine_words, long_pc
     from qwen3asr.encoder import CHUNK_FRAMES
 
     pcm = long_pcm[:16000 * 11]
-    acc, r = bm.record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None, word_timestamps=True)
-    plain, _ = bm.record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None)
+    acc, r = record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None, word_timestamps=True)
+    plain, _ = record_stream(engine_words, pcm, "11 s", chunk_size=4.0, pause_db=None)
     assert acc.chunks == plain.chunks  # aligning changes nothing in the transcription's work
     worded = [s for s in r.segments if s.words]
     assert len(acc.alignments) == len(worded) > 0
@@ -565,32 +572,32 @@ def test_one_pass_alignment_comes_after_the_run(engine_words):
     from qwen3asr.audio import prepare_audio
 
     pcm = prepare_audio(os.path.join(ROOT, "audio", "en_1.wav"))
-    acc, t = bm.record_one_pass(engine_words, pcm, "en_1", word_timestamps=True)
+    acc, t = record_one_pass(engine_words, pcm, "en_1", word_timestamps=True)
     (a,) = acc.alignments
     assert a.after_runs == 1 and (a.start, a.end) == pytest.approx((0.0, pcm.shape[0] / 16000))
     assert a.graphs == (("merged", 2.0),) and a.slots == 2 * len(t.words)
     assert (a.positions, a.slots) == _expected_rows(engine_words, pcm, 0.0, a.end, t.segments[0].text, t.language)
-    costs = bm.unit_costs("rk3576")
-    assert bm.predict(acc, costs).wall_s == pytest.approx(
-        bm.predict(acc.without_words(), costs).wall_s + sum(bm.align_costs(a, costs)) / 1000)
+    costs = unit_costs("rk3576")
+    assert predict(acc, costs).wall_s == pytest.approx(
+        predict(acc.without_words(), costs).wall_s + sum(align_costs(a, costs)) / 1000)
 
 
 def test_file_alignments_follow_the_vad_segments(engine_words, long_pcm):
     pcm = long_pcm[:16000 * 20]
-    acc, r = bm.record_file(engine_words, pcm, "20 s", word_timestamps=True)
+    acc, r = record_file(engine_words, pcm, "20 s", word_timestamps=True)
     assert len(acc.alignments) == sum(1 for s in r.segments if s.words) > 1
     assert all(a.ready == 0.0 for a in acc.alignments) and not acc.live
     assert [a.after_runs for a in acc.alignments] == sorted(a.after_runs for a in acc.alignments)
 
 
 def test_words_section_of_the_report(capsys):
-    """board_words.build and print_section on hand-built runs (the script feeds them real ones)."""
+    """words.build and print_section on hand-built runs (the script feeds them real ones)."""
     w = bw.build("hand", _with_words(live=False), _hand_built(live=False), _with_words(), _with_words(),
                  [_with_words(live=False)], baseline_mb=50.0, embed_rows=100, aligner="A")
     rows = {(t["case"], t["soc"], t["overlap"]): t for t in w["time"]}
     assert rows[("file", "rk3576", False)]["ratio"] == pytest.approx(
-        bw.case_time(bw.Case("", (_with_words(False),), (_hand_built(False),)), bm.unit_costs("rk3576"))["ratio"])
-    assert set(w["recommendation"]) == set(bm.SOCS) and w["memory"]["choices"][0]["choice"]["label"] == "defaults"
+        bw.case_time(bw.Case("", (_with_words(False),), (_hand_built(False),)), unit_costs("rk3576"))["ratio"])
+    assert set(w["recommendation"]) == set(SOCS) and w["memory"]["choices"][0]["choice"]["label"] == "defaults"
     assert w["graphs_used"]["aligner"]["short clips"] == {"merged 2 s": 2, "merged 4 s": 1}
     bw.print_section(w)
     out = capsys.readouterr().out
@@ -601,18 +608,18 @@ def test_words_section_of_the_report(capsys):
 
 # ----------------------------------------------------------------------------- final passes
 def test_after_stop_of_a_hand_built_stream_and_pass():
-    from qwen3asr_tools import board_finals as bf
+    from qwen3asr_tools.board import finals as bf
 
-    one = bm.Accounting(label="pass", audio_seconds=9.0, live=False, system_tokens=5, chunks=(
-        bm.ChunkWork(start=0.0, end=9.0, ready=9.0, graphs=(("merged", 2.0),), prefill_tokens=100,
-                     decode_tokens=20),))
+    one = Accounting(label="pass", audio_seconds=9.0, live=False, system_tokens=5, chunks=(
+        ChunkWork(start=0.0, end=9.0, ready=9.0, graphs=(("merged", 2.0),), prefill_tokens=100,
+                  decode_tokens=20),))
     stream, pieces = bf.after_stop(_hand_built(), one, COSTS)
     # stream: the last chunk (ready 9.0) waits for B (done 11.51), then 0.96 s: 3.47 s after the stop
     assert stream == pytest.approx(3.47)
     # pieces: the decoder is free at 11.51 (A, B), then the pass: 300 + 1000 + 1000 + 10 ms
     assert pieces == pytest.approx(11.51 - 9.0 + 2.31)
-    single = bm.Accounting(label="one chunk", audio_seconds=1.0, live=True, system_tokens=5,
-                           chunks=(_hand_built().chunks[2],))
+    single = Accounting(label="one chunk", audio_seconds=1.0, live=True, system_tokens=5,
+                        chunks=(_hand_built().chunks[2],))
     assert bf.after_stop(single, one, COSTS)[1] == pytest.approx(2.31)  # nothing streamed before: just the pass
 
 
@@ -620,7 +627,7 @@ def test_final_pass_runs_are_the_sessions_own(engine):
     """The recorded pass is one encoder call over the whole clip and one decoder run, with the
     token counts of the engine's own one-pass transcription; the stream's chunks cover the clip."""
     from qwen3asr.audio import prepare_audio
-    from qwen3asr_tools import board_finals as bf
+    from qwen3asr_tools.board import finals as bf
 
     [(clip, stream, one)] = bf.runs(engine, os.path.join(ROOT, "audio"), clips=("en_1.wav",))
     pcm = prepare_audio(os.path.join(ROOT, "audio", clip))
@@ -630,6 +637,6 @@ def test_final_pass_runs_are_the_sessions_own(engine):
     assert sum(s for _, s in one.chunks[0].graphs) >= pcm.shape[0] / 16000
     assert stream.chunks[-1].end == pytest.approx(pcm.shape[0] / 16000, abs=0.01)
     report = bf.build([(clip, stream, one)])
-    for soc in bm.SOCS:
+    for soc in SOCS:
         s, p = report["rows"][0][soc]["stream_s"], report["rows"][0][soc]["pieces_s"]
-        assert 0 < s and p >= bm.predict(one, bm.unit_costs(soc)).wall_s
+        assert 0 < s and p >= predict(one, unit_costs(soc)).wall_s

@@ -4,12 +4,14 @@ board SDKs; stages never import the backends, which never import upward; every m
 flat layout still works, with a warning, for one release; and test modules share
 doubles through tests/doubles/ (and helpers through bundles, fixtures, server_proc), never by
 importing another test module (which would run that module's fixtures, skips and module-level
-code a second time under another name)."""
+code a second time under another name). The tools' board cost model (qwen3asr_tools/board)
+has no import circle."""
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -210,3 +212,90 @@ def test_every_flat_layout_path_still_works_and_warns(old):
     warned, missing = out.stdout.strip().split("\n")
     assert warned.startswith(f"warned: {old} moved to qwen3asr.") and "next release" in warned
     assert missing == "[]"
+
+
+# ------------------------------------------------------------------ the tools' cost model: no import circle
+
+BOARD = os.path.join(ROOT, "python", "qwen3asr_tools", "board")
+
+
+def package_import_graph(package: str, sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports (at module level or inside a function), from
+    ``sources``: module name relative to the package ("" for its __init__, "costs") -> source text.
+    ``from . import x`` and ``from .x import y`` name module x; ``from . import name`` of something
+    that is not a module names the package itself."""
+    modules = {package + ("." + m if m else "") for m in sources}
+    graph: dict[str, set[str]] = {}
+    for rel, text in sources.items():
+        module = package + ("." + rel if rel else "")
+        here = module.split(".") if not rel else module.split(".")[:-1]  # what `from .` means in it
+        deps = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else [])
+                                if node.level else [node.module or ""])
+                for a in node.names:
+                    if f"{base}.{a.name}" in modules:
+                        deps.add(f"{base}.{a.name}")
+                    elif base in modules:
+                        deps.add(base)
+        graph[module] = deps - {module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` as [a, b, ..., a], or [] if it has none (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_the_import_graph_and_cycle_check_find_a_circle():
+    sources = {"": '"""pkg"""\n', "low": "import os\n", "mid": "from .low import X\nfrom .. import ROOT\n",
+               "high": "from . import low, mid\n", "late": "def f():\n    from pkg.high import g\n"}
+    graph = package_import_graph("pkg", sources)
+    assert graph == {"pkg": set(), "pkg.low": set(), "pkg.mid": {"pkg.low"}, "pkg.high": {"pkg.low", "pkg.mid"},
+                     "pkg.late": {"pkg.high"}}
+    assert find_cycle(graph) == []
+    sources["low"] = "def f():\n    from .late import h\n"  # a function-level import closes a circle too
+    assert find_cycle(package_import_graph("pkg", sources)) == ["pkg.high", "pkg.low", "pkg.late", "pkg.high"]
+
+
+def test_the_board_cost_model_has_no_import_circle():
+    """qwen3asr_tools/board: imports run one way, from the report down to the budget."""
+    sources = {}
+    for f in sorted(os.listdir(BOARD)):
+        if f.endswith(".py"):
+            with open(os.path.join(BOARD, f), encoding="utf-8") as fh:
+                sources["" if f == "__init__.py" else f[:-3]] = fh.read()
+    graph = package_import_graph("qwen3asr_tools.board", sources)
+    assert {"qwen3asr_tools.board.costs", "qwen3asr_tools.board.words"} <= graph["qwen3asr_tools.board.report"]
+    assert find_cycle(graph) == []
+    # and in the order its docstring lists them, lowest first
+    order = ["qwen3asr_tools.board." + m for m in re.findall(r"^- ``(\w+)``", ast.get_docstring(ast.parse(
+        sources[""])), re.M)]
+    assert sorted(order) == sorted(m for m in graph if m != "qwen3asr_tools.board")
+    upward = [f"{m} imports {d}" for m in order for d in graph[m] if d in order and order.index(d) > order.index(m)]
+    assert upward == []

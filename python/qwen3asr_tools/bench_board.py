@@ -38,8 +38,15 @@ import sys
 import time
 from typing import List, Optional
 
+from qwen3asr.audio import SAMPLE_RATE
+
 from . import REPO_ROOT as ROOT
-from . import board_model as bm
+from .board.accounting import Accounting
+from .board.costs import SOCS, unit_costs
+from .board.predict import ChunkPrediction, Prediction, predict
+from .board.record import (FEED_SECONDS, chunk_works, graph_log, joined_speech, record_file, record_one_pass,
+                           system_tokens)
+from .board.report import prediction_table
 
 RUNS = ("one_pass", "vad_first", "stream", "stream_continuous")
 
@@ -48,18 +55,18 @@ RUNS = ("one_pass", "vad_first", "stream", "stream_continuous")
 class Measured:
     """One measured run: the row in the cost model's format, and the run's accounting."""
 
-    prediction: bm.Prediction  # measured figures in the Prediction layout (soc = where it ran)
-    accounting: bm.Accounting
+    prediction: Prediction  # measured figures in the Prediction layout (soc = where it ran)
+    accounting: Accounting
     latency: str  # "measured", "replayed" or "-" (files)
 
 
-def _row(label: str, where: str, acc: bm.Accounting, wall_s: float, enc_ms: List[float], pre_ms: List[float],
-         dec_ms: List[float], latencies: Optional[List[float]]) -> bm.Prediction:
-    per = tuple(bm.ChunkPrediction(c.start, c.end, e, p, d, 0.0, lat)
+def _row(label: str, where: str, acc: Accounting, wall_s: float, enc_ms: List[float], pre_ms: List[float],
+         dec_ms: List[float], latencies: Optional[List[float]]) -> Prediction:
+    per = tuple(ChunkPrediction(c.start, c.end, e, p, d, 0.0, lat)
                 for c, e, p, d, lat in zip(acc.chunks, enc_ms, pre_ms, dec_ms, latencies or [None] * len(enc_ms)))
     enc, pre, dec = sum(enc_ms) / 1000, sum(pre_ms) / 1000, sum(dec_ms) / 1000
     later = list(latencies or [])[1:]
-    return bm.Prediction(
+    return Prediction(
         label=label, soc=where, overlap=False, audio_seconds=acc.audio_seconds, chunks=len(acc.chunks),
         encoder_s=enc, prefill_s=pre, decode_s=dec, overhead_s=max(0.0, wall_s - enc - pre - dec), wall_s=wall_s,
         latency_first_s=latencies[0] if latencies else None,
@@ -67,7 +74,7 @@ def _row(label: str, where: str, acc: bm.Accounting, wall_s: float, enc_ms: List
         latency_max_s=max(latencies) if latencies else None, per_chunk=per)
 
 
-def _replayed(acc: bm.Accounting, chunks) -> List[float]:
+def _replayed(acc: Accounting, chunks) -> List[float]:
     """Latency of each chunk when its measured compute runs serially on the real-time schedule."""
     t, out = 0.0, []
     for c, st in zip(acc.chunks, chunks):
@@ -77,22 +84,22 @@ def _replayed(acc: bm.Accounting, chunks) -> List[float]:
 
 
 def run_stream(engine, pcm, label: str, where: str, realtime: bool, **options) -> Measured:
-    """A stream at ``options`` (create_stream keywords), fed in board_model.FEED_SECONDS pieces."""
-    step = int(round(bm.FEED_SECONDS * bm.SAMPLE_RATE))
+    """A stream at ``options`` (create_stream keywords), fed in board.record.FEED_SECONDS pieces."""
+    step = int(round(FEED_SECONDS * SAMPLE_RATE))
     session = engine.create_stream(**options)
     ready: List[float] = []
     measured: List[float] = []
     t0 = time.perf_counter()
-    with bm.graph_log(engine) as log:
+    with graph_log(engine) as log:
         for a in range(0, pcm.shape[0], step):
-            t_audio = min(pcm.shape[0], a + step) / bm.SAMPLE_RATE
+            t_audio = min(pcm.shape[0], a + step) / SAMPLE_RATE
             if realtime:
                 time.sleep(max(0.0, t0 + t_audio - time.perf_counter()))
             r = session.feed_audio(pcm[a:a + step])
             new = len(r.chunks) - len(ready)
             ready.extend([t_audio] * new)
             measured.extend([time.perf_counter() - t0 - t_audio] * new)
-        total = pcm.shape[0] / bm.SAMPLE_RATE
+        total = pcm.shape[0] / SAMPLE_RATE
         if realtime:
             time.sleep(max(0.0, t0 + total - time.perf_counter()))
         r = session.finish()
@@ -100,8 +107,8 @@ def run_stream(engine, pcm, label: str, where: str, realtime: bool, **options) -
         ready.extend([total] * new)
         measured.extend([time.perf_counter() - t0 - total] * new)
     wall = time.perf_counter() - t0
-    acc = bm.Accounting(label=label, audio_seconds=total, chunks=bm.chunk_works(r.chunks, log.calls, ready),
-                        live=True, system_tokens=bm.system_tokens(engine))
+    acc = Accounting(label=label, audio_seconds=total, chunks=chunk_works(r.chunks, log.calls, ready),
+                     live=True, system_tokens=system_tokens(engine))
     if realtime:
         # fed in real time, the wall clock is the audio duration: report compute (sum of the stages)
         wall = sum(c.encoder_ms + c.prefill_ms + c.decode_ms for c in r.chunks) / 1000
@@ -115,7 +122,7 @@ def run_stream(engine, pcm, label: str, where: str, realtime: bool, **options) -
 
 def run_vad_first(engine, pcm, label: str, where: str) -> Measured:
     t0 = time.perf_counter()
-    acc, r = bm.record_file(engine, pcm, label)
+    acc, r = record_file(engine, pcm, label)
     wall = time.perf_counter() - t0
     row = _row(label, where, acc, wall, [c.encoder_ms for c in r.chunks], [c.prefill_ms for c in r.chunks],
                [c.decode_ms for c in r.chunks], None)
@@ -123,7 +130,7 @@ def run_vad_first(engine, pcm, label: str, where: str) -> Measured:
 
 
 def run_one_pass(engine, pcm, label: str, where: str) -> Measured:
-    acc, t = bm.record_one_pass(engine, pcm, label)
+    acc, t = record_one_pass(engine, pcm, label)
     s = t.stats
     row = _row(label, where, acc, s.total_ms / 1000, [s.encoder_ms], [s.prefill_ms], [s.decode_ms], None)
     return Measured(row, acc, "-")
@@ -155,18 +162,18 @@ def bench(model: Optional[str], backend: str, audio: str, runs, realtime: bool =
             elif run == "stream":
                 results.append(run_stream(engine, pcm, f"stream defaults, {name}", where, realtime))
             else:
-                joined = bm.joined_speech(pcm, name)
+                joined = joined_speech(pcm, name)
                 results.append(run_stream(engine, joined, "stream defaults, continuous speech", where, realtime))
         except (AudioError, FileNotFoundError, ValueError) as exc:
             skipped[run] = str(exc)
             progress(f"{run} skipped: {exc}")
-    socs = [soc] if soc else list(bm.SOCS)
-    predicted = [bm.predict(m.accounting, bm.unit_costs(s)) for m in results for s in socs]
+    socs = [soc] if soc else list(SOCS)
+    predicted = [predict(m.accounting, unit_costs(s)) for m in results for s in socs]
     return {
         "backend": engine.backend, "soc": soc, "board": soc is not None, "audio": name, "realtime": realtime,
         "machine": {"machine": platform.machine(), "python": platform.python_version()},
-        "measured_table": bm.prediction_table([m.prediction for m in results]),
-        "predicted_table": bm.prediction_table(predicted),
+        "measured_table": prediction_table([m.prediction for m in results]),
+        "predicted_table": prediction_table(predicted),
         "latency": {m.accounting.label: m.latency for m in results},
         "measured": [dataclasses.asdict(m.prediction) for m in results],
         "accountings": {m.accounting.label: m.accounting.to_dict() for m in results},

@@ -1,9 +1,9 @@
 """How big an encoder .rknn is beyond its weights, with fixed and with dynamic shapes: the
-measurement behind board_budget.GRAPH_MB (docs/rknn.md section 2a, docs/board.md section 8).
+measurement behind board.budget.GRAPH_MB (docs/rknn.md section 2a, docs/board.md section 8).
 
     .venv-rknn/bin/python scripts/rknn_sizes.py --encoder asr --layers 2 --sizes 2,3,4,5,8 --dynamic
 
-Builds merged encoder graphs of the real widths (board_budget.ASR_AUDIO or ALIGNER_AUDIO) with
+Builds merged encoder graphs of the real widths (board.budget.ASR_AUDIO or ALIGNER_AUDIO) with
 ``--layers`` layers and seeded random weights (a file's size does not depend on the values),
 converts each size with fixed shapes and, with ``--dynamic``, all of them into one
 dynamic-shape model as scripts/onnx2rknn.py does, and prints each file's size and its bytes
@@ -22,7 +22,7 @@ import types
 
 import numpy as np
 
-from . import board_budget as bb
+from .board import budget as bb
 from . import onnx2rknn
 from . import onnx_graphs as graphs
 from .export_onnx import SharedWeights, save_encoder

@@ -2,10 +2,10 @@
 the ASR model and the aligner need in memory together, per SoC (docs/board.md section 8, "Word
 timestamps and memory"; part of scripts/board_model.py's report).
 
-Time: the runs of ``board_model``'s record functions with ``word_timestamps=True`` (files as
+Time: the runs of ``record``'s functions with ``word_timestamps=True`` (files as
 ``transcribe(word_timestamps=True)`` decodes them, streams with each committed segment aligned),
 predicted with and without their alignments (``Accounting.without_words``: the ASR work of a
-run is the same either way). Memory: ``board_budget.memory_budget`` for several choices of what
+run is the same either way). Memory: ``budget.memory_budget`` for several choices of what
 to load (``LoadChoice``), each also timed on the same runs with its encoder variants
 (``with_sizes``: every graph runs on the smallest loaded variant that holds it).
 """
@@ -19,8 +19,12 @@ import os
 import statistics
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import board_budget as bb
-from . import board_model as bm
+from . import budget as bb
+from .accounting import Accounting
+from .costs import (DYNAMIC_SHAPE_SCALE, DYNAMIC_SHAPE_SENSITIVITY, RKLLM_BENCHMARK, RKLLM_BENCHMARK_RELEASE,
+                    RKLLM_MEMORY_MB, SOCS, UnitCosts, unit_costs)
+from .predict import predict
+from .record import record_one_pass
 
 ALL_SIZES = (2, 3, 4, 5, 8)  # merged encoder variants of a bundle exported with the default durations
 GOAL_RATIO = 2.0  # issue 24: word timestamps at most double the time of the transcription alone
@@ -43,8 +47,8 @@ def _remap(graphs, sizes: Optional[Sequence[int]], who: str):
     return tuple(out)
 
 
-def with_sizes(acc: bm.Accounting, asr_sizes: Optional[Sequence[int]] = None,
-               aligner_sizes: Optional[Sequence[int]] = None) -> bm.Accounting:
+def with_sizes(acc: Accounting, asr_sizes: Optional[Sequence[int]] = None,
+               aligner_sizes: Optional[Sequence[int]] = None) -> Accounting:
     """``acc`` as it runs with only these encoder variants loaded (None: as recorded): each merged or
     back-end graph on the smallest loaded size that holds it, as AudioEncoder.pick does. The
     recorded runs chain long audio at 8 s, so the sets must keep their largest recorded size."""
@@ -59,8 +63,8 @@ class Case:
     """Runs predicted together: with words, and the transcription alone that they replace."""
 
     label: str
-    words: Tuple[bm.Accounting, ...]  # with alignments
-    alone: Tuple[bm.Accounting, ...]  # what the same audio costs without word timestamps (our defaults)
+    words: Tuple[Accounting, ...]  # with alignments
+    alone: Tuple[Accounting, ...]  # what the same audio costs without word timestamps (our defaults)
     live: bool = False  # streams: caption latency applies
 
     def sized(self, asr_sizes, aligner_sizes) -> "Case":
@@ -68,12 +72,12 @@ class Case:
                                    alone=tuple(with_sizes(a, asr_sizes) for a in self.alone))
 
 
-def case_time(case: Case, costs: bm.UnitCosts, overlap: bool = False) -> dict:
+def case_time(case: Case, costs: UnitCosts, overlap: bool = False) -> dict:
     """Predicted time of ``case``: RTF alone and with words, alignment s per audio s, their ratio;
     live, caption latency (median over the later chunks, max) with and without words and the
     words' own latency (segment audio complete -> its words)."""
-    pw = [bm.predict(a, costs, overlap) for a in case.words]
-    pa = [bm.predict(a, costs, overlap) for a in case.alone]
+    pw = [predict(a, costs, overlap) for a in case.words]
+    pa = [predict(a, costs, overlap) for a in case.alone]
     audio = sum(a.audio_seconds for a in case.words)
     wall_w, wall_a = sum(p.wall_s for p in pw), sum(p.wall_s for p in pa)
     row = {"audio_s": audio, "rtf_alone": wall_a / audio, "rtf_words": wall_w / audio,
@@ -138,11 +142,11 @@ def budgets(choice: LoadChoice, baseline_mb: float, embed_rows: int,
             board_mb: float = bb.BOARD_MB) -> Dict[str, bb.MemoryBudget]:
     """The memory budget of ``choice`` on each SoC."""
     out = {}
-    published = f"Rockchip rknn-llm benchmark {bm.RKLLM_BENCHMARK_RELEASE}, Qwen3-0.6B: " + ", ".join(
-        f"{soc.upper()} {bm.RKLLM_BENCHMARK[soc][0].upper()} {bm.RKLLM_MEMORY_MB[soc]:g} MB" for soc in bm.SOCS)
-    for soc in bm.SOCS:
+    published = f"Rockchip rknn-llm benchmark {RKLLM_BENCHMARK_RELEASE}, Qwen3-0.6B: " + ", ".join(
+        f"{soc.upper()} {RKLLM_BENCHMARK[soc][0].upper()} {RKLLM_MEMORY_MB[soc]:g} MB" for soc in SOCS)
+    for soc in SOCS:
         out[soc] = bb.memory_budget(
-            soc, bm.RKLLM_MEMORY_MB[soc], choice.asr_sizes, choice.aligner_sizes, baseline_mb, embed_rows,
+            soc, RKLLM_MEMORY_MB[soc], choice.asr_sizes, choice.aligner_sizes, baseline_mb, embed_rows,
             label=choice.label, board_mb=board_mb,
             asr_context=choice.context or default_context(bb.ASR_RKLLM_CONTEXT, board_mb),
             aligner_context=min(choice.context or default_context(bb.ALIGNER_RKLLM_CONTEXT, board_mb),
@@ -157,7 +161,7 @@ def evaluate(choice: LoadChoice, cases: Mapping[str, Case], baseline_mb: float, 
     with its variants (streams with overlap, as the rk backend runs them)."""
     row = {"choice": dict(dataclasses.asdict(choice), today=choice.today, how=choice.how), "socs": {}}
     for soc, b in budgets(choice, baseline_mb, embed_rows, board_mb).items():
-        costs = bm.unit_costs(soc, dynamic_scale=bm.DYNAMIC_SHAPE_SCALE if choice.shapes == "dynamic" else 1.0)
+        costs = unit_costs(soc, dynamic_scale=DYNAMIC_SHAPE_SCALE if choice.shapes == "dynamic" else 1.0)
         times = {key: case_time(case.sized(choice.asr_sizes, choice.aligner_sizes), costs, overlap=case.live)
                  for key, case in cases.items()}
         row["socs"][soc] = {"low_mb": b.low_mb, "high_mb": b.high_mb, "available_mb": b.available_mb,
@@ -189,7 +193,7 @@ def recommend(rows: Sequence[dict], file_keys: Sequence[str], stream_key: str) -
     smaller one. Separately for today's options ("today") and for any choice of variants ("any":
     an aligner-only encoder_sizes option would be needed)."""
     out = {}
-    for soc in bm.SOCS:
+    for soc in SOCS:
         def safer(r):
             x = r["socs"][soc]
             return (not x["fits"], x["high_mb"])
@@ -213,7 +217,7 @@ def recommend(rows: Sequence[dict], file_keys: Sequence[str], stream_key: str) -
     return out
 
 
-def graphs_used(accs: Sequence[bm.Accounting]) -> Tuple[Dict[str, int], Dict[str, int]]:
+def graphs_used(accs: Sequence[Accounting]) -> Tuple[Dict[str, int], Dict[str, int]]:
     """(ASR, aligner) encoder calls by graph ("merged 4 s": count) over ``accs``."""
     asr, al = collections.Counter(), collections.Counter()
     for a in accs:
@@ -224,7 +228,7 @@ def graphs_used(accs: Sequence[bm.Accounting]) -> Tuple[Dict[str, int], Dict[str
     return dict(sorted(asr.items())), dict(sorted(al.items()))
 
 
-def alignment_summary(acc: bm.Accounting) -> str:
+def alignment_summary(acc: Accounting) -> str:
     al = acc.alignments
     if not al:
         return f"{acc.label}: no alignments"
@@ -238,7 +242,7 @@ def alignment_summary(acc: bm.Accounting) -> str:
 
 
 def flop_report() -> dict:
-    """The compute ratio of the two encoders and its parts (board_budget)."""
+    """The compute ratio of the two encoders and its parts (budget)."""
     return {
         "params": {"asr": bb.encoder_params(bb.ASR_AUDIO), "aligner": bb.encoder_params(bb.ALIGNER_AUDIO)},
         "gmacs_8s": {p: (bb.part_macs(bb.ASR_AUDIO, p) / 1e9, bb.part_macs(bb.ALIGNER_AUDIO, p) / 1e9)
@@ -249,19 +253,19 @@ def flop_report() -> dict:
     }
 
 
-def clip_runs(engine, root: str) -> List[bm.Accounting]:
+def clip_runs(engine, root: str) -> List[Accounting]:
     """The short bundled clips, each transcribed in one pass with its words (as transcribe() does)."""
     from qwen3asr.audio import prepare_audio
 
-    return [bm.record_one_pass(engine, prepare_audio(os.path.join(root, c)), f"file, one pass, {c}",
-                               word_timestamps=True)[0] for c in CLIPS]
+    return [record_one_pass(engine, prepare_audio(os.path.join(root, c)), f"file, one pass, {c}",
+                            word_timestamps=True)[0] for c in CLIPS]
 
 
-def build(name: str, file_words: bm.Accounting, one_pass: bm.Accounting, stream_words: bm.Accounting,
-          joined_words: bm.Accounting, clips: Sequence[bm.Accounting], baseline_mb: float, embed_rows: int,
+def build(name: str, file_words: Accounting, one_pass: Accounting, stream_words: Accounting,
+          joined_words: Accounting, clips: Sequence[Accounting], baseline_mb: float, embed_rows: int,
           aligner: str) -> dict:
     """The report's word-timestamp section from the recorded runs of clip ``name`` (see
-    board_model.build_report): the file with words (VAD-first), its one pass alone, the streams
+    report.build_report): the file with words (VAD-first), its one pass alone, the streams
     with words, the short clips with words; the measured Python baseline (MB) and the aligner's
     distinct embedding rows."""
     cases = {
@@ -276,22 +280,22 @@ def build(name: str, file_words: bm.Accounting, one_pass: bm.Accounting, stream_
     file_keys = ("file", "clips")
     time = []
     for key, case in cases.items():
-        for soc in bm.SOCS:
+        for soc in SOCS:
             for ov in ((False, True) if case.live else (False,)):
                 time.append({"case": key, "label": case.label, "soc": soc, "overlap": ov,
-                             **case_time(case, bm.unit_costs(soc), ov)})
-    upper = {soc: dataclasses.replace(bm.unit_costs(soc), aligner_scale=(
+                             **case_time(case, unit_costs(soc), ov)})
+    upper = {soc: dataclasses.replace(unit_costs(soc), aligner_scale=(
         ("merged", bb.transformer_flop_ratio()), ("frontend", bb.part_flop_ratio("frontend")),
-        ("backend", bb.part_flop_ratio("backend")))) for soc in bm.SOCS}
+        ("backend", bb.part_flop_ratio("backend")))) for soc in SOCS}
     sensitivity = {
         "transformer_ratio": {soc: {k: case_time(cases[k], c)["ratio"] for k in file_keys} for soc, c in upper.items()},
-        "rtf_fit": {k: case_time(cases[k], bm.unit_costs("rk3576", prefill="rtf-fit"))["ratio"] for k in file_keys},
-        "head_1_gflops": {soc: {k: case_time(cases[k], dataclasses.replace(bm.unit_costs(soc), head_gflops=1.0))
-                                ["ratio"] for k in file_keys} for soc in bm.SOCS},
+        "rtf_fit": {k: case_time(cases[k], unit_costs("rk3576", prefill="rtf-fit"))["ratio"] for k in file_keys},
+        "head_1_gflops": {soc: {k: case_time(cases[k], dataclasses.replace(unit_costs(soc), head_gflops=1.0))
+                                ["ratio"] for k in file_keys} for soc in SOCS},
         "dynamic_slower": {soc: dict({k: case_time(cases[k], c)["ratio"] for k in file_keys},
                                      joined_rtf=case_time(cases["joined"], c, overlap=True)["rtf_words"])
-                           for soc, c in ((soc, bm.unit_costs(soc, dynamic_scale=bm.DYNAMIC_SHAPE_SENSITIVITY))
-                                          for soc in bm.SOCS)},
+                           for soc, c in ((soc, unit_costs(soc, dynamic_scale=DYNAMIC_SHAPE_SENSITIVITY))
+                                          for soc in SOCS)},
     }
     timed = {k: cases[k] for k in ("file", "clips", "joined")}
     rows = [evaluate(ch, timed, baseline_mb, embed_rows) for ch in CHOICES]
@@ -306,8 +310,8 @@ def build(name: str, file_words: bm.Accounting, one_pass: bm.Accounting, stream_
                     joined_words.label: graphs_used([joined_words])[1]}}
     return {
         "aligner": aligner, "flops": flop_report(),
-        "aligner_ms": {soc: {s: bm.unit_costs(soc).aligner_graph_ms("merged", s) for s in ALL_SIZES}
-                       for soc in bm.SOCS},
+        "aligner_ms": {soc: {s: unit_costs(soc).aligner_graph_ms("merged", s) for s in ALL_SIZES}
+                       for soc in SOCS},
         "cases": {k: c.label for k, c in cases.items()}, "time": time, "sensitivity": sensitivity,
         "graphs_used": used,
         "summaries": [alignment_summary(a) for a in (file_words, stream_words, joined_words)]
@@ -316,10 +320,10 @@ def build(name: str, file_words: bm.Accounting, one_pass: bm.Accounting, stream_
         "memory": {"baseline_mb": baseline_mb, "embed_rows": embed_rows, "board_mb": bb.BOARD_MB, "os_mb": bb.OS_MB,
                    "choices": rows, "defaults_8gb": {soc: {k: big["socs"][soc][k] for k in
                                                            ("low_mb", "high_mb", "available_mb", "fits", "fits_low")}
-                                                     for soc in bm.SOCS}},
+                                                     for soc in SOCS}},
         "recommendation": rec,
         "goal_met": {soc: all(t["ratio"] <= GOAL_RATIO for t in time if t["soc"] == soc and t["case"] in file_keys)
-                     for soc in bm.SOCS},
+                     for soc in SOCS},
     }
 
 
@@ -361,8 +365,8 @@ def print_section(w: Optional[dict]) -> None:
           + f"; RK3576 with the RTF-fitted prefill {sens['rtf_fit']['file']:.2f} / {sens['rtf_fit']['clips']:.2f}; "
           + "head at 1 GFLOP/s: " + "; ".join(f"{soc} {v['file']:.2f} / {v['clips']:.2f}"
                                               for soc, v in sens["head_1_gflops"].items()))
-    print(f"if the dynamic-shape encoders ran x{bm.DYNAMIC_SHAPE_SENSITIVITY:g} slower than fixed shapes (assumed "
-          f"x{bm.DYNAMIC_SHAPE_SCALE:g}; unmeasured): file ratios (long file / short clips) and continuous stream RTF "
+    print(f"if the dynamic-shape encoders ran x{DYNAMIC_SHAPE_SENSITIVITY:g} slower than fixed shapes (assumed "
+          f"x{DYNAMIC_SHAPE_SCALE:g}; unmeasured): file ratios (long file / short clips) and continuous stream RTF "
           "with words: " + "; ".join(f"{soc} {v['file']:.2f} / {v['clips']:.2f}, RTF {v['joined_rtf']:.3f}"
                                       for soc, v in sens["dynamic_slower"].items()))
     print("goal met for files (ratio <= 2): " + ", ".join(f"{soc} {'yes' if ok else 'no'}"

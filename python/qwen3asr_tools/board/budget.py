@@ -1,6 +1,6 @@
 """What word timestamps need on the board: the aligner encoder's compute, and memory with both models loaded.
 
-Compute (used by board_model for the aligner's encoder, which has no published board figures):
+Compute (used by ``costs`` for the aligner's encoder, which has no published board figures):
 the multiply-accumulates (MACs) of one merged encoder graph call, counted from the audio
 config's widths exactly as the official ``Qwen3ASRAudioEncoder`` computes them for one clip of
 whole 1 s chunks up to one 8 s attention window (tests/test_board_model.py checks the count
@@ -35,7 +35,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 from qwen3asr.backends.rk.rknn_meta import SHAPE_KINDS  # scripts/onnx2rknn.py --shapes (dynamic: its default)
 
-from .make_random_checkpoint import aligner_config_dict, config_dict
+from ..make_random_checkpoint import aligner_config_dict, config_dict
 
 MB = 1e6
 CHUNK_TOKENS = 13  # encoder tokens per 1 s chunk (qwen3asr.encoder.TOKENS_PER_CHUNK)
@@ -234,7 +234,7 @@ def memory_budget(soc: str, rkllm_mb: float, asr_sizes: Sequence[int], aligner_s
                   aligner_context: int = ALIGNER_RKLLM_CONTEXT, shapes: str = "dynamic") -> MemoryBudget:
     """Budget of an rk engine with word timestamps on ``soc``.
 
-    rkllm_mb: one Qwen3-0.6B-shaped RKLLM handle as published (board_model.RKLLM_MEMORY_MB);
+    rkllm_mb: one Qwen3-0.6B-shaped RKLLM handle as published (costs.RKLLM_MEMORY_MB);
     asr_sizes / aligner_sizes: merged encoder sizes in use (seconds; empty aligner_sizes: no
     aligner); baseline_mb: RSS of the Python process with the package imported (measured);
     embed_rows: distinct embedding rows a session touches per table (estimate); asr_context /
@@ -298,7 +298,7 @@ IMPORTS = ("import numpy, onnxruntime, qwen3asr; from qwen3asr import Qwen3ASREn
 def import_rss_mb(python: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> float:
     """RSS (MB) of a fresh Python process that has imported what the rk engine imports here (no
     models loaded; rknnlite is not importable off a board)."""
-    from . import child_env
+    from .. import child_env
 
     code = IMPORTS + "\nprint(open('/proc/self/status').read())"
     out = subprocess.run([python or sys.executable, "-c", code], capture_output=True, text=True, check=True,
