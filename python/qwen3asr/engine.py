@@ -14,10 +14,8 @@ The engine loads the model, owns its lifetime, offers the entry points (``transc
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
 import time
 from typing import Callable, Optional
 
@@ -25,8 +23,7 @@ import numpy as np
 
 from . import checks
 from . import mel as melmod
-from .audio import (MAX_STREAM_SECONDS, SAMPLE_RATE, ArrayAudio, AudioFile, AudioInput, checked_rate,
-                    prepare_audio)
+from .audio import (MAX_STREAM_SECONDS, SAMPLE_RATE, AudioInput, prepare_audio)
 from .backends import BACKENDS, BackendOptions, PrefixCacheOptions, create_backend
 from .bundle import Bundle, EmbeddingTable, check_tokenizer, default_model_dir
 from .decoding import DecodeOutcome, DecodingOptions, Generation, RepetitionGuard, decode_with_fallback
@@ -363,39 +360,25 @@ class Qwen3ASREngine:
         self.check_open()
         check_hooks("transcribe", on_text=on_text, progress=progress, work=work)
         o = build_options(options or self.options, kw, "transcribe")
-        if isinstance(audio, AudioFile):  # opened by the caller, who closes it
-            return self._transcribe_source(audio, o, start_second, duration, on_text, progress, work)
-        if isinstance(audio, np.ndarray) or not isinstance(audio, (str, os.PathLike)) and not hasattr(audio, "read"):
-            source = ArrayAudio(prepare_audio(audio, sample_rate))
-        else:  # a file, read block by block: a long one is never held whole
-            if sample_rate is not None:
-                checked_rate(sample_rate)  # checked even when ignored, as prepare_audio does
-            source = AudioFile(audio)
-        with contextlib.closing(source) if isinstance(source, AudioFile) else contextlib.nullcontext():
-            return self._transcribe_source(source, o, start_second, duration, on_text, progress, work)
+        from .longform import open_source, selection
 
-    def _transcribe_source(self, source, o: TranscribeOptions, start_second, duration, on_text, progress,
-                           work: Work) -> Transcription:
-        """transcribe() of an AudioFile or ArrayAudio: one pass holds the selected audio (it fits
-        the decoder context); chunked audio is read piece by piece."""
-        a, b = 0, source.n_samples
-        if not (checks.is_number(start_second) and start_second == 0) or duration is not None:
-            from .longform import selection
+        with open_source(audio, sample_rate) as source:  # a file is read block by block, never whole
+            a, b = 0, source.n_samples
+            if not (checks.is_number(start_second) and start_second == 0) or duration is not None:
+                a, b = selection(source.n_samples, start_second, duration)  # checks both (finite, within the audio)
+            if o.word_timestamps:
+                self._check_words(o)
+            plan = self.planner.plan(b - a, o)
+            if not plan.one_pass:
+                from .longform import transcribe_long
 
-            a, b = selection(source.n_samples, start_second, duration)  # checks both (finite, within the audio)
-        if o.word_timestamps:
-            self._check_words(o)
-        plan = self.planner.plan(b - a, o)
-        if not plan.one_pass:
-            from .longform import transcribe_long
+                # with word_timestamps the session aligns each segment as it commits it
+                return transcribe_long(self, source, plan.options, offset=float(start_second), start=a, stop=b,
+                                       on_text=on_text, progress=progress, work=work)
+            from .onepass import transcribe_one_pass
 
-            # with word_timestamps the session aligns each segment as it commits it
-            return transcribe_long(self, source, plan.options, offset=float(start_second), start=a, stop=b,
-                                   on_text=on_text, progress=progress, work=work)
-        from .onepass import transcribe_one_pass
-
-        return transcribe_one_pass(self, source.read(a, b), o, offset=float(start_second), on_text=on_text,
-                                   work=work)
+            return transcribe_one_pass(self, source.read(a, b), o, offset=float(start_second), on_text=on_text,
+                                       work=work)
 
     # ------------------------------------------------------------------ word timestamps
     @property

@@ -17,8 +17,10 @@ utterances are one segment each), with times in seconds of the file.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
+import os
 import time
 from typing import Callable, Iterator, Optional
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from . import checks
 from . import mel as melmod
-from .audio import SAMPLE_RATE, ArrayAudio
+from .audio import SAMPLE_RATE, ArrayAudio, AudioFile, checked_rate, prepare_audio
 from .decoding import FINISH_RANK
 from .languages import language_code
 from .mel import LEFT_CONTEXT, LOOKAHEAD
@@ -58,6 +60,23 @@ def selection(n_samples: int, start_second: float = 0.0, duration: Optional[floa
     if b - a < melmod.HOP_LENGTH:
         raise ValueError(f"the selected audio is shorter than 10 ms ({(b - a) / SAMPLE_RATE * 1000:.1f} ms)")
     return a, b
+
+
+@contextlib.contextmanager
+def open_source(audio, sample_rate: Optional[int] = None) -> Iterator:
+    """Any audio input as something read by sample ranges: an AudioFile given is used as it is
+    (its caller closes it); a path or binary file object is opened as an AudioFile (read block by
+    block, never held whole) and closed after; anything else is prepared as an array
+    (prepare_audio, at ``sample_rate``) in an ArrayAudio."""
+    if isinstance(audio, AudioFile):
+        yield audio
+    elif isinstance(audio, np.ndarray) or not isinstance(audio, (str, os.PathLike)) and not hasattr(audio, "read"):
+        yield ArrayAudio(prepare_audio(audio, sample_rate))
+    else:
+        if sample_rate is not None:
+            checked_rate(sample_rate)  # checked even when ignored, as prepare_audio does
+        with contextlib.closing(AudioFile(audio)) as source:
+            yield source
 
 
 def _reader(audio):
