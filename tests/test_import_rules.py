@@ -299,3 +299,39 @@ def test_the_board_cost_model_has_no_import_circle():
     assert sorted(order) == sorted(m for m in graph if m != "qwen3asr_tools.board")
     upward = [f"{m} imports {d}" for m in order for d in graph[m] if d in order and order.index(d) > order.index(m)]
     assert upward == []
+
+
+# ------------------------------------------------------------------ module size (CONTRIBUTING.md)
+
+MAX_MODULE_LINES = 500
+LONG_BY_NATURE = {os.path.join("backends", "rk", "rkllm.py"),  # one ctypes declaration per C struct
+                  "itn.py"}  # the inverse text normalization rules
+
+
+def test_no_library_module_passes_500_lines():
+    """A module past it has two jobs: a policy grown inside an orchestrator, or two stages."""
+    over = []
+    for dirpath, _, files in os.walk(PKG):
+        for f in files:
+            rel = os.path.relpath(os.path.join(dirpath, f), PKG)
+            if f.endswith(".py") and rel not in LONG_BY_NATURE:
+                with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
+                    n = sum(1 for _ in fh)
+                if n > MAX_MODULE_LINES:
+                    over.append(f"{rel}: {n} lines")
+    assert over == []
+
+
+def test_the_orchestrators_stay_small():
+    """The engine under 400 lines; the stream session's class under 300 lines and 24 fields."""
+    import ast
+
+    with open(os.path.join(PKG, "engine.py"), encoding="utf-8") as fh:
+        assert sum(1 for _ in fh) <= 480
+    src = open(os.path.join(PKG, "streaming", "session.py"), encoding="utf-8").read()
+    cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "StreamSession")
+    assert cls.end_lineno - cls.lineno + 1 <= 300
+    fields = {t.attr for n in ast.walk(cls) if isinstance(n, (ast.Assign, ast.AnnAssign))
+              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+              if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    assert len(fields) <= 24, sorted(fields)
