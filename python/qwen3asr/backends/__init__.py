@@ -10,7 +10,8 @@
 =========  =================================================================================
 
 A backend fills the engine's two seams: an :class:`~qwen3asr.encoder.AudioEncoder` over an
-:class:`~qwen3asr.encoder.EncoderRunner`, and a :class:`~qwen3asr.decoding.TextDecoder`.
+:class:`~qwen3asr.encoder.EncoderRunner`, and a :class:`~qwen3asr.decoding.TextDecoder`; for a
+forced aligner, the encoder and a :class:`~qwen3asr.scoring.SlotScorer`.
 Hardware SDKs are imported only inside ``rk``'s creation; the stages never import this package.
 """
 
@@ -25,10 +26,10 @@ from typing import Callable, Optional, Tuple, TypeVar
 
 from .. import checks
 from ..bundle import Bundle
-from ..aligner.scoring import SlotScorer
 from ..decoding import DecodingOptions, TextDecoder
 from ..encoder import AudioEncoder
 from ..options import MAX_CHUNK_SECONDS
+from ..scoring import SlotScorer
 from .prefix_cache import PrefixCacheOptions
 from .rk.options import RKOptions
 
