@@ -212,3 +212,35 @@ def test_every_flat_layout_path_still_works_and_warns(old):
     warned, missing = out.stdout.strip().split("\n")
     assert warned.startswith(f"warned: {old} moved to qwen3asr.") and "next release" in warned
     assert missing == "[]"
+
+
+def _changelog_removal() -> tuple[str, str]:
+    """(the version the package says it is, the version CHANGELOG.md's "Deprecated" entry removes
+    the flat layout's modules in), both read from the files."""
+    import re
+
+    with open(os.path.join(PKG, "__init__.py"), encoding="utf-8") as fh:
+        version = re.search(r'^__version__ = "([^"]+)"', fh.read(), re.M).group(1)
+    with open(os.path.join(ROOT, "CHANGELOG.md"), encoding="utf-8") as fh:
+        changelog = fh.read()
+    deprecated = changelog.split("### Deprecated", 1)[1]
+    removal = re.search(r"removed in (\d+\.\d+\.\d+)", deprecated).group(1)
+    missing = [name for name in SHIMS if f"`{name}`" not in deprecated]
+    assert missing == [], f"CHANGELOG.md's Deprecated entry does not name {missing}"
+    assert f"## {version}" in changelog, f"CHANGELOG.md has no entry for version {version}"
+    return version, removal
+
+
+def test_the_deprecated_modules_go_away_in_the_version_the_changelog_names():
+    """Once __version__ reaches the removal version of CHANGELOG.md, the deprecation shims (and
+    _compat.py, which only they use) must be gone, and SHIMS above with them."""
+    version, removal = _changelog_removal()
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split(".")[:3])
+
+    assert key(removal) > key("0.2.0")  # the shims came with 0.2.0 and live one release
+    present = sorted(f for f in SHIM_FILES | {"_compat.py"} if os.path.exists(os.path.join(PKG, f)))
+    if key(version) >= key(removal):
+        assert present == [], (f"version {version} is the one CHANGELOG.md removes the flat layout's modules in; "
+                               f"delete python/qwen3asr/{', '.join(present)} and SHIMS in this file")
