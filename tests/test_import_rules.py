@@ -172,12 +172,14 @@ def test_only_the_rk_backend_touches_the_hardware_sdks():
 def test_stages_and_layers_never_import_the_backends():
     """Only the orchestrators (the engine; the aligner's model, which loads its own backend), the
     package's public names, the programs (cli, server) and the deprecation shims reach into
-    qwen3asr.backends."""
+    qwen3asr.backends; besides them the VAD takes the ONNX backend's session maker (its Silero
+    model is an ONNX model whatever the backend) and nothing else."""
     allowed_top = {"engine.py", "__init__.py", os.path.join("aligner", "model.py")} | SHIM_FILES
+    allowed = {("vad.py", "qwen3asr.backends.onnx"), ("vad.py", "qwen3asr.backends.onnx.make_session")}
     offenders = []
     for rel, _, line, name in _all_imports():
         first = rel.split(os.sep)[0]
-        if first in ("backends", "cli", "server") or rel in allowed_top:
+        if first in ("backends", "cli", "server") or rel in allowed_top or (rel, name) in allowed:
             continue
         if name == "qwen3asr.backends" or name.startswith("qwen3asr.backends."):
             offenders.append(f"{rel}:{line} imports {name}")
@@ -335,3 +337,35 @@ def test_the_orchestrators_stay_small():
               for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
               if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
     assert len(fields) <= 24, sorted(fields)
+
+
+def _changelog_removal() -> tuple[str, str]:
+    """(the version the package says it is, the version CHANGELOG.md's "Deprecated" entry removes
+    the flat layout's modules in), both read from the files."""
+    import re
+
+    with open(os.path.join(PKG, "__init__.py"), encoding="utf-8") as fh:
+        version = re.search(r'^__version__ = "([^"]+)"', fh.read(), re.M).group(1)
+    with open(os.path.join(ROOT, "CHANGELOG.md"), encoding="utf-8") as fh:
+        changelog = fh.read()
+    deprecated = changelog.split("### Deprecated", 1)[1]
+    removal = re.search(r"removed in (\d+\.\d+\.\d+)", deprecated).group(1)
+    missing = [name for name in SHIMS if f"`{name}`" not in deprecated]
+    assert missing == [], f"CHANGELOG.md's Deprecated entry does not name {missing}"
+    assert f"## {version}" in changelog, f"CHANGELOG.md has no entry for version {version}"
+    return version, removal
+
+
+def test_the_deprecated_modules_go_away_in_the_version_the_changelog_names():
+    """Once __version__ reaches the removal version of CHANGELOG.md, the deprecation shims (and
+    _compat.py, which only they use) must be gone, and SHIMS above with them."""
+    version, removal = _changelog_removal()
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split(".")[:3])
+
+    assert key(removal) > key("0.2.0")  # the shims came with 0.2.0 and live one release
+    present = sorted(f for f in SHIM_FILES | {"_compat.py"} if os.path.exists(os.path.join(PKG, f)))
+    if key(version) >= key(removal):
+        assert present == [], (f"version {version} is the one CHANGELOG.md removes the flat layout's modules in; "
+                               f"delete python/qwen3asr/{', '.join(present)} and SHIMS in this file")

@@ -239,6 +239,74 @@ def _runs(events):
     return out
 
 
+def test_the_asr_model_and_the_aligner_choose_their_backend_alike(aligner_dir, shim, fake_rknnlite, tmp_path,
+                                                                   monkeypatch, caplog):
+    """create_backend and create_aligner_backend share one choice: for each situation of a
+    machine, backend="auto" picks the same backend for both, with the same log lines (naming the
+    part), and backend="rk" / an unknown name fail with the same error."""
+    import sys
+
+    from qwen3asr.backends.rk import soc as soc_mod
+
+    asr_dir = str(tmp_path / "asr")
+    shutil.copytree(bundles.bundle("tiny-a", "bfloat16")[1], asr_dir)
+    add_rk_section(asr_dir, SOC)
+    expect_aligner(shim, aligner_dir)
+    shim.expect_for(decoder_file(asr_dir), mode=0, max_new_tokens=256, keep_history=0)
+    monkeypatch.delenv(rk_backend.ENV_SOC, raising=False)
+
+    def not_a_board(*a):
+        raise RuntimeError("not a Rockchip board")
+
+    def choices(backend="auto"):
+        """(backend the ASR model took, its log lines), (the same for the aligner)."""
+        out = []
+        for part, load in (("the ASR model", lambda: Qwen3ASREngine(asr_dir, backend=backend)),
+                           ("the aligner", lambda: ForcedAligner(aligner_dir, backend=backend))):
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="qwen3asr.backends"):
+                loaded = load()
+            loaded.close()
+            lines = [r.getMessage().replace(part, "PART") for r in caplog.records if r.name == "qwen3asr.backends"]
+            out.append((loaded.backend, lines))
+        return out
+
+    monkeypatch.setattr(soc_mod, "detect_soc", not_a_board)
+    asr, al = choices()
+    assert asr == al == ("onnx", [])  # not a board: the CPU, nothing to say
+    monkeypatch.setattr(soc_mod, "detect_soc", lambda *a: "rk3576")
+    asr, al = choices()
+    assert asr == al and asr[0] == "onnx" and "rk3576 board found but the bundle has no RKLLM decoder" in asr[1][0]
+    monkeypatch.setattr(soc_mod, "detect_soc", lambda *a: SOC)
+    assert choices() == [("rk", []), ("rk", [])]
+    assert choices("onnx") == [("onnx", []), ("onnx", [])]
+    with monkeypatch.context() as m:  # no rknn-toolkit-lite2
+        m.setitem(sys.modules, "rknnlite", None)
+        asr, al = choices()
+    assert asr == al and asr[0] == "onnx"
+    assert asr[1] == [f"{SOC} board found but rknn-toolkit-lite2 is not installed (pip install "
+                      "'rknn-toolkit-lite2>=2.3'; deploy/setup_board.sh does it); using the CPU backend (ONNX "
+                      "Runtime) for PART"]
+    monkeypatch.setenv(rkllm.ENV_LIB, str(tmp_path / "librkllmrt.so"))  # the NPU backend cannot start
+    asr, al = choices()
+    assert asr == al and asr[0] == "onnx" and len(asr[1]) == 1
+    assert asr[1][0].startswith(f"the NPU backend cannot start on this {SOC} board (")
+    assert "librkllmrt.so" in asr[1][0] and asr[1][0].endswith("using the CPU backend (ONNX Runtime) for PART. "
+                                                                "backend='rk' reports this as an error.")
+    monkeypatch.setenv(rk_backend.ENV_SOC, SOC)  # backend="rk" does not detect the board
+    errors = []
+    for backend in ("rk", "npu"):
+        for load in (lambda: Qwen3ASREngine(asr_dir, backend=backend),
+                     lambda: ForcedAligner(aligner_dir, backend=backend)):
+            with pytest.raises((rkllm.RKLLMError, ValueError)) as info:
+                load()
+            errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1] and errors[0][0] is rkllm.RKLLMError
+    assert errors[2] == errors[3] == (ValueError, "unknown backend 'npu'; choose one of auto, onnx, rk")
+    assert all(m.state == "released" for m in fake_rknnlite.instances)
+    assert shim.violations == []
+
+
 # ------------------------------------------------------------------------ norm detection
 
 def test_norm_detection_rules():

@@ -242,3 +242,41 @@ def test_unknown_response_format_is_400(client):
     with pytest.raises(openai.BadRequestError) as e, _open("en_1.wav") as f:
         client.audio.transcriptions.create(model="qwen3-asr", file=f, language="Klingon")
     assert e.value.body["param"] == "language" and "English (en)" in e.value.body["message"]
+
+
+def test_a_request_transcribes_with_the_engines_options_and_its_own_fields():
+    """transcribe_file hands the request's TranscribeOptions to the engine as they are: the
+    engine's options with the request's language, prompt, temperature and word timestamps (the
+    token budget and the chunking stay the engine's); the engine's errors become 400s."""
+    import io
+
+    from qwen3asr import TranscribeOptions
+    from qwen3asr.aligner import AlignmentError
+    from qwen3asr.server.errors import ApiError
+    from qwen3asr.server.jobs import transcribe_file
+    from qwen3asr.server.openai_api import TranscriptionRequest
+    from qwen3asr.work import NO_WORK
+
+    class Engine:
+        options = TranscribeOptions(max_new_tokens=64, chunk_size=10.0, itn=True)
+        error = None
+
+        def transcribe(self, audio, options, **kw):
+            self.call = (audio, options, kw)
+            if self.error:
+                raise self.error
+            return "result"
+
+    engine = Engine()
+    req = TranscriptionRequest(file=io.BytesIO(), filename="a.wav", language="English", context=BIAS,
+                               response_format="verbose_json", temperature=0.5, stream=False, words=True)
+    options = req.options(engine.options)
+    assert options == TranscribeOptions(language="English", context=BIAS, temperature=0.5, word_timestamps=True,
+                                        max_new_tokens=64, chunk_size=10.0, itn=True)
+    on_text = print
+    assert transcribe_file(engine, "pcm", options, work=NO_WORK, on_text=on_text) == "result"
+    assert engine.call == ("pcm", options, {"on_text": on_text, "work": NO_WORK})
+    engine.error = AlignmentError("the aligner does not cover Klingon")
+    with pytest.raises(ApiError, match="no word timestamps: the aligner does not cover Klingon") as e:
+        transcribe_file(engine, "pcm", options, work=NO_WORK)
+    assert (e.value.status, e.value.param) == (400, "timestamp_granularities[]")

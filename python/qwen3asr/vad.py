@@ -92,23 +92,21 @@ class SileroVAD:
     """The Silero VAD model with its recurrent state (one audio stream at a time).
 
     ``model_path``: the ONNX file; None takes the one shipped with this package (find_model()).
-    The session runs on the CPU with one thread.
+    The session is the ONNX backend's (``backends.onnx.make_session``): on the CPU with
+    ``num_threads`` threads (one by default), its idle threads sleeping instead of spinning.
     """
 
     def __init__(self, model_path: Optional[Union[str, os.PathLike]] = None, *, num_threads: int = 1):
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:  # pragma: no cover - onnxruntime is a runtime dependency
-            raise RuntimeError("Silero VAD needs onnxruntime: pip install onnxruntime") from exc
+        from .backends.onnx import make_session  # the ONNX backend's CPU sessions, their thread settings
+
         self.model_path = find_model(model_path)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = num_threads
-        opts.inter_op_num_threads = 1
         try:
-            self._session = ort.InferenceSession(self.model_path, sess_options=opts,
-                                                 providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own types for unreadable files
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self._session = make_session(self.model_path, threads=num_threads)
+        except RuntimeError as exc:
+            if isinstance(exc.__cause__, ImportError):
+                raise  # onnxruntime is not installed: the message says what to install
+            cause = exc.__cause__ or exc  # onnxruntime's own error for an unreadable file
+            reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
             raise RuntimeError(f"{self.model_path} is not a readable ONNX model ({reason}); "
                                f"{_INSTALL_HINT}") from exc
         names = [i.name for i in self._session.get_inputs()]

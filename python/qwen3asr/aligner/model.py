@@ -22,6 +22,7 @@ import numpy as np
 from .. import checks
 from .. import mel as melmod
 from ..audio import MAX_STREAM_SECONDS, SAMPLE_RATE, AudioError, AudioInput, prepare_audio
+from ..backends import BackendOptions, create_aligner_backend
 from ..bundle import Bundle, BundleError, EmbeddingTable
 from ..encoder import TOKENS_PER_CHUNK, tokens_for_frames
 from ..errors import Qwen3ASRError
@@ -66,8 +67,6 @@ class ForcedAligner:
     """
 
     def __init__(self, model_dir: str, backend: str = "auto", options=None):
-        from ..backends import BackendOptions, create_aligner_backend
-
         self._closed = True
         self.bundle = Bundle.load(model_dir)
         self.bundle.require_kind("aligner")

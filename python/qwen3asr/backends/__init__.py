@@ -5,11 +5,13 @@
 ``rk``     Rockchip RK3576/RK3588 (:mod:`.rk`): RKNN encoder on the NPU, RKLLM decoder
            (librkllmrt.so)
 ``auto``   ``rk`` on a Rockchip board whose bundle has RK models for its SoC and whose runtimes
-           load; otherwise ``onnx``, with a warning naming what is missing on a board
+           load; otherwise ``onnx``, with a warning naming what is missing on a board (one
+           choice for the ASR model and the aligner)
 =========  =================================================================================
 
 A backend fills the engine's two seams: an :class:`~qwen3asr.encoder.AudioEncoder` over an
-:class:`~qwen3asr.encoder.EncoderRunner`, and a :class:`~qwen3asr.decoding.TextDecoder`.
+:class:`~qwen3asr.encoder.EncoderRunner`, and a :class:`~qwen3asr.decoding.TextDecoder`; for a
+forced aligner, the encoder and a :class:`~qwen3asr.scoring.SlotScorer`.
 Hardware SDKs are imported only inside ``rk``'s creation; the stages never import this package.
 """
 
@@ -20,18 +22,19 @@ import dataclasses
 import importlib.util
 import logging
 import os
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple, TypeVar
 
 from .. import checks
 from ..bundle import Bundle
-from ..aligner.scoring import SlotScorer
 from ..decoding import DecodingOptions, TextDecoder
 from ..encoder import AudioEncoder
 from ..options import MAX_CHUNK_SECONDS
+from ..scoring import SlotScorer
 from .prefix_cache import PrefixCacheOptions
 from .rk.options import RKOptions
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BACKENDS = ("auto", "onnx", "rk")
 ENCODER_FORMS = ("merged", "split")
@@ -124,26 +127,10 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
     ``backend="rk"`` fails with the error that says what is missing; ``auto`` falls back to the
     CPU with that error as a warning.
     """
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    if not isinstance(options, BackendOptions):
-        raise TypeError(f"options must be a BackendOptions, got {type(options).__name__}")
-    o = options
-    if name == "auto":
-        soc, reason = _board_soc(bundle, o.rk)
-        if soc is None:
-            if reason:
-                logger.warning("%s; using the CPU backend (ONNX Runtime)", reason)
-            name = "onnx"
-        else:
-            try:
-                return _create_rk(bundle, dataclasses.replace(o, rk=dataclasses.replace(o.rk, soc=soc)), decoding)
-            except (RuntimeError, OSError, ValueError) as exc:  # BundleError, RKLLMError, RKBackendError too
-                logger.warning("the NPU backend cannot start on this %s board (%s); using the CPU backend "
-                               "(ONNX Runtime). backend='rk' reports this as an error.", soc, exc)
-                name = "onnx"
-    if name == "rk":
-        return _create_rk(bundle, o, decoding)
+    o = _checked(name, options)
+    chosen = _choose("the ASR model", name, bundle, o, lambda rk_o: _create_rk(bundle, rk_o, decoding))
+    if chosen is not None:
+        return chosen
     from .onnx import create_onnx_decoder, create_onnx_encoder
 
     encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
@@ -182,22 +169,11 @@ class AlignerBackend:
 def create_aligner_backend(name: str, bundle: Bundle, options: BackendOptions = BackendOptions()) -> AlignerBackend:
     """Load backend ``name`` for an aligner ``bundle`` (the same names and fallbacks as
     create_backend: ``auto`` takes the NPU when the bundle has Rockchip models for this board)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    o = _checked(name, options)
     bundle.require_kind("aligner")
-    o = options
-    if name == "auto":
-        soc, reason = _board_soc(bundle, o.rk)
-        name = "onnx"
-        if soc is not None:
-            try:
-                return _create_rk_aligner(bundle, dataclasses.replace(o, rk=dataclasses.replace(o.rk, soc=soc)))
-            except (RuntimeError, OSError, ValueError) as exc:
-                logger.warning("the aligner cannot start on this %s board's NPU (%s); using the CPU", soc, exc)
-        elif reason:
-            logger.warning("%s; the aligner uses the CPU backend (ONNX Runtime)", reason)
-    if name == "rk":
-        return _create_rk_aligner(bundle, o)
+    chosen = _choose("the aligner", name, bundle, o, lambda rk_o: _create_rk_aligner(bundle, rk_o))
+    if chosen is not None:
+        return chosen
     from .onnx import create_onnx_encoder, create_onnx_scorer
 
     encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
@@ -207,6 +183,40 @@ def create_aligner_backend(name: str, bundle: Bundle, options: BackendOptions = 
         encoder.close()
         raise
     return AlignerBackend("onnx", encoder, scorer)
+
+
+def _checked(name: str, options: BackendOptions) -> BackendOptions:
+    """``options`` once ``name`` is one of BACKENDS and ``options`` a BackendOptions (both factories)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if not isinstance(options, BackendOptions):
+        raise TypeError(f"options must be a BackendOptions, got {type(options).__name__}")
+    return options
+
+
+def _choose(part: str, name: str, bundle: Bundle, o: BackendOptions, create_rk: Callable[[BackendOptions], T]
+            ) -> Optional[T]:
+    """The one backend choice of both factories, for ``part`` ("the ASR model", "the aligner").
+
+    ``rk``: what ``create_rk(o)`` makes (its error raised). ``auto``: what ``create_rk`` makes with
+    the board's SoC in ``o.rk`` on a Rockchip board whose bundle has RK models for that SoC. None:
+    ``part`` runs on the CPU (``onnx``; ``auto`` off a board, or on one with a warning naming what
+    is missing, also when ``create_rk`` fails)."""
+    if name == "rk":
+        return create_rk(o)
+    if name == "onnx":
+        return None
+    soc, reason = _board_soc(bundle, o.rk)
+    if soc is None:
+        if reason:
+            logger.warning("%s; using the CPU backend (ONNX Runtime) for %s", reason, part)
+        return None
+    try:
+        return create_rk(dataclasses.replace(o, rk=dataclasses.replace(o.rk, soc=soc)))
+    except (RuntimeError, OSError, ValueError) as exc:  # BundleError, RKLLMError, RKBackendError too
+        logger.warning("the NPU backend cannot start on this %s board (%s); using the CPU backend (ONNX Runtime) "
+                       "for %s. backend='rk' reports this as an error.", soc, exc, part)
+        return None
 
 
 def _create_rk_aligner(bundle: Bundle, o: BackendOptions) -> AlignerBackend:

@@ -339,7 +339,7 @@ class OnnxTextDecoder:
 
 
 class OnnxSlotScorer:
-    """An aligner's scorer on the CPU (the SlotScorer seam, qwen3asr.aligner.model): one prefill of
+    """An aligner's scorer on the CPU (the SlotScorer seam, qwen3asr.scoring): one prefill of
     the whole input through the aligner's decoder graph, whose head gives time classes, with a
     fresh KV cache that is dropped afterwards; logits only at the asked rows."""
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..aligner.model import AlignmentError
 from ..audio import SAMPLE_RATE, AudioError, AudioFile
+from ..options import TranscribeOptions
 from ..results import Transcription
 from ..work import Work
 from .errors import ApiError
@@ -54,15 +55,13 @@ def decode_upload(file: BinaryIO, filename: str, max_seconds: float) -> AudioFil
     return audio
 
 
-def transcribe_file(engine, audio: Union[np.ndarray, AudioFile], *, language: Optional[str], context: str,
-                    temperature: float, work: Work, on_text: Optional[Callable[[str], None]] = None,
-                    max_new_tokens: int = 256, word_timestamps: bool = False) -> Transcription:
-    """One uploaded file through the engine (its long-audio policy: one pass when the audio fits,
-    else VAD speech segments or chunks, as the CLI); raises qwen3asr.work.Cancelled."""
+def transcribe_file(engine, audio: Union[np.ndarray, AudioFile], options: TranscribeOptions, *, work: Work,
+                    on_text: Optional[Callable[[str], None]] = None) -> Transcription:
+    """One uploaded file through the engine with the request's ``options`` (the engine's long-audio
+    policy: one pass when the audio fits, else VAD speech segments or chunks, as the CLI); raises
+    qwen3asr.work.Cancelled, and ApiError 400 for audio or words the engine cannot take."""
     try:
-        return engine.transcribe(audio, language=language, context=context, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, on_text=on_text, work=work,
-                                 word_timestamps=word_timestamps)
+        return engine.transcribe(audio, options, on_text=on_text, work=work)
     except AlignmentError as exc:
         raise ApiError(400, f"no word timestamps: {exc}", code="unsupported_value",
                        param="timestamp_granularities[]") from None

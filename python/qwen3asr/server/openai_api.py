@@ -21,6 +21,7 @@ from .. import checks
 from ..audio import SAMPLE_RATE
 from ..checks import SHOW_CHARS, show
 from ..languages import LanguageError, resolve_language
+from ..options import TranscribeOptions
 from ..results import Transcription
 from ..work import Cancelled
 from .errors import ApiError
@@ -51,6 +52,12 @@ class TranscriptionRequest:
     temperature: float  # 0 = greedy
     stream: bool  # Server-Sent Events
     words: bool = False  # timestamp_granularities[] has "word": verbose_json gains "words"
+
+    def options(self, base: TranscribeOptions) -> TranscribeOptions:
+        """The engine's options ``base`` with this request's language, prompt (as context),
+        temperature and word timestamps; the rest (max_new_tokens, chunking) stays the engine's."""
+        return dataclasses.replace(base, language=self.language, context=self.context,
+                                   temperature=self.temperature, word_timestamps=self.words)
 
 
 class _BodyTooLarge(Exception):
@@ -285,8 +292,8 @@ async def _stream_events(rt, client, req: TranscriptionRequest, audio):
 
     async def run():
         try:
-            result = await rt.run(transcribe_file, rt.engine, audio, language=req.language, context=req.context,
-                                  temperature=req.temperature, work=client.work, on_text=on_text)
+            result = await rt.run(transcribe_file, rt.engine, audio, req.options(rt.engine.options),
+                                  work=client.work, on_text=on_text)
             queue.put_nowait(("done", result))
         except BaseException as exc:
             queue.put_nowait(("error", exc))
@@ -343,8 +350,7 @@ async def transcriptions(request: Request) -> Response:
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
             result = await _run_watched(request, client, lambda: rt.run(
-                transcribe_file, engine, audio, language=req.language, context=req.context,
-                temperature=req.temperature, work=client.work, word_timestamps=req.words))
+                transcribe_file, engine, audio, req.options(engine.options), work=client.work))
         except Cancelled:  # not the client's doing: the scheduler closed (shutdown)
             raise rt.shutting_down() from None
         if result is None:

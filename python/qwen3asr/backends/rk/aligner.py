@@ -107,7 +107,7 @@ def load_head(bundle: Bundle) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 class RKLLMSlotScorer:
-    """The aligner's SlotScorer on the board (qwen3asr.aligner.scoring): the aligner's ``.rkllm``
+    """The aligner's SlotScorer on the board (qwen3asr.scoring): the aligner's ``.rkllm``
     in EMBED + GET_LAST_HIDDEN_LAYER mode, then on the host the final RMSNorm (when the rows are
     not normalised already) and the head, at the slot rows only.
 

@@ -1,9 +1,11 @@
-"""The aligner's backend seam: score the ``<timestamp>`` slots of one embedded input.
+"""The forced aligner's backend seam: score the ``<timestamp>`` slots of one embedded input.
 
 The aligner is not autoregressive: one forward pass over ``[audio_start] audio [audio_end]
 w1 <ts> <ts> w2 ...`` with causal attention (as the official model runs it), and the time-class
-logits at the slot rows. Implemented on the CPU by ``backends.onnx.OnnxSlotScorer`` (the
-aligner's decoder graph, whose head has the time classes) and on the board by
+logits at the slot rows. A stage-level seam beside :class:`~qwen3asr.encoder.EncoderRunner` and
+:class:`~qwen3asr.decoding.TextDecoder`: the backends implement it without importing the aligner
+(``qwen3asr.aligner.model`` drives it). Implemented on the CPU by ``backends.onnx.OnnxSlotScorer``
+(the aligner's decoder graph, whose head has the time classes) and on the board by
 ``backends.rk.aligner.RKLLMSlotScorer`` (RKLLM's last hidden layer, the head on the host).
 """
 
