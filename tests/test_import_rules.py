@@ -325,11 +325,11 @@ def test_no_library_module_passes_500_lines():
 
 
 def test_the_orchestrators_stay_small():
-    """The engine under 400 lines; the stream session's class under 300 lines and 24 fields."""
+    """The engine about 400 lines (420 at most); the stream session's class under 300 lines and 24 fields."""
     import ast
 
     with open(os.path.join(PKG, "engine.py"), encoding="utf-8") as fh:
-        assert sum(1 for _ in fh) <= 480
+        assert sum(1 for _ in fh) <= 420
     src = open(os.path.join(PKG, "streaming", "session.py"), encoding="utf-8").read()
     cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "StreamSession")
     assert cls.end_lineno - cls.lineno + 1 <= 300

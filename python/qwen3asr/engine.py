@@ -23,8 +23,8 @@ import numpy as np
 
 from . import checks
 from . import mel as melmod
-from .audio import (MAX_STREAM_SECONDS, SAMPLE_RATE, AudioInput, prepare_audio)
-from .backends import BACKENDS, BackendOptions, PrefixCacheOptions, create_backend
+from .audio import (SAMPLE_RATE, AudioInput, prepare_audio)
+from .backends import BACKENDS, create_backend, engine_backend_options
 from .bundle import Bundle, EmbeddingTable, check_tokenizer, default_model_dir
 from .decoding import DecodeOutcome, DecodingOptions, Generation, RepetitionGuard, decode_with_fallback
 from .encoder import tokens_for_frames
@@ -35,7 +35,7 @@ from .prompt import Prompt, build_prompt
 from .results import DecodeStats, EncodeStats, Request, Transcription
 from .text import TextStreamer  # noqa: F401  (re-exported: tests and tools import it from here)
 from .tokenizer import Tokenizer
-from .aligner.segments import load_aligner, resolve_aligner_dir
+from .aligner.segments import align_transcript, load_aligner, resolve_aligner_dir
 from .work import NO_WORK, Work, check_hooks
 
 logger = logging.getLogger(__name__)
@@ -59,10 +59,8 @@ class Qwen3ASREngine:
       decoder_dtype: ONNX decoder weights: "auto" (int8 if present, else fp32; int4 first with
         ``memory="lean"``), "fp32", "int8", "int4".
       threads: CPU threads for ONNX Runtime (default: its own choice).
-      spin_wait: ONNX Runtime's idle worker threads spin a while before they sleep (its own
-        default). Off here: on a busy or shared CPU spinning threads take time from the ones with
-        work. On a machine that does little else it makes the int4 decode step ~15 % faster
-        (waking sleeping threads costs a few ms per token; docs/benchmarks.md).
+      spin_wait: ONNX Runtime's idle threads spin before they sleep (off: on a shared CPU they
+        take time from the working ones; on an idle machine ~15 % faster int4 steps, docs/benchmarks.md).
       rk: board settings for the rk backend (qwen3asr.RKOptions: SoC, NPU cores,
         decoder CPUs, librkllmrt.so path and ABI, max context, embed_flash).
       options: the default TranscribeOptions of this engine's requests (each call may override).
@@ -74,11 +72,10 @@ class Qwen3ASREngine:
         one-shot runs (int4 decoder by default, KV cache grown in smaller steps; a bundle exported
         with ``--memory lean`` adds int8 encoder weights and memory-mapped decoder weights).
         Measured in docs/benchmarks.md "Lean profile". The aligner is loaded with it too.
-      preload_seconds: the length of the audio the first request brings in one pass (a one-shot
-        CLI passes its file's): the encoder graphs a one-pass decode of it runs are loaded during
-        the engine's load, beside the decoder's (ONNX Runtime, in a thread), instead of by that
-        request. Ignored over the bundle's one-pass limit (such audio goes in chunks). Default None:
-        each graph on first use. The rk backend loads every graph at start anyway.
+      preload_seconds: the length of the first request's audio (a one-shot CLI passes its file's):
+        when the plan would decode it in one pass with ``options`` (qwen3asr.plan.preload_seconds),
+        its encoder graphs load beside the decoder's (ONNX Runtime, in a thread). Default None: each
+        graph on first use. The rk backend loads every graph at start anyway.
       aligner: a forced-aligner bundle for word timestamps (docs/aligner.md); default
         ``$QWEN3ASR_ALIGNER``, else, with the bundled default model, the bundled demo aligner.
         Loaded on the first request that asks for words, with this engine's backend settings.
@@ -95,24 +92,14 @@ class Qwen3ASREngine:
                  enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
                  spin_wait: bool = False, aligner: Optional[str] = None, memory: str = "default",
                  preload_seconds: Optional[float] = None):
-        from .backends import RKOptions
-
-        if not isinstance(backend, str) or backend not in BACKENDS:
-            raise ValueError(f"unknown backend {checks.show(backend)}; choose one of {', '.join(BACKENDS)}")
         for name, value in (("model_dir", model_dir), ("aligner", aligner)):
             problem = checks.path(name, value, optional=True)
             if problem:
                 raise ValueError(problem)
-        if rk is not None and not isinstance(rk, RKOptions):
-            raise TypeError(f"rk must be a qwen3asr.RKOptions, got {type(rk).__name__}")
-        rk = rk or RKOptions()
-        if platform is not None or enabled_cpus is not None:
-            rk = dataclasses.replace(rk, soc=platform if platform is not None else rk.soc,
-                                     cpus=enabled_cpus if enabled_cpus is not None else rk.cpus)
-        backend_options = BackendOptions(
+        backend_options = engine_backend_options(
+            backend, rk=rk, platform=platform, enabled_cpus=enabled_cpus, prefix_cache=prefix_cache,
             encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype, threads=threads,
-            spin_wait=spin_wait, prefix_cache=PrefixCacheOptions() if prefix_cache is None else prefix_cache, rk=rk,
-            memory=memory, preload_seconds=preload_seconds)
+            spin_wait=spin_wait, memory=memory, preload_seconds=preload_seconds)
         overrides = {} if repeat_penalty is None else {"repetition_penalty": repeat_penalty}
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine
@@ -408,18 +395,7 @@ class Qwen3ASREngine:
         covered.
         """
         self.check_open()
-        problem = checks.number("start_second", start_second, 0, MAX_STREAM_SECONDS, kind="a number of seconds")
-        if problem:
-            raise ValueError(problem)
-        pcm = prepare_audio(audio, sample_rate)
-        if language is None:
-            detected = self.transcribe(pcm, language=None, one_pass=True, word_timestamps=False).language
-            if detected is None:
-                from .aligner import AlignmentError
-
-                raise AlignmentError("the ASR model heard no language in this audio; give language=")
-            language = detected
-        return list(self.aligner.align(pcm, text, language, offset=start_second))
+        return align_transcript(self, audio, text, language, sample_rate=sample_rate, start_second=start_second)
 
     def _check_words(self, o: TranscribeOptions) -> None:
         """Before any decoding: an aligner is there (loaded now) and covers a forced language."""

@@ -65,6 +65,25 @@ def load_aligner(aligner_dir: Optional[str], backend: str, options):
     return aligner
 
 
+def align_transcript(engine, audio, text: str, language: Optional[str] = None, *,
+                     sample_rate: Optional[int] = None, start_second: float = 0.0) -> list:
+    """``Qwen3ASREngine.align``: the Words of ``text`` in ``audio`` (any AudioInput) with the
+    engine's aligner; ``language`` None is detected with the engine's ASR model first (one pass)."""
+    from .. import checks
+    from ..audio import MAX_STREAM_SECONDS, prepare_audio
+    from .model import AlignmentError
+
+    problem = checks.number("start_second", start_second, 0, MAX_STREAM_SECONDS, kind="a number of seconds")
+    if problem:
+        raise ValueError(problem)
+    pcm = prepare_audio(audio, sample_rate)
+    if language is None:
+        language = engine.transcribe(pcm, language=None, one_pass=True, word_timestamps=False).language
+        if language is None:
+            raise AlignmentError("the ASR model heard no language in this audio; give language=")
+    return list(engine.aligner.align(pcm, text, language, offset=start_second))
+
+
 def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[np.ndarray, float]], *,
                    language: Optional[str] = None, default_language: Optional[str] = None,
                    warned: Optional[set] = None, work: Work = NO_WORK) -> list:
@@ -93,4 +112,4 @@ def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[n
     return out
 
 
-__all__ = ["align_segments", "load_aligner", "resolve_aligner_dir"]
+__all__ = ["align_segments", "align_transcript", "load_aligner", "resolve_aligner_dir"]

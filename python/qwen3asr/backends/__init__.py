@@ -93,6 +93,24 @@ class BackendOptions:
             raise ValueError("invalid backend options: " + "; ".join(problems))
 
 
+def engine_backend_options(backend, *, rk=None, platform=None, enabled_cpus=None, prefix_cache=None,
+                           **fields) -> BackendOptions:
+    """The BackendOptions of Qwen3ASREngine's arguments (ValueError / TypeError naming the one
+    that is wrong): ``backend`` one of BACKENDS, ``rk`` an RKOptions (default RKOptions()) with the
+    reference design's ``platform`` / ``enabled_cpus`` spellings of ``soc`` / ``cpus`` applied,
+    ``prefix_cache`` None for the default PrefixCacheOptions; ``fields``: the other options."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"unknown backend {checks.show(backend)}; choose one of {', '.join(BACKENDS)}")
+    if rk is not None and not isinstance(rk, RKOptions):
+        raise TypeError(f"rk must be a qwen3asr.RKOptions, got {type(rk).__name__}")
+    rk = rk or RKOptions()
+    if platform is not None or enabled_cpus is not None:
+        rk = dataclasses.replace(rk, soc=platform if platform is not None else rk.soc,
+                                 cpus=enabled_cpus if enabled_cpus is not None else rk.cpus)
+    return BackendOptions(rk=rk, prefix_cache=PrefixCacheOptions() if prefix_cache is None else prefix_cache,
+                          **fields)
+
+
 def _encoder_sizes(sizes) -> Optional[Tuple[int, ...]]:
     """Encoder durations as sorted unique whole seconds in 1..MAX_CHUNK_SECONDS (a graph longer
     than the longest pass is never run), or None when they are not."""
@@ -257,5 +275,5 @@ def _board_soc(bundle: Bundle, rk: RKOptions) -> Tuple[Optional[str], Optional[s
     return soc, None
 
 
-__all__ = ["BACKENDS", "MEMORY_PROFILES", "AlignerBackend", "Backend", "BackendOptions", "PrefixCacheOptions", "RKOptions",
+__all__ = ["BACKENDS", "MEMORY_PROFILES", "AlignerBackend", "Backend", "BackendOptions", "engine_backend_options", "PrefixCacheOptions", "RKOptions",
            "create_aligner_backend", "create_backend"]
