@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import math
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -195,8 +195,8 @@ class DecodeOutcome:
 
 def decode_with_fallback(generate: Callable, decode_text: Callable[[list], str], prompt_embeds: np.ndarray,
                          options: DecodingOptions, *, audio_seconds: float, prefix_len: int | None = None,
-                         fallback: bool = False, on_token: Callable[[int], bool | None] | None = None
-                         ) -> DecodeOutcome:
+                         fallback: bool = False, on_token: Callable[[int], bool | None] | None = None,
+                         draft: Sequence[int] = ()) -> DecodeOutcome:
     """One decoder run with the loop guard of ``audio_seconds`` of audio (``loop_guard``) and,
     with ``fallback``, the fallback tries.
 
@@ -205,9 +205,11 @@ def decode_with_fallback(generate: Callable, decode_text: Callable[[list], str],
     that repeats itself: compression ratio over COMPRESSION_LIMIT) is decoded again with the
     FALLBACK_STEPS settings until a try ends at end-of-sequence, and the best try
     (``fallback_rank``) is kept. A run cut by ``max_new_tokens`` on text that does not repeat is
-    kept as it is (the budget is the caller's). ``on_token`` sees the first try's tokens only."""
+    kept as it is (the budget is the caller's). ``on_token`` sees the first try's tokens only.
+    ``draft``: ids the first try may verify in its prefill (TextDecoder.generate)."""
     guard = loop_guard(audio_seconds)
-    tokens, ds = generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard)
+    extra = {"draft": tuple(draft)} if len(draft) else {}
+    tokens, ds = generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard, **extra)
     text = decode_text(tokens)
     looped = ds.finish_reason == "repetition" or (
         ds.finish_reason == "length" and compression_ratio(text) > COMPRESSION_LIMIT)
@@ -236,7 +238,8 @@ def decode_with_fallback(generate: Callable, decode_text: Callable[[list], str],
 
 
 # The DecodeStats fields that add up over decoder runs (fallback tries, a stream's chunks).
-DECODE_COST_FIELDS = ("prefill_tokens", "prefill_ms", "decode_tokens", "decode_ms", "reused_tokens")
+DECODE_COST_FIELDS = ("prefill_tokens", "prefill_ms", "decode_tokens", "decode_ms", "reused_tokens",
+                      "draft_tokens", "verified_tokens")
 
 
 class TextDecoder(Protocol):
@@ -255,8 +258,10 @@ class TextDecoder(Protocol):
         returning False stops there (finish_reason "stopped"). ``prefix_len``: the number of
         leading rows that are the prompt prefix shared by many runs (the rows before the first
         audio pad); a decoder may reuse their KV cache from an earlier run with byte-identical
-        rows (the result must not change) or ignore it. Returns (ids without end-of-sequence,
-        :class:`~qwen3asr.results.DecodeStats`)."""
+        rows (the result must not change) or ignore it. ``draft`` (a keyword, given only when
+        non-empty): ids expected to follow the prompt, which a decoder may verify in its prefill
+        (greedy: the ids must be exactly what it would generate; DecodeStats.verified_tokens) or
+        ignore. Returns (ids without end-of-sequence, :class:`~qwen3asr.results.DecodeStats`)."""
 
     def close(self) -> None:
         """Free the decoder's runtime (safe to call twice)."""
@@ -299,6 +304,23 @@ def select_token(logits: np.ndarray, opts: DecodingOptions, history: list[int],
     return int(order[rng.choice(len(p), p=p)])
 
 
+def verify_draft(logits: np.ndarray, draft: Sequence[int], options: DecodingOptions, history: list[int],
+                 eos_ids: Sequence[int], guard: RepetitionGuard | None = None) -> int:
+    """How many leading ids of ``draft`` greedy decoding would have generated itself: ``logits``
+    (len(draft) + 1, vocab) are the predictions after the prompt and after each draft id, from one
+    prefill; id j is kept while the choice at row j (``select_token`` with the history so far)
+    equals it and it is not an end of sequence or the end of a loop (``guard``), so the
+    generation goes on from row ``kept`` exactly as a step-by-step decode would."""
+    kept, tokens = 0, list(history)
+    for j, want in enumerate(draft):
+        tok = select_token(logits[j], options, tokens, None)
+        if tok != want or tok in eos_ids or (guard is not None and guard.triggered(tokens + [tok])):
+            break
+        tokens.append(tok)
+        kept += 1
+    return kept
+
+
 @dataclasses.dataclass
 class GenerationTimes:
     prefill_tokens: int = 0  # prompt positions (reused ones included)
@@ -306,6 +328,8 @@ class GenerationTimes:
     reused_tokens: int = 0  # of those, positions whose KV came from a kept prefix (not computed)
     decode_tokens: int = 0
     decode_ms: float = 0.0
+    draft_tokens: int = 0  # draft ids fed with the prompt (counted in prefill_tokens)
+    verified_tokens: int = 0  # of those, ids kept as generated: each a decode step not run
 
 
 class Generation:
@@ -323,11 +347,16 @@ class Generation:
         reused)``, a cache this generation may extend (a copy) and whether it was reused rather
         than computed just now.
       guard: stops a runaway repetition (finish_reason "repetition"); None: no loop guard.
+      draft: ids expected to follow the prompt (a streamed transcript). Greedy decoding
+        (temperature 0) feeds them with the prompt in the one prefill and keeps the longest run
+        of them that its own choice at each row confirms (``verify_draft``): the result is the
+        same as without a draft, but each kept id costs no decode step. Ignored when sampling.
     """
 
     def __init__(self, decoder: KVDecoder, prompt_embeds: np.ndarray, eos_ids: tuple[int, ...],
                  embed: Callable[[int], np.ndarray], options: DecodingOptions, prefix_len: int = 0,
-                 prefix: Callable[[], tuple[Any, bool]] | None = None, guard: RepetitionGuard | None = None):
+                 prefix: Callable[[], tuple[Any, bool]] | None = None, guard: RepetitionGuard | None = None,
+                 draft: Sequence[int] = ()):
         self.decoder = decoder
         self.options = options
         self.eos_ids = tuple(eos_ids)
@@ -345,6 +374,9 @@ class Generation:
                              f"(got prefix_len={prefix_len!r}, prefix {'given' if prefix else 'None'})")
         self._prefix_len = int(prefix_len)
         self._prefix = prefix
+        # a draft is checked against greedy choices only, and never past the budget's last token
+        self._draft = [int(t) for t in draft][:max(0, options.max_new_tokens - 1)] \
+            if options.temperature == 0.0 else []
 
     @property
     def finished(self) -> bool:
@@ -370,9 +402,18 @@ class Generation:
         else:
             cache = self.decoder.new_cache()
         rest = self._prompt[n:]
-        logits, self._cache = self.decoder.forward(rest, cache, np.array([len(rest) - 1]))
-        self._next_logits = logits[0]
-        self.times.prefill_tokens = len(self._prompt)
+        draft = self._draft
+        if draft:
+            rest = np.concatenate([rest, np.stack([self.embed(t) for t in draft]).astype(np.float32)])
+        rows = np.arange(len(rest) - len(draft) - 1, len(rest))  # the last prompt row's and each draft row's
+        logits, self._cache = self.decoder.forward(rest, cache, rows)
+        kept = verify_draft(logits, draft, self.options, self.tokens, self.eos_ids, self.guard)
+        self.tokens.extend(draft[:kept])
+        if kept < len(draft):
+            self._cache.length -= len(draft) - kept  # the rejected rows' KV is dropped
+        self._next_logits = logits[kept]
+        self.times.prefill_tokens = len(self._prompt) + len(draft)
+        self.times.draft_tokens, self.times.verified_tokens = len(draft), kept
         self.times.prefill_ms = (time.perf_counter() - t0) * 1000
 
     def feed(self, token: int) -> np.ndarray:

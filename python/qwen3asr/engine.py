@@ -64,14 +64,11 @@ class Qwen3ASREngine:
       rk: board settings for the rk backend (qwen3asr.RKOptions: SoC, NPU cores,
         decoder CPUs, librkllmrt.so path and ABI, max context, embed_flash).
       options: the default TranscribeOptions of this engine's requests (each call may override).
-      prefix_cache: reuse of the prompt prefix's KV cache on the ONNX decoder
-        (qwen3asr.PrefixCacheOptions: entries and bytes kept; max_entries=0 turns it off; default
-        8 prefixes, 128 MiB). The rk backend prefills the whole prompt every time (why:
-        docs/rkllm_abi.md).
-      memory: the ONNX Runtime memory profile: "default", or "lean" for small machines and
-        one-shot runs (int4 decoder by default, KV cache grown in smaller steps; a bundle exported
-        with ``--memory lean`` adds int8 encoder weights and memory-mapped decoder weights).
-        Measured in docs/benchmarks.md "Lean profile". The aligner is loaded with it too.
+      prefix_cache: reuse of the prompt prefix's KV cache on the ONNX decoder (qwen3asr.PrefixCacheOptions;
+        max_entries=0 turns it off; default 8 prefixes, 128 MiB; rk: docs/rkllm_abi.md).
+      memory: the ONNX Runtime memory profile: "default", or "lean" for small machines and one-shot
+        runs (int4 decoder, smaller KV steps, with ``--memory lean`` bundles int8 encoder weights and
+        mapped decoder weights; docs/benchmarks.md "Lean profile"); the aligner's too.
       preload_seconds: the length of the first request's audio (a one-shot CLI passes its file's):
         when the plan would decode it in one pass with ``options`` (qwen3asr.plan.preload_seconds),
         its encoder graphs load beside the decoder's (ONNX Runtime, in a thread). Default None: each
@@ -250,24 +247,27 @@ class Qwen3ASREngine:
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                  on_token: Optional[Callable[[int], Optional[bool]]] = None,
                  prefix_len: Optional[int] = None,
-                 guard: Optional[RepetitionGuard] = None) -> tuple[list[int], DecodeStats]:
+                 guard: Optional[RepetitionGuard] = None, draft=()) -> tuple[list[int], DecodeStats]:
         """Generate from an embedded prompt, (L, hidden) float32 prefilled in one go, on this
         engine's decoder: (ids without end-of-sequence, DecodeStats). The arguments are the
         TextDecoder seam's (qwen3asr.decoding): ``on_token`` sees each id and stops the run by
         returning False; ``prefix_len`` rows are the shared prompt prefix (``prefix_len(options)``)
-        whose KV cache may be reused; ``guard`` stops a runaway repetition."""
+        whose KV cache may be reused; ``guard`` stops a runaway repetition; ``draft``: ids the
+        decoder may verify in its prefill."""
         self.check_open()
-        return self.decoder.generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard)
+        extra = {"draft": tuple(draft)} if len(draft) else {}
+        return self.decoder.generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard, **extra)
 
     def decode(self, prompt_embeds: np.ndarray, options: DecodingOptions, *, audio_seconds: float,
                prefix_len: Optional[int] = None, fallback: bool = False,
-               on_token: Optional[Callable[[int], Optional[bool]]] = None) -> DecodeOutcome:
+               on_token: Optional[Callable[[int], Optional[bool]]] = None, draft=()) -> DecodeOutcome:
         """One decoder run as every request makes it: ``generate`` with the loop guard of
         ``audio_seconds`` of audio and, with ``fallback``, the fallback tries
-        (qwen3asr.decoding.decode_with_fallback). ``on_token`` sees the first try's tokens only."""
+        (qwen3asr.decoding.decode_with_fallback). ``on_token`` sees the first try's tokens only;
+        ``draft``: ids the decoder may verify in its prefill instead of generating them one by one."""
         return decode_with_fallback(self.generate, self.tokenizer.decode, prompt_embeds, options,
                                     audio_seconds=audio_seconds, prefix_len=prefix_len, fallback=fallback,
-                                    on_token=on_token)
+                                    on_token=on_token, draft=draft)
 
     def prepare(self, pcm: np.ndarray, options: Optional[TranscribeOptions] = None, **kw) -> Request:
         """16 kHz mono float32 (from prepare_audio) -> the embedded prompt, checked against the context."""

@@ -26,12 +26,14 @@ from .work import Work
 
 
 def transcribe_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, *, offset: float = 0.0,
-                        on_text: Optional[Callable[[str], None]] = None, work: Work) -> Transcription:
+                        on_text: Optional[Callable[[str], None]] = None, work: Work, draft=()) -> Transcription:
     """The Transcription of (n,) float32 16 kHz ``pcm`` in one decoder pass, its segment timed
     from ``offset`` seconds; words with ``o.word_timestamps`` (the engine's aligner), ITN with
-    ``o.itn``. One unit of model work for the decode, one per aligned segment."""
+    ``o.itn``. One unit of model work for the decode, one per aligned segment. ``draft``: the ids
+    the decode is expected to give (a streamed transcript), verified in its prefill (the result
+    is the decode's own either way; qwen3asr.decoding.verify_draft)."""
     with work.unit():
-        result = decode_one_pass(engine, pcm, o, on_text, work)
+        result = decode_one_pass(engine, pcm, o, on_text, work, draft)
     raw = result.text
     end = offset + pcm.shape[0] / SAMPLE_RATE
     segments = (Segment(offset, end, raw, result.language, finish_reason=result.finish_reason),) if raw else ()
@@ -56,7 +58,7 @@ def transcribe_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, *, offset
     return result
 
 
-def decode_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, on_text, work: Work) -> Transcription:
+def decode_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, on_text, work: Work, draft=()) -> Transcription:
     """The decoder's Transcription of ``pcm`` (no segments yet): ``on_text`` gets its text as it is
     generated (such text cannot be redone, so fallback tries are off unless ``o.fallback``)."""
     req = engine.prepare(pcm, o)
@@ -70,7 +72,7 @@ def decode_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, on_text, work
 
     fallback = o.fallback if o.fallback is not None else on_text is None  # printed text cannot be redone
     out = engine.decode(req.embeds, o.decoding(), audio_seconds=req.audio_seconds,
-                        prefix_len=req.prompt.audio_start, fallback=fallback, on_token=on_token)
+                        prefix_len=req.prompt.audio_start, fallback=fallback, on_token=on_token, draft=draft)
     work.check()
     if streamer:
         streamer.finish()
@@ -86,7 +88,8 @@ def transcription(engine, out: DecodeOutcome, options: TranscribeOptions, req) -
     stats = TranscriptionStats(
         audio_seconds=req.audio_seconds, encoder_ms=req.encoder_ms, encoder_calls=req.encoder_calls,
         **decoder_costs(ds), total_ms=(time.perf_counter() - req.t0) * 1000, backend=engine.backend,
-        runtime_perf=ds.runtime_perf, fallback_tries=out.tries, loops=int(out.looped))
+        runtime_perf=ds.runtime_perf, fallback_tries=out.tries, loops=int(out.looped),
+        verified_tokens=ds.verified_tokens)
     return Transcription(text=text, language=lang, language_code=language_code(lang) if lang else None,
                          token_ids=tuple(int(t) for t in tokens), raw_text=raw,
                          truncated=ds.finish_reason == "length", stats=stats,

@@ -122,6 +122,17 @@ def build_prompt(
     return Prompt(ids=ids, audio_start=len(head), n_audio=n, language=lang, context=context)
 
 
+def answer_header(tokenizer: Tokenizer, language: Optional[str]) -> list:
+    """The ids of ``language {Name}<asr_text>``, the header the model writes before the transcript
+    when the language is not forced (the ids a forced language appends to the prompt); [] for
+    None. A streamed transcript's draft starts with it (qwen3asr.streaming.final)."""
+    if language is None:
+        return []
+    base = build_prompt(tokenizer, 1).ids
+    full = build_prompt(tokenizer, 1, language=language).ids
+    return [int(t) for t in full[len(base):]]
+
+
 # --------------------------------------------------------------------------- output
 
 

@@ -30,6 +30,7 @@ class TranscriptionStats:
     runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
     fallback_tries: int = 0  # decoder runs made again with fallback settings (qwen3asr.decoding)
     loops: int = 0  # decoder runs the loop guard stopped (their fallback, if any, counted above)
+    verified_tokens: int = 0  # generated ids a draft gave and the prefill confirmed (no decode step each)
 
     @property
     def real_time_factor(self) -> float:
@@ -107,6 +108,8 @@ class DecodeStats:
     finish_reason: str
     runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
     reused_tokens: int = 0  # of the prefill_tokens, prompt-prefix positions whose KV was reused (not computed)
+    draft_tokens: int = 0  # of the prefill_tokens, draft ids fed after the prompt (TextDecoder.generate's draft)
+    verified_tokens: int = 0  # of those, ids the prefill confirmed: generated without a decode step
 
 
 @dataclasses.dataclass(frozen=True)

@@ -200,6 +200,13 @@ class VADStream:
         return self._n_samples
 
     @property
+    def end_delay(self) -> int:
+        """Samples by which a reported speech end can trail the audio seen: a stream may cut audio
+        for decoding only this far behind ``samples_seen`` (no end can still come before it)."""
+        o = self.options
+        return int(SAMPLE_RATE * (o.min_silence_ms + 2 * o.speech_pad_ms) / 1000 + 3 * WINDOW_SAMPLES)
+
+    @property
     def in_speech(self) -> bool:
         """True between an emitted SpeechStart and its SpeechEnd."""
         return self._builder.padder.open

@@ -8,6 +8,7 @@ pass.
 ``model``       :class:`ForcedAligner`, the loaded aligner and the orchestrator of one alignment
 ``words``       the official word units and the input layout after the audio block
 ``timing``      the official repair of the predicted bins and their conversion to seconds
+``segments``    which aligner an engine uses, loaded with its settings; the words of a list of segments
 ==============  ============================================================================
 
 The backend seam, the time-class logits at the slot rows of one input, is

@@ -305,31 +305,39 @@ class OnnxTextDecoder:
         return source
 
     def start(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
-              prefix_len: int | None = None, guard: RepetitionGuard | None = None) -> Generation:
+              prefix_len: int | None = None, guard: RepetitionGuard | None = None, draft=()) -> Generation:
         """A pausable, clonable :class:`Generation` of ``(L, hidden) float32`` prompt embeddings;
         ``prefix_len`` leading rows are taken from (or added to) the prefix cache when reuse is on;
-        ``guard`` stops a runaway repetition."""
+        ``guard`` stops a runaway repetition; ``draft``: ids verified in the prefill (Generation)."""
         if self.kv is None:
             raise RuntimeError("this decoder was closed")
         prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
         n = checked_prefix_len(prefix_len, len(prompt))
         if n == 0 or len(prompt) - n < MIN_ROWS_AFTER_PREFIX or not self.prefixes.options.enabled:
-            return Generation(self.kv, prompt, self.eos_ids, self.embed, options, guard=guard)
+            return Generation(self.kv, prompt, self.eos_ids, self.embed, options, guard=guard, draft=draft)
         return Generation(self.kv, prompt, self.eos_ids, self.embed, options, prefix_len=n,
-                          prefix=self._prefix_source(prompt[:n], len(prompt)), guard=guard)
+                          prefix=self._prefix_source(prompt[:n], len(prompt) + len(draft)), guard=guard, draft=draft)
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                  on_token=None, prefix_len: int | None = None,
-                 guard: RepetitionGuard | None = None) -> tuple[list[int], DecodeStats]:
-        """See qwen3asr.decoding.TextDecoder."""
-        gen = self.start(prompt_embeds, options, prefix_len, guard)
+                 guard: RepetitionGuard | None = None, draft=()) -> tuple[list[int], DecodeStats]:
+        """See qwen3asr.decoding.TextDecoder (the draft is verified in the prefill)."""
+        gen = self.start(prompt_embeds, options, prefix_len, guard, draft)
         try:
+            if draft:
+                gen.next_logits  # the prefill, which verifies the draft: its confirmed ids are generated ids
+                for i, tok in enumerate(gen.tokens if on_token is not None else ()):
+                    if on_token(tok) is False:
+                        del gen.tokens[i + 1:]
+                        gen.finish_reason = "stopped"
+                        break
             gen.run(on_token=on_token)
         finally:
             self.kv.release_binding()  # the run's KV cache is not kept alive by the binding
         t = gen.times
         return list(gen.tokens), DecodeStats(t.prefill_tokens, t.prefill_ms, t.decode_tokens, t.decode_ms,
-                                             gen.finish_reason or "stopped", reused_tokens=t.reused_tokens)
+                                             gen.finish_reason or "stopped", reused_tokens=t.reused_tokens,
+                                             draft_tokens=t.draft_tokens, verified_tokens=t.verified_tokens)
 
     def close(self) -> None:
         if self.kv is not None:

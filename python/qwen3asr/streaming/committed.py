@@ -61,12 +61,14 @@ class CommittedText:
         #                                    once its final pass replaced them)
         self._piece_mark = 0  # where the open piece's text starts in _run_text
         self.final_segments = 0  # segments before the open piece (final; the rest may be replaced)
+        self.piece_ids: List[int] = []  # the open piece's committed ids (a final pass's draft)
 
     def commit(self, chunk: Chunk) -> None:
         """Commit a chunk that left the window: its text joins the open segment's. The official
         repetition collapse runs on each committed piece."""
         piece = fix_repetitions("".join(self._push(t) for t in chunk.tokens))
         self.ids.extend(chunk.tokens)
+        self.piece_ids.extend(chunk.tokens[:max(0, HISTORY_TOKENS - len(self.piece_ids))])  # bounded: a draft
         if not self._run_text:
             piece = piece.lstrip()
         elif chunk.fresh and piece and spaced(piece[0]) and spaced(self._run_text[-1]):
@@ -99,6 +101,7 @@ class CommittedText:
         """The open piece ends here with its streamed text and segments kept as they are (final)."""
         self._piece_mark = len(self._run_text)
         self.final_segments = len(self.segments)
+        self.piece_ids = []
 
     def piece_segments(self) -> List[Segment]:
         """The open piece's (per-chunk) segments."""

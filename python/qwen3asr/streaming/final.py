@@ -18,7 +18,9 @@ from ..audio import SAMPLE_RATE
 from ..options import TranscribeOptions
 from ..plan import final_pass_options
 from ..results import Segment
-from ..work import Work
+from ..onepass import transcribe_one_pass
+from ..prompt import answer_header
+from ..work import NO_WORK, Work
 from .. import plan as planmod
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ class FinalPasses:
         self._work = work
         self.start: Optional[int] = None  # sample where the open piece began (None: no speech open)
         self.kept = True  # the open piece is short enough for its final pass (its audio is kept)
+        self.last = None  # the Transcription of the latest final pass (its stats: what it cost)
 
     def open(self, start: Optional[int]) -> None:
         """A piece opens at sample ``start`` (None: none until a speech start)."""
@@ -63,15 +66,27 @@ class FinalPasses:
             return None
         return audio(a, end)
 
-    def decode(self, pcm: np.ndarray, end: int, in_unit: bool) -> tuple[str, Optional[Segment], Optional[str]]:
+    def draft(self, language: Optional[str], ids) -> list:
+        """The draft of the open piece's one pass: the header it writes when the language is not
+        forced (``language``: the one the stream detected), then the piece's streamed ``ids``."""
+        in_text = self.options.language is not None or self.options.compact_prompt
+        header = [] if in_text else answer_header(self.engine.tokenizer, language)
+        return header + [int(t) for t in ids]
+
+    def decode(self, pcm: np.ndarray, end: int, in_unit: bool,
+               draft=()) -> tuple[str, Optional[Segment], Optional[str]]:
         """The one-pass decode of the piece [start, end) whose audio is ``pcm``: (its text, its
-        Segment in stream seconds with its words, None without text; its language). One unit of
-        model work unless the caller is inside one (``in_unit``)."""
+        Segment in stream seconds with its words, None without text; its language). ``draft``: the
+        ids it is expected to give (``draft()``), verified in its prefill: the text is the one
+        pass's own, each confirmed id a decode step saved after the stop. One unit of model work
+        unless the caller is inside one (``in_unit``)."""
+        self.engine.check_open()
         if in_unit:
-            r = self.engine.transcribe(pcm, self.options)
+            r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft)
         else:
             with self._work.unit():
-                r = self.engine.transcribe(pcm, self.options)
+                r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft)
+        self.last = r
         self._work.check()
         t0 = self.start / SAMPLE_RATE
         seg = Segment(t0, end / SAMPLE_RATE, r.text, r.language, tuple(w.shifted(t0) for w in r.words),

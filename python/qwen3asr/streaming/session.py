@@ -76,9 +76,6 @@ class StreamSession:
         vad = o.vad_options
         if vad is not None:
             self._vad = VADStream(vad, vad_model if vad_model is not None else SileroVAD())
-            # Samples by which a speech end can trail the audio the VAD has seen (see _cut).
-            self._end_delay = int(SAMPLE_RATE * (vad.min_silence_ms + 2 * vad.speech_pad_ms) / 1000
-                                  + 3 * WINDOW_SAMPLES)
             if math.isfinite(vad.max_speech_s):
                 logger.warning("VADOptions.max_speech_s splits segments at pauses found after the fact; in a stream "
                                "a split can come after its chunk was cut (chunk_size already bounds the work)")
@@ -214,7 +211,7 @@ class StreamSession:
         elif self._vad is None:
             limit = self._audio.pos
         else:
-            limit = self._vad.samples_seen // WINDOW_SAMPLES * WINDOW_SAMPLES - self._end_delay
+            limit = self._vad.samples_seen // WINDOW_SAMPLES * WINDOW_SAMPLES - self._vad.end_delay
         ready = []
         while self._next + size + LOOKAHEAD <= limit and self._room():
             db = frame_db(self._audio(self._next, self._next + size))
@@ -233,11 +230,13 @@ class StreamSession:
         if n > 0 and final is None and self._room():
             self._run([self._prepare(self._next, self._next + n, right_edge=end)])
         self._next = end
+        draft = None
         if final is None:
             self._commit(self._window.clear())
-        else:
-            self._window.clear()  # its unstable text is not committed: the final pass replaces it
-        self._finish_piece(end, final)
+        else:  # its unstable text is not committed: the final pass replaces it, and verifies it
+            draft = self._finals.draft(self._language, self._text.piece_ids + self._window.tail_ids())
+            self._window.clear()
+        self._finish_piece(end, final, draft)
         self._text.close_segment(self.options.itn, self._language)
         self._window.new_segment()
         self._seg_start = None if self._vad is not None else end
@@ -267,20 +266,22 @@ class StreamSession:
                                  warned=self._unaligned)
         segs[first:] = aligned
 
-    def _finish_piece(self, end: int, pcm: Optional[np.ndarray] = None) -> None:
+    def _finish_piece(self, end: int, pcm: Optional[np.ndarray] = None, draft: Optional[list] = None) -> None:
         """The piece of speech since the last pause (or speech start) ends at sample ``end``.
         ``pcm``: its audio for a final pass (FinalPasses.audio, taken before its last partial chunk
         would have been decoded), None to decide here (the piece's chunks all decoded: a piece
         without streamed text gets none). With a final pass, the piece's one-pass text replaces
-        its streamed text; else its per-chunk segments stay as they are."""
+        its streamed text, which ``draft`` (FinalPasses.draft) offers it to verify; else its
+        per-chunk segments stay as they are."""
         if pcm is None and self._text.piece_segments():
             pcm = self._finals.audio(end, self._audio)
+            draft = self._finals.draft(self._language, self._text.piece_ids)
         if not self._finals.on or pcm is None:
             if self._finals.on:
                 self._align(self._text.final_segments)  # the streamed text stays final: align it chunk by chunk
             self._text.mark_piece()
         else:
-            text, seg, language = self._finals.decode(pcm, end, self._in_unit)
+            text, seg, language = self._finals.decode(pcm, end, self._in_unit, draft or ())
             self._tally.final_passes += 1
             self._text.finish_piece(text, seg)
             if language:

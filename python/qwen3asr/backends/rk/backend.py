@@ -144,7 +144,7 @@ class RKLLMTextDecoder:
 
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                  on_token: Optional[Callable[[int], Optional[bool]]] = None,
-                 prefix_len: Optional[int] = None, guard=None) -> tuple[list[int], DecodeStats]:
+                 prefix_len: Optional[int] = None, guard=None, draft=()) -> tuple[list[int], DecodeStats]:
         """One EMBED run on the whole embedded prompt ``(L, hidden) float32`` with a cleared cache.
 
         ``on_token`` gets every generated id (the runtime's WAITING ones too), end-of-sequence
@@ -152,7 +152,8 @@ class RKLLMTextDecoder:
         without end-of-sequence, DecodeStats with the runtime's own timings and figures).
         ``prefix_len`` is ignored: the whole prompt is prefilled every run, because the runtime's
         prefix reuse with EMBED input is reported broken on 1.2.3 and unverified on 1.3
-        (docs/rkllm_abi.md, "Prefix KV reuse").
+        (docs/rkllm_abi.md, "Prefix KV reuse"). ``draft`` is ignored: verifying it needs the
+        logits of every draft row, which GENERATE mode does not return (docs/rkllm_abi.md).
         """
         if len(prompt_embeds) + options.max_new_tokens > self.max_context:
             raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "
