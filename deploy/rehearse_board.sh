@@ -8,9 +8,9 @@
 # It builds (first time, ~10 min) or reuses an arm64 Debian root file system outside the
 # repository, makes a fresh copy of it for this run, copies this checkout in (the working
 # tree as git sees it, without .venv, caches and ignored files), and runs inside it as root:
-# deploy/setup_board.sh, the README's command, a Mandarin clip, --format json, the server's
-# health check, and the rk backend forced with no NPU runtime. Then it prints a summary table
-# (step, result, seconds) and exits 1 if any step failed. Logs: $REHEARSAL_DIR/logs/.
+# deploy/setup_board.sh, the README's command, a Mandarin clip (also with --itn), --format json,
+# the server's health check, and the rk backend forced with no NPU runtime. Then it prints a
+# summary table (step, result, seconds) and exits 1 if any step failed. Logs: $REHEARSAL_DIR/logs/.
 #
 # Environment:
 #   REHEARSAL_DIR     where the root file systems, pip cache and logs live (default /var/tmp/qwen3asr-rehearsal)
@@ -355,21 +355,18 @@ installed() {
   note "sounddevice, Silero VAD$([[ "$py_ok" == 1 ]] && echo ", rknnlite") import; no capture device (none in a chroot)"
 }
 
-# The text a clip must give: its transcript in audio/transcripts.json, with numbers written as
-# digits by the package's own inverse text normalisation, as transcribe.py prints by default.
-expect_text() {
-  in_chroot ".venv/bin/python - $1" <<'EOF'
-import json, sys
-from qwen3asr.itn import inverse_normalize
-clip = next(c for c in json.load(open("audio/transcripts.json"))["clips"] if c["file"] == sys.argv[1])
-print(inverse_normalize(clip["text"], clip["language"]))
-EOF
+# The text a clip must give (deploy/rehearse_expect.py, also checked against the host's CLI by
+# make test): its transcript in audio/transcripts.json, with numbers as digits only when the
+# CLI applies inverse text normalisation (--itn; off by default, as the CLI's parser says).
+expect_text() {  # expect_text CLIP [--itn]
+  in_chroot ".venv/bin/python deploy/rehearse_expect.py $*"
 }
-# transcribe_clip CLIP: the README's command on a bundled clip; the printed text must be the expected one.
+# transcribe_clip CLIP [FLAGS]: the README's command on a bundled clip; the printed text must be the expected one.
 transcribe_clip() {
   local clip="$1" want got
-  want="$(expect_text "$clip")" || return 1
-  got="$(in_chroot ".venv/bin/python python/transcribe.py --audio audio/$clip")" || return 1
+  shift
+  want="$(expect_text "$clip" "$@")" || return 1
+  got="$(in_chroot ".venv/bin/python python/transcribe.py --audio audio/$clip $*")" || return 1
   echo "expected: $want"
   echo "printed:  $got"
   note "\"$got\""
@@ -377,6 +374,7 @@ transcribe_clip() {
 }
 readme_command() { transcribe_clip en_1.wav; }
 mandarin() { transcribe_clip zh_1.wav; }
+mandarin_itn() { transcribe_clip zh_1.wav --itn; }  # numbers as digits: "6点半"
 
 json_format() {
   local want out
@@ -562,6 +560,7 @@ if [[ "$ok" -eq 1 ]] && step "setup_board.sh" setup_board; then
   step "installed parts" installed
   step "README command (en_1)" readme_command
   step "Mandarin (zh_1)" mandarin
+  step "Mandarin --itn (zh_1)" mandarin_itn
   step "--format json (en_2)" json_format
   step "server /health" server_health
   if step "rk stand-in bundle" rk_standin; then
