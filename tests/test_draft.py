@@ -102,3 +102,45 @@ def test_final_passes_with_the_streamed_draft_give_the_one_pass_text(default_eng
     verified = sum(w[2] for w in with_draft)
     generated = sum(len(w[1]) for w in with_draft)
     assert verified >= generated // 2, (verified, generated)
+
+
+# ------------------------------------------------------------------ partial decodes (previews)
+
+def stream_all(engine, pcm, piece=1600, **kw):
+    s = engine.create_stream(**kw)
+    seen = []
+    for a in range(0, pcm.shape[0], piece):
+        r = s.feed_audio(pcm[a:a + piece])
+        seen.append((min(pcm.shape[0], a + piece), r.committed, r.tail))
+    return s, s.finish(), seen
+
+
+def test_previews_show_text_before_the_first_chunk_and_change_nothing_committed(default_engine):
+    pcm = np.concatenate([prepare_audio(os.path.join(ROOT, "audio", f"{c}.wav")) for c in ("en_2", "zh_2")])
+    _, plain, plain_seen = stream_all(default_engine, pcm, chunk_size=2.0)
+    s, prev, seen = stream_all(default_engine, pcm, chunk_size=2.0, partial_every=0.5)
+    assert prev.text == plain.text and prev.token_ids == plain.token_ids and prev.segments == plain.segments
+    assert [x[1] for x in seen] == [x[1] for x in plain_seen]  # committed text at every feed: the same
+    assert prev.stats.partials > 0 and plain.stats.partials == 0
+    assert prev.stats.chunks == plain.stats.chunks  # previews are not chunks
+    first = next(t for t, _, tail in seen if tail)
+    assert first < 2.0 * 16000 <= next(t for t, c, tail in plain_seen if c or tail)  # text before the first chunk
+
+
+def test_a_chunk_decode_replaces_the_preview(default_engine):
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "en_2.wav"))
+    _, _, plain_seen = stream_all(default_engine, pcm, chunk_size=2.0)
+    _, _, seen = stream_all(default_engine, pcm, chunk_size=2.0, partial_every=1.5)
+    # 1.5 s previews: at 2.1 s the first chunk is decoded and no new preview is due, so the
+    # tail is the chunk's own, as without previews
+    at = {t: tail for t, _, tail in seen}
+    want = {t: tail for t, _, tail in plain_seen}
+    t = next(t for t in sorted(at) if t >= 2.1 * 16000)
+    assert at[t] == want[t]
+
+
+def test_partial_every_is_checked():
+    from qwen3asr import TranscribeOptions
+
+    with pytest.raises(ValueError, match="partial_every must be a number of seconds"):
+        TranscribeOptions(partial_every=0.01)

@@ -111,6 +111,11 @@ class TranscribeOptions:
     # speech ends or the stream's ends) is decoded again in one pass when it fits one, and that
     # text replaces the piece's streamed text (the streamed text stays a preview). None: off.
     final_pass: Optional[bool] = None
+    # Partial decodes (streams): once this many seconds of new audio are in the open chunk, the
+    # window is decoded with it as it is so far: a preview in the unstable tail, replaced by the
+    # chunk's own decode, so first words show before a chunk is complete (each costs a decoder
+    # run). None: off.
+    partial_every: Optional[float] = None
     # -- output
     # Inverse text normalisation of finished text (spoken numbers as digits, qwen3asr.itn). Off
     # by default everywhere (API, CLI, servers): the text stays the model's own, as the official
@@ -134,7 +139,9 @@ class TranscribeOptions:
             checks.integer("unfixed_chunks", self.unfixed_chunks, 0, MAX_MEMORY_NUM - 1),
             checks.integer("rollback_tokens", self.rollback_tokens, 0, MAX_ROLLBACK_TOKENS, optional=True),
             checks.integer("max_chunks", self.max_chunks, 1, optional=True),
-            checks.number("pause_db", self.pause_db, 0, kind="a number of dB", low_open=True, optional=True)))
+            checks.number("pause_db", self.pause_db, 0, kind="a number of dB", low_open=True, optional=True),
+            checks.number("partial_every", self.partial_every, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
+                          kind="a number of seconds", optional=True)))
         problems += sampling_problems(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                       top_k=self.top_k, top_p=self.top_p,
                                       repetition_penalty=self.repetition_penalty, seed=self.seed)

@@ -15,7 +15,9 @@ final starts at the stop or when the backlog is done. Three finals per clip:
 - **stream**: the streamed text (the last partial chunk decoded after the stop);
 - **pass**: a one-pass decode of the utterance after the stop (the Wyoming default until now);
 - **verified**: the same pass with the streamed text as a draft checked in its prefill
-  (qwen3asr.decoding.verify_draft): the same text, fewer decode steps.
+  (qwen3asr.decoding.verify_draft): the same text, fewer decode steps;
+- **previews**: verified, and a preview of the open chunk every ``PREVIEW_S`` seconds
+  (``TranscribeOptions.partial_every``): first words before a chunk is complete.
 
 The board figures come from the same runs' work (encoder graphs, prefill rows, decode steps) at
 each SoC's unit costs (qwen3asr_tools.board). On RKLLM a draft needs the logits of every draft row
@@ -47,7 +49,8 @@ log = logging.getLogger("bench_waits")
 FEED_S = 0.1  # seconds of audio per feed (what a client sends at a time)
 CHUNK_S = 2.0  # the Wyoming server's chunk
 CLIPS = ("en_1.wav", "en_2.wav", "en_3.wav", "zh_1.wav", "zh_2.wav", "zh_3.wav")
-MODES = ("stream", "pass", "verified")
+MODES = ("stream", "pass", "verified", "previews")
+PREVIEW_S = 0.5  # the "previews" mode: the verified final, and a preview of the open chunk every this many seconds
 # Qwen3-0.6B: the output head (151936 x 1024) per row against the rest of a decoder step
 # (0.44 G non-embedding parameters): a draft row whose logits RKLLM returns costs this much more
 # than a prefill row (assumed proportional to weights read).
@@ -89,10 +92,12 @@ def live_run(engine, pcm: np.ndarray, mode: str, stream_tokens: Optional[int] = 
     n, step = pcm.shape[0], int(FEED_S * SAMPLE_RATE)
     onset, end = speech_onset(pcm), n / SAMPLE_RATE
     with draft_mode(mode, forced), graph_log(engine) as graphs:
+        if mode == "previews":
+            kw["partial_every"] = PREVIEW_S
         s = engine.create_stream(chunk_size=CHUNK_S, final_pass=mode != "stream", **kw)
         if final_tokens:
             s._finals.options = dataclasses.replace(s._finals.options, max_new_tokens=final_tokens)
-        clock, first = 0.0, None
+        clock, first, first_work = 0.0, None, None
         for a in range(0, n, step):
             start = max(min(n, a + step) / SAMPLE_RATE, clock)
             t0 = time.perf_counter()
@@ -100,6 +105,11 @@ def live_run(engine, pcm: np.ndarray, mode: str, stream_tokens: Optional[int] = 
             clock = start + time.perf_counter() - t0
             if first is None and r.text.strip():
                 first = clock - onset
+                seen = s._partials.ids if s._partials.ids is not None else None
+                first_work = {"at_s": min(n, a + step) / SAMPLE_RATE, "preview": seen is not None,
+                              "audio_s": (s._partials.upto - s._next) / SAMPLE_RATE if seen is not None else None,
+                              "ids": len(seen) if seen is not None else None,
+                              "prompt_rows": engine.prompt_rows(s.options)}
         queue = max(0.0, clock - end)
         before = len(graphs.calls)
         t0 = time.perf_counter()
@@ -107,7 +117,7 @@ def live_run(engine, pcm: np.ndarray, mode: str, stream_tokens: Optional[int] = 
         work_s = time.perf_counter() - t0
         final_graphs = tuple(graphs.calls[before:])
     final = queue + work_s
-    out = {"first_text_s": first if first is not None else end + final - onset, "final_s": final,
+    out = {"first_work": first_work if first is not None else None, "first_text_s": first if first is not None else end + final - onset, "final_s": final,
            "queue_s": queue, "text": r.text, "audio_s": end, "onset_s": onset, "final_graphs": final_graphs,
            "chunks": [dataclasses.asdict(c) for c in r.chunks]}
     last = s._finals.last if mode != "stream" else None
@@ -173,6 +183,29 @@ def board_final(run: dict, stream_run: dict, mode: str, soc: str) -> dict:
             "decode_s": decode, "queue_s": free - end}
 
 
+def board_first(run: dict, stream_run: dict, soc: str) -> float:
+    """Seconds from the speech onset to the first text on ``soc``: a preview's (its audio on the
+    smallest graph that holds it, its prompt and audio rows, its ids decoded) or the first chunk's
+    (predicted like every chunk), from when its audio was there."""
+    from qwen3asr.encoder import TOKENS_PER_CHUNK
+    from qwen3asr_tools.board.accounting import Accounting, ChunkWork
+    from qwen3asr_tools.board.costs import unit_costs
+    from qwen3asr_tools.board.predict import predict
+
+    costs, w = unit_costs(soc), run["first_work"]
+    if w and w["preview"]:
+        rows = w["prompt_rows"] + int(TOKENS_PER_CHUNK * w["audio_s"]) + 1
+        ms = costs.graph_ms("merged", max(CHUNK_S, w["audio_s"])) + rows / costs.prefill_tok_s * 1000 \
+            + w["ids"] / costs.decode_tok_s * 1000 + costs.decoder_run_ms
+        return w["at_s"] + ms / 1000 - run["onset_s"]
+    c = stream_run["chunks"][0]
+    acc = Accounting(label="first", audio_seconds=stream_run["audio_s"], live=True, system_tokens=0, chunks=(
+        ChunkWork(start=c["start"], end=c["end"], ready=min(c["end"], stream_run["audio_s"]),
+                  graphs=(("merged", c["encoder_seconds"] / max(1, c["encoder_calls"])),) * c["encoder_calls"],
+                  prefill_tokens=c["prefill_tokens"], decode_tokens=c["decode_tokens"]),))
+    return min(c["end"], stream_run["audio_s"]) + predict(acc, costs).per_chunk[0].latency_s - run["onset_s"]
+
+
 def waits(engine, clips: Sequence[str], stream_tokens=None, final_tokens=None, oracle: Optional[dict] = None) -> dict:
     """Every clip in every mode: CPU waits measured, board waits predicted; per-mode medians."""
     from qwen3asr.audio import prepare_audio
@@ -182,15 +215,19 @@ def waits(engine, clips: Sequence[str], stream_tokens=None, final_tokens=None, o
         pcm = prepare_audio(os.path.join(REPO_ROOT, "audio", clip))
         per = {}
         for mode in MODES:
-            forced = oracle.get(clip) if (oracle and mode == "verified") else None
+            forced = oracle.get(clip) if (oracle and mode in ("verified", "previews")) else None
             per[mode] = live_run(engine, pcm, mode, stream_tokens, final_tokens.get(clip) if final_tokens else None,
                                  forced)
         for mode in MODES:
-            per[mode]["board"] = {soc: board_final(per[mode], per["stream"], mode, soc) for soc in ("rk3576", "rk3588")}
+            per[mode]["board"] = {soc: {**board_final(per[mode], per["stream"], mode, soc),
+                                        "first_text_s": board_first(per[mode], per["stream"], soc)}
+                                  for soc in ("rk3576", "rk3588")}
         rows.append({"clip": clip, **{m: {k: v for k, v in per[m].items() if k != "chunks"} for m in MODES}})
     med = {m: {"first_text_s": statistics.median(r[m]["first_text_s"] for r in rows),
                "final_s": statistics.median(r[m]["final_s"] for r in rows),
-               **{soc: statistics.median(r[m]["board"][soc]["final_s"] for r in rows) for soc in ("rk3576", "rk3588")}}
+               **{soc: statistics.median(r[m]["board"][soc]["final_s"] for r in rows) for soc in ("rk3576", "rk3588")},
+               **{f"{soc}_first": statistics.median(r[m]["board"][soc]["first_text_s"] for r in rows)
+                  for soc in ("rk3576", "rk3588")}}
            for m in MODES}
     return {"rows": rows, "median": med}
 
@@ -232,6 +269,9 @@ def print_report(name: str, w: dict, steps: Optional[dict]) -> None:
     print("| median | | | " + " | ".join(f"{m[x]['first_text_s']:.2f} / {m[x]['final_s']:.3f}" for x in MODES)
           + " | | " + " | ".join(f"{m['pass'][soc]:.2f} / {m['verified'][soc]:.2f}" for soc in ("rk3576", "rk3588"))
           + " |")
+    print("\nPredicted medians on the boards, first text / final (s): " + "; ".join(
+        f"{x}: " + ", ".join(f"{soc.upper()} {m[x][soc + '_first']:.2f} / {m[x][soc]:.2f}" for soc in ("rk3576", "rk3588"))
+        for x in MODES))
     print("\nFinal wait on the CPU, verified / pass (median of per-clip ratios): "
           f"{statistics.median(r['verified']['final_s'] / r['pass']['final_s'] for r in w['rows']):.2f}; "
           f"verified / stream: {statistics.median(r['verified']['final_s'] / r['stream']['final_s'] for r in w['rows']):.2f}")

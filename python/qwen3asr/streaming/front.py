@@ -35,11 +35,12 @@ class ChunkFront:
         self.ceiling = -math.inf if self.fixed is None else float(self.fixed)
 
     def prepare(self, audio, c0: int, c1: int, left_edge: int, right_edge: Optional[int] = None,
-                db: Optional[np.ndarray] = None) -> Chunk:
+                db: Optional[np.ndarray] = None, measure: bool = True) -> Chunk:
         """The chunk [c0, c1) of ``audio`` (a streaming.buffer.AudioBuffer) made ready to encode:
         its log-mel (the segment starts at sample ``left_edge``; ``right_edge``: it ends there, the
         chunk is its last) clamped at the ceiling so far, and its levels (``db``: its 10 ms frame
-        levels when already computed). Chunks are prepared in order."""
+        levels when already computed; ``measure`` False: none, the pause rules' state untouched, for
+        a preview). Chunks are prepared in order."""
         t0 = time.perf_counter()
         chunk = Chunk(c0, c1)
         b0 = audio.start
@@ -50,8 +51,9 @@ class ChunkFront:
             self.ceiling = max(self.ceiling, float(power.max()))
         chunk.mel = melmod.normalize_log_mel(power, self.ceiling)
         chunk.mel_ms = (time.perf_counter() - t0) * 1000
-        chunk.head_db, chunk.tail_db, chunk.speech_db = self.pauses.measure(
-            frame_db(audio(c0, c1)) if db is None else db)
+        if measure:
+            chunk.head_db, chunk.tail_db, chunk.speech_db = self.pauses.measure(
+                frame_db(audio(c0, c1)) if db is None else db)
         return chunk
 
     def encode(self, chunk: Chunk) -> None:

@@ -51,6 +51,7 @@ class StreamStats:
     fallback_tries: int = 0  # decoder runs made again with the fallback settings
     loops: int = 0  # decoder runs the loop guard stopped
     final_passes: int = 0  # finished pieces decoded again in one pass (TranscribeOptions.final_pass)
+    partials: int = 0  # previews of the open chunk (TranscribeOptions.partial_every), not in the sums above
 
     @property
     def encoded_fraction(self) -> float:

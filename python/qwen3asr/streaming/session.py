@@ -33,6 +33,7 @@ from .committed import CommittedText
 from .decode import decode_window
 from .final import FinalPasses
 from .front import ChunkFront
+from .partial import Partials
 from .pause import PauseDetector, frame_db
 from .results import StreamResult, StreamStats
 from .tally import StreamTally
@@ -88,6 +89,7 @@ class StreamSession:
         self._text = CommittedText(engine.tokenizer, on_text, bounded=bounded)
         self._pauses = PauseDetector(o.pause_db, o.chunk_size)
         self._front = ChunkFront(engine, self._pauses, mel_ceiling)  # log-mel and encoder of each chunk
+        self._partials = Partials(engine, o, self._front, work, self._prefix_len)  # previews of the open chunk
         self._audio = AudioBuffer()
         self._tally = StreamTally()
         self.reset()
@@ -111,6 +113,7 @@ class StreamSession:
         self._pauses.reset()
         self._tally.reset()
         self._front.reset()
+        self._partials.reset()
         self._language: Optional[str] = self.options.language
         self._finished = False
         self._check = PcmChecker("feed_audio")  # one clipping warning per stream
@@ -129,6 +132,9 @@ class StreamSession:
         if self._vad is not None:
             self._vad_events(self._vad.process, pcm)
         self._cut(final_end=None)
+        if self._seg_start is not None and not self._tally.full(self.options.max_chunks):  # a preview, maybe
+            self._tally.partials += self._partials.maybe(self._window, self._audio, self._next,
+                                                         self._audio.pos - LOOKAHEAD, self._seg_start, self._tally.decoded)
         self._trim()
         self._text.trim()
         return self.result()
@@ -148,7 +154,7 @@ class StreamSession:
 
     def result(self) -> StreamResult:
         t, tally = self._text, self._tally
-        return StreamResult(committed=t.text, tail=t.tail_text(self._window.tail_ids()), language=self._language,
+        return StreamResult(committed=t.text, tail=t.tail_text(self._window.tail_ids() if self._partials.ids is None else self._partials.ids), language=self._language,
                             segments=tuple(t.segments), stats=self.stats(), chunks=tuple(tally.chunks),
                             finished=self._finished, truncated=tally.truncated, token_ids=tuple(t.ids),
                             final_segments=len(t.segments) if not self._finals.on else t.final_segments,
@@ -171,7 +177,7 @@ class StreamSession:
     def _trim(self) -> None:
         """Drop the audio no chunk, alignment or final pass can still need."""
         pos = self._audio.pos
-        if self._seg_start is not None and not self._full():
+        if self._seg_start is not None and not self._tally.full(self.options.max_chunks):
             keep = max(self._seg_start, self._next - LEFT_CONTEXT)
         else:
             keep = pos - int(PREROLL_SECONDS * SAMPLE_RATE)
@@ -213,7 +219,7 @@ class StreamSession:
         else:
             limit = self._vad.samples_seen // WINDOW_SAMPLES * WINDOW_SAMPLES - self._vad.end_delay
         ready = []
-        while self._next + size + LOOKAHEAD <= limit and self._room():
+        while self._next + size + LOOKAHEAD <= limit and self._tally.room(self.options.max_chunks):
             db = frame_db(self._audio(self._next, self._next + size))
             end = self._next + self._pauses.cut(db) * HOP
             ready.append(self._prepare(self._next, end, db=db[:(end - self._next) // HOP]))
@@ -226,8 +232,9 @@ class StreamSession:
         committed (``on_text`` never sends a guess the final text revises): the one-pass text
         replaces them, so the time after a stop is one pass, not a chunk and a pass."""
         final = self._finals.audio(end, self._audio)
+        self._partials.drop(end)
         n = (end - self._next) // HOP * HOP
-        if n > 0 and final is None and self._room():
+        if n > 0 and final is None and self._tally.room(self.options.max_chunks):
             self._run([self._prepare(self._next, self._next + n, right_edge=end)])
         self._next = end
         draft = None
@@ -288,17 +295,6 @@ class StreamSession:
                 self._language = language
         self._finals.open(end)
 
-    def _full(self) -> bool:
-        """True once max_chunks chunks are cut: no more audio is decoded."""
-        return self.options.max_chunks is not None and self._tally.cut >= self.options.max_chunks
-
-    def _room(self) -> bool:
-        """Whether a chunk that is ready may be decoded; if not, its audio is dropped (truncated)."""
-        if self._full():
-            self._tally.truncated = True
-            return False
-        return True
-
     def _prepare(self, c0: int, c1: int, db: Optional[np.ndarray] = None, right_edge: Optional[int] = None) -> Chunk:
         """The chunk [c0, c1) of the open segment made ready to encode (ChunkFront.prepare)."""
         self._tally.cut += 1
@@ -329,6 +325,7 @@ class StreamSession:
     def _decode(self, chunk: Chunk) -> None:
         """Put the encoded chunk in the window and decode the window."""
         window = self._window
+        self._partials.drop(chunk.end)
         self._tally.encoded += chunk.end - chunk.start
         self._commit(window.append(chunk))
         if len(window) >= 2:

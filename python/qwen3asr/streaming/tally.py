@@ -25,6 +25,7 @@ class StreamTally:
         self.decoded = 0  # chunks decoded
         self.cut = 0  # chunks cut so far (decoded or about to be)
         self.final_passes = 0  # finished pieces decoded again in one pass
+        self.partials = 0  # previews of the open chunk (streaming.partial)
         self.encoded = 0  # samples encoded
         self.vad_ms = 0.0  # time in the VAD model
         self.worst: Optional[str] = None  # the worst finish reason of any chunk (FINISH_RANK), the first of equals
@@ -42,10 +43,22 @@ class StreamTally:
         for k in SUMMED:
             self._totals[k] += getattr(st, k)
 
+    def full(self, max_chunks: Optional[int]) -> bool:
+        """True once ``max_chunks`` chunks are cut: no more audio is decoded."""
+        return max_chunks is not None and self.cut >= max_chunks
+
+    def room(self, max_chunks: Optional[int]) -> bool:
+        """Whether a chunk that is ready may be decoded; if not, its audio is dropped (truncated)."""
+        if self.full(max_chunks):
+            self.truncated = True
+            return False
+        return True
+
     def stats(self, received: int) -> StreamStats:
         """The totals after ``received`` samples of 16 kHz audio."""
         return StreamStats(audio_seconds=received / SAMPLE_RATE, encoded_seconds=self.encoded / SAMPLE_RATE,
-                           vad_ms=self.vad_ms, chunks=self.decoded, final_passes=self.final_passes, **self._totals)
+                           vad_ms=self.vad_ms, chunks=self.decoded, final_passes=self.final_passes,
+                           partials=self.partials, **self._totals)
 
     def footprint(self) -> int:
         """Bytes held by the chunk history."""

@@ -14,6 +14,7 @@ below are those of docs/streaming.md "Algorithm", which also holds their measure
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import math
 import sys
@@ -79,6 +80,14 @@ class DecoderWindow:
         self._asr_text = tokenizer.asr_text
         self.chunks: collections.deque = collections.deque()
         self.new_segment()
+
+    def fork(self) -> "DecoderWindow":
+        """A copy whose runs leave this window as it is (a partial decode's): the chunks copied
+        with their own token lists, the embeddings shared (never written)."""
+        other = copy.copy(self)
+        other.chunks = collections.deque(dataclasses.replace(c, tokens=list(c.tokens)) for c in self.chunks)
+        other.header = list(self.header)
+        return other
 
     def footprint(self) -> int:
         """Bytes held by the window's chunks (their mel or embeddings, their tokens)."""

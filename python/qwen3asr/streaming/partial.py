@@ -1,0 +1,60 @@
+"""Partial decodes: previews of the open chunk, so first words show before a chunk is complete.
+
+With ``TranscribeOptions.partial_every`` = P seconds, once P seconds of new audio are in the open
+chunk (and every P seconds after), the stream encodes the open chunk as it is so far and decodes a
+copy of the window with it as the newest chunk (``DecoderWindow.fork``): the result's unstable
+tail shows that text until the next preview, or the chunk's own decode, replaces it. Nothing is
+committed from a preview and the stream's state is left as it was, so the committed text is the
+same with or without previews; they cost one encoder call and one decoder run each.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..audio import SAMPLE_RATE
+from ..mel import HOP_LENGTH as HOP
+from ..options import TranscribeOptions
+from ..work import Work
+from .decode import decode_window
+from .front import ChunkFront
+from .window import DecoderWindow
+
+
+class Partials:
+    """The previews of one stream: when to make one, and the ids of the latest."""
+
+    def __init__(self, engine, options: TranscribeOptions, front: ChunkFront, work: Work, prefix_len: int):
+        self.engine, self.options, self.front, self.work, self.prefix_len = engine, options, front, work, prefix_len
+        self.every = None if options.partial_every is None else int(options.partial_every * SAMPLE_RATE)
+        self.reset()
+
+    def reset(self) -> None:
+        self.ids: Optional[List[int]] = None  # the window's tail ids as the latest preview decoded them
+        self.upto = 0  # the sample the latest preview (or chunk) reached
+        self.count = 0  # previews made
+
+    def drop(self, upto: int) -> None:
+        """The window changed (a chunk decoded, a segment closed): no preview until ``every`` more
+        samples after ``upto``."""
+        self.ids, self.upto = None, upto
+
+    def maybe(self, window: DecoderWindow, audio, start: int, limit: int, left_edge: int, run: int) -> bool:
+        """Make a preview of the open chunk [start, limit) of ``audio`` (a streaming.buffer.AudioBuffer)
+        when it is on and ``every`` samples came since the last one; ``left_edge``: the segment's
+        start; ``run``: the stream's decoder runs so far. True when one was made."""
+        if self.every is None or limit - start < self.every or limit - self.upto < self.every:
+            return False
+        with self.work.unit():
+            end = limit - (limit - start) % HOP  # whole 10 ms frames, their look-ahead there
+            chunk = self.front.prepare(audio, start, end, left_edge, None, measure=False)
+            self.front.encode(chunk)
+            fork = window.fork()
+            fork.append(chunk)
+            decode_window(self.engine, fork, chunk, self.options, prefix_len=self.prefix_len, run=run, work=self.work)
+        self.ids, self.upto = fork.tail_ids(), limit
+        self.count += 1
+        return True
+
+
+__all__ = ["Partials"]
