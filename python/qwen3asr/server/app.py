@@ -1,4 +1,4 @@
-"""The ASGI application: OpenAI-compatible HTTP, the live WebSocket, the page, /health."""
+"""The ASGI application: OpenAI-compatible HTTP, the live WebSocket, the page, /health, /metrics."""
 
 from __future__ import annotations
 
@@ -57,6 +57,14 @@ async def health(request: Request) -> Response:
                          "cancelled": s.cancelled, "units": s.units, "max_clients": rt.scheduler.max_clients})
 
 
+async def metrics(request: Request) -> Response:
+    rt: Runtime = request.app.state.runtime
+    if rt.settings.metrics_auth:
+        rt.check_key(request.headers.get("authorization"))
+    body, content_type = rt.metrics.render()
+    return Response(body, media_type=content_type.split(";")[0], headers={"Content-Type": content_type})
+
+
 async def index(request: Request) -> Response:
     return FileResponse(os.path.join(STATIC_DIR, "index.html"), media_type="text/html")
 
@@ -88,6 +96,7 @@ def create_app(engine, scheduler: Scheduler, settings: ServerSettings = ServerSe
             Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
             WebSocketRoute("/v1/stream", live_stream),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
