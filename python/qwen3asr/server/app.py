@@ -1,4 +1,5 @@
-"""The ASGI application: OpenAI-compatible HTTP, the live WebSocket, the page, /health, /metrics."""
+"""The ASGI application: OpenAI-compatible HTTP, the live WebSocket, Realtime transcription
+sessions, the page, /health and /metrics."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from .errors import ApiError
 from .live import live_stream
 from .openai_api import models, transcriptions
+from .realtime import realtime_endpoint
 from .runtime import Runtime
 from .scheduler import Scheduler
 from .settings import ServerSettings
@@ -99,6 +101,7 @@ def create_app(engine, scheduler: Scheduler, settings: ServerSettings = ServerSe
             Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
             WebSocketRoute("/v1/stream", live_stream),
+            WebSocketRoute("/v1/realtime", realtime_endpoint),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
         ],
         exception_handlers={ApiError: _api_error, 404: _http_error, 405: _http_error, Exception: _internal_error},
