@@ -1,5 +1,5 @@
-"""The ASGI application: OpenAI-compatible HTTP, the live WebSocket, Realtime transcription
-sessions, the page, /health and /metrics."""
+"""The ASGI application: OpenAI-compatible HTTP (transcriptions, alignments), the live WebSocket,
+Realtime transcription sessions, the page, /health and /metrics."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
+from .alignments import alignments
 from .errors import ApiError
 from .live import live_stream
 from .openai_api import models, transcriptions
@@ -100,6 +101,7 @@ def create_app(engine, scheduler: Scheduler, settings: ServerSettings = ServerSe
             Route("/v1/models", models, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+            Route("/v1/audio/alignments", alignments, methods=["POST"]),
             WebSocketRoute("/v1/stream", live_stream),
             WebSocketRoute("/v1/realtime", realtime_endpoint),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
