@@ -47,6 +47,9 @@ class Runtime:
                                                               thread_name_prefix="qwen3asr-worker")
         self.live: set = set()  # live connections (live.py, realtime) to finish on shutdown
         self.metrics = Metrics(self)
+        # Silero VAD models no session uses now (realtime server_vad): reused, because loading one
+        # per connection grows the process (ONNX Runtime sessions made and freed on many threads)
+        self.idle_vad_models: list = []
         scheduler.observer = self.metrics.observe_turn
         self._loaded: Optional[asyncio.Event] = None
         self._closed = False

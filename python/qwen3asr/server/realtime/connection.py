@@ -109,8 +109,11 @@ class RealtimeConnection:
         from ...vad import SileroVAD, VADStream
 
         if self.silero is None:
-            self.silero = SileroVAD()
-        return VADStream(options, model=self.silero)
+            try:
+                self.silero = self.rt.idle_vad_models.pop()
+            except IndexError:
+                self.silero = SileroVAD()
+        return VADStream(options, model=self.silero)  # (resets the model's state)
 
 
 def _offered_key(ws: WebSocket) -> tuple[Optional[str], Optional[str]]:
@@ -155,6 +158,8 @@ async def realtime_endpoint(ws: WebSocket) -> None:
             conn.client.close()
         rt.metrics.request(SURFACE, outcome, code)
         rt.live.discard(conn)
+        if conn.silero is not None:
+            rt.idle_vad_models.append(conn.silero)
         conn.done.set()
 
 

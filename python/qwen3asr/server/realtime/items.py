@@ -82,16 +82,20 @@ class InputBuffer:
         self.vad = None
         self.vad_origin = 0  # absolute sample of the VAD stream's sample 0
         self.config = config
-        self.configure(config)
 
     # ---------------------------------------------------------------- settings
     def configure(self, config: RealtimeConfig) -> None:
         """New settings: the next item uses them; a turn detection change restarts the VAD."""
         old = self.config
         self.config = config
-        if self.vad is None or config.turn_detection != old.turn_detection:
-            self.vad = self.vad_factory(config.turn_detection.vad_options()) if config.turn_detection else None
-            self.vad_origin = self.total
+        if config.turn_detection != old.turn_detection:
+            self._restart_vad()
+
+    def _restart_vad(self) -> None:
+        """The VAD starts afresh at the next audio (its model loads only once audio comes, so a
+        session that turns detection off first never loads it)."""
+        self.vad = None
+        self.vad_origin = self.total
 
     @property
     def lookahead(self) -> int:
@@ -118,6 +122,9 @@ class InputBuffer:
     def append(self, pcm: np.ndarray) -> List[dict]:
         events: List[dict] = []
         self.hold = np.concatenate([self.hold, pcm]) if self.hold.size else pcm
+        if self.vad is None and self.config.turn_detection is not None:
+            self.vad = self.vad_factory(self.config.turn_detection.vad_options())
+            self.vad_origin = self.total
         self.total += pcm.shape[0]
         if self.vad is not None:
             for ev in self.vad.process(pcm):
@@ -153,9 +160,7 @@ class InputBuffer:
         events: List[dict] = []
         self._feed(self.total, events)
         events.extend(self._commit(self.total))
-        if self.vad is not None:  # speech that goes on makes a new item
-            self.vad = self.vad_factory(self.config.turn_detection.vad_options())
-            self.vad_origin = self.total
+        self._restart_vad()  # speech that goes on makes a new item
         return events
 
     def clear(self) -> List[dict]:
@@ -164,9 +169,7 @@ class InputBuffer:
         self.upcoming_id = new_id("item")
         self.buffer_start = self.hold_start = self.total
         self.hold = np.zeros(0, np.float32)
-        if self.vad is not None:
-            self.vad = self.vad_factory(self.config.turn_detection.vad_options())
-            self.vad_origin = self.total
+        self._restart_vad()
         return [{"type": "input_audio_buffer.cleared"}]
 
     def finish(self) -> List[dict]:
