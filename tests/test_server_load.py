@@ -1,7 +1,8 @@
 """Load: 32 concurrent real clients for two minutes against one server process, mixing file
-uploads (openai client), live WebSocket streams (real-time pace) and Wyoming utterances. No
+uploads (openai client), live WebSocket streams (real-time pace), Realtime transcription
+sessions (the openai SDK's realtime client, real-time pace) and Wyoming utterances. No
 request is lost or answered with another's text (each equals its single-client result),
-rejections are only clean 503s / close 1013 / Wyoming busy errors, live chunk latency p50/p95
+rejections are only clean 503s / close 1013 / busy errors, live chunk latency p50/p95
 are reported, and the server's RSS stays flat.
 
 The client kinds come from qwen3asr_tools.bench_server (scripts/bench_server.py); another kind
@@ -11,6 +12,7 @@ Set QWEN3ASR_LOAD_SECONDS to shorten a local run (CI runs the full 120 s)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import threading
@@ -24,7 +26,8 @@ pytest.importorskip("openai", reason="the openai client is needed (the dev extra
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 pytest.importorskip("wyoming", reason="the server extra is needed (pip install '.[server]')")
 
-from qwen3asr_tools.bench_server import CLIPS, LiveKind, UploadKind, WyomingKind, run_load, summarize  # noqa: E402
+from qwen3asr_tools.bench_server import (CLIPS, FRAME_SECONDS, LiveKind, Outcome, UploadKind, WyomingKind,  # noqa: E402
+                                         load_clip, run_load, summarize)
 from server_proc import ROOT, ServerProcess, free_port  # noqa: E402
 
 pytestmark = [pytest.mark.load, pytest.mark.slow]
@@ -39,9 +42,60 @@ RSS_GROWTH = 0.10  # last-quarter mean RSS within this of the first-quarter mean
 WYOMING_PORT = free_port()
 
 
+class RealtimeKind:
+    """One Realtime transcription session (the openai SDK): a clip appended in 100 ms pieces at
+    real-time pace, committed, its completed transcript awaited."""
+
+    name = "realtime"
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+
+    async def run(self, clip: str) -> Outcome:
+        import openai
+
+        pcm, sr = load_clip(clip)
+        n = int(sr * FRAME_SECONDS)
+        client = openai.AsyncOpenAI(base_url=self.base_url + "/v1", api_key="none", max_retries=0)
+        try:
+            async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+                first = (await conn.recv()).to_dict()
+                if first["type"] == "error":
+                    code = first["error"]["code"]
+                    return Outcome(self.name, clip, "rejected" if code == "server_busy" else "error",
+                                   detail=f"{code}: {first['error']['message']}")
+                await conn.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+                    "format": {"type": "audio/pcm", "rate": sr}, "turn_detection": None,
+                    "transcription": {"delay": "low"}}}}})
+                t0 = time.perf_counter()
+                for k, i in enumerate(range(0, len(pcm), n)):
+                    await asyncio.sleep(max(0.0, t0 + k * FRAME_SECONDS - time.perf_counter()))
+                    await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + n].tobytes()).decode())
+                await conn.input_audio_buffer.commit()
+                stop = time.perf_counter()
+                deltas = []
+
+                async def read():
+                    async for ev in conn:
+                        if ev.type == "conversation.item.input_audio_transcription.delta":
+                            deltas.append(ev.delta)
+                        elif ev.type == "conversation.item.input_audio_transcription.completed":
+                            return ev.transcript
+                        elif ev.type == "error":
+                            raise RuntimeError(f"{ev.error.code}: {ev.error.message}")
+
+                text = await asyncio.wait_for(read(), 300)
+                if text is None or "".join(deltas) != text:
+                    return Outcome(self.name, clip, "error", detail=f"deltas {deltas!r} vs completed {text!r}")
+                return Outcome(self.name, clip, "ok", text, len(pcm) / sr, ((time.perf_counter() - stop) * 1000,))
+        except Exception as exc:  # a lost request: reported, never hidden
+            return Outcome(self.name, clip, "error", detail=f"{type(exc).__name__}: {exc}")
+
+
 def _kinds(url: str) -> list:
-    # live captions, file uploads and Wyoming utterances (as Home Assistant sends them)
-    return [LiveKind(url, chunk_size=1.0), UploadKind(url), WyomingKind("127.0.0.1", WYOMING_PORT)]
+    # live captions, file uploads, Realtime sessions and Wyoming utterances (as Home Assistant sends them)
+    return [LiveKind(url, chunk_size=1.0), UploadKind(url), RealtimeKind(url),
+            WyomingKind("127.0.0.1", WYOMING_PORT)]
 
 
 def _server_args() -> list:

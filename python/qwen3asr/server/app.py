@@ -1,4 +1,5 @@
-"""The ASGI application: OpenAI-compatible HTTP, the live WebSocket, the page, /health."""
+"""The ASGI application: OpenAI-compatible HTTP (transcriptions, alignments), the live WebSocket,
+Realtime transcription sessions, the page, /health and /metrics."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
+from .alignments import alignments
 from .errors import ApiError
 from .live import live_stream
 from .openai_api import models, transcriptions
+from .realtime import realtime_endpoint
 from .runtime import Runtime
 from .scheduler import Scheduler
 from .settings import ServerSettings
@@ -57,6 +60,14 @@ async def health(request: Request) -> Response:
                          "cancelled": s.cancelled, "units": s.units, "max_clients": rt.scheduler.max_clients})
 
 
+async def metrics(request: Request) -> Response:
+    rt: Runtime = request.app.state.runtime
+    if rt.settings.metrics_auth:
+        rt.check_key(request.headers.get("authorization"))
+    body, content_type = rt.metrics.render()
+    return Response(body, media_type=content_type.split(";")[0], headers={"Content-Type": content_type})
+
+
 async def index(request: Request) -> Response:
     return FileResponse(os.path.join(STATIC_DIR, "index.html"), media_type="text/html")
 
@@ -88,8 +99,11 @@ def create_app(engine, scheduler: Scheduler, settings: ServerSettings = ServerSe
             Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+            Route("/v1/audio/alignments", alignments, methods=["POST"]),
             WebSocketRoute("/v1/stream", live_stream),
+            WebSocketRoute("/v1/realtime", realtime_endpoint),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
         ],
         exception_handlers={ApiError: _api_error, 404: _http_error, 405: _http_error, Exception: _internal_error},

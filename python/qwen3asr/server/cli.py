@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "is served, so clients with a fixed name such as whisper-1 work")
     ap.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: "
                     "$QWEN3ASR_API_KEY; none: open)")
+    ap.add_argument("--metrics-auth", action="store_true",
+                    help="/metrics needs the API key too (default: open to scrapers)")
     ap.add_argument("--max-upload-mb", type=float_arg, default=100.0, help="largest upload (default %(default)s MB)")
     ap.add_argument("--max-audio-seconds", type=float_arg, default=3600.0,
                     help="longest uploaded audio (default %(default)s s)")
@@ -165,7 +167,8 @@ def main(argv=None) -> int:
         settings = ServerSettings(api_key=args.api_key or os.environ.get("QWEN3ASR_API_KEY") or None,
                                   model_name=args.model_name or DEFAULT_MODEL_NAME,
                                   max_upload_mb=args.max_upload_mb, max_audio_seconds=args.max_audio_seconds,
-                                  grace_seconds=args.grace_seconds, strict_model=args.strict_model)
+                                  grace_seconds=args.grace_seconds, strict_model=args.strict_model,
+                                  metrics_auth=args.metrics_auth)
         scheduler = Scheduler(args.max_clients)
         backend_options_from_args(args)  # the engine flags, before the server starts and the model loads
         if args.wyoming:

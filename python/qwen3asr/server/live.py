@@ -64,6 +64,7 @@ MAX_PENDING_SECONDS = 60.0
 # A message the client does not take within this time (its connection's buffers full: it stopped
 # reading) closes the connection with 1008 "slow_client"; the other connections are not held up.
 SEND_TIMEOUT = 10.0
+SURFACE = "stream"  # the metrics' name of this endpoint
 
 # Close codes (RFC 6455 and the IANA registry)
 CLOSE_NORMAL = 1000
@@ -180,6 +181,10 @@ class LiveStream:
         self.segments_sent = 0  # finished segments sent as "segment" messages
         self.words = False
         self.segment_messages = False  # with words or final passes
+        self.outcome, self.code = "cancelled", None  # the metrics' outcome (until the final message)
+        self.first_audio: Optional[float] = None  # perf_counter of the first audio, of the stop
+        self.stop_at: Optional[float] = None
+        self.first_text = False
 
     def request_finish(self, reason: str) -> None:
         """Finish this stream as if the client had sent stop (shutdown)."""
@@ -209,6 +214,8 @@ async def live_stream(ws: WebSocket) -> None:
     rt = ws.app.state.runtime
     stream = LiveStream(ws, rt)
     await ws.accept()
+    gauge = rt.metrics.streams(SURFACE)
+    gauge.inc()
     try:
         await _serve(stream)
         if ws.application_state == WebSocketState.CONNECTED and ws.client_state == WebSocketState.CONNECTED:
@@ -216,12 +223,17 @@ async def live_stream(ws: WebSocket) -> None:
             await stream.fail(LiveProtocolError(CLOSE_GOING_AWAY, "stream_ended", "the stream was ended by the server"))
     except LiveProtocolError as err:
         logger.info("live stream refused: %s", err.message)
+        stream.outcome = "refused" if err.close_code in (CLOSE_TRY_LATER, CLOSE_GOING_AWAY) else \
+            ("error" if err.close_code == CLOSE_INTERNAL else "client_error")
+        stream.code = err.code
         await stream.fail(err)
     except WebSocketDisconnect:
         pass
     except RuntimeError as exc:  # a send after the client vanished
         logger.info("live stream ended: %s", exc)
     finally:
+        gauge.dec()
+        rt.metrics.request(SURFACE, stream.outcome, stream.code)
         if stream.client is not None:
             stream.client.cancel()  # no-op when finished; stops work of a vanished client
             stream.client.close()
@@ -292,6 +304,8 @@ async def _receive(stream: LiveStream, audio: PcmConverter) -> None:
                     stream.room.clear()
                     await stream.room.wait()
                 stream.pending += pcm.shape[0]
+                if stream.first_audio is None:
+                    stream.first_audio = time.perf_counter()
                 stream.queue.put_nowait((pcm, audio.frames_in / audio.fmt.rate))
                 continue
             m = _json(msg.get("text") or "")
@@ -299,6 +313,7 @@ async def _receive(stream: LiveStream, audio: PcmConverter) -> None:
                 raise LiveProtocolError(CLOSE_UNSUPPORTED, "unknown_message",
                                         f"unknown message type {m.get('type')!r}; after start send binary audio "
                                         f"or {{\"type\": \"stop\"}}")
+            stream.stop_at = time.perf_counter()
             stream.queue.put_nowait(_STOP)
             stopped = True
     except asyncio.CancelledError:
@@ -356,6 +371,9 @@ async def _decode(stream: LiveStream, session, audio: PcmConverter, pieces: list
                            "audio_seconds": round(result.stats.audio_seconds, 3),
                            "segments": [_segment(s, stream.words) for s in result.segments],
                            **({"reason": stream.finish_reason} if stream.finish_reason else {})})
+        stream.outcome = "ok"
+        rt.metrics.audio(SURFACE, result.stats.audio_seconds, stream.client.busy_ms / 1000)
+        rt.metrics.final_latency.labels(SURFACE).observe(time.perf_counter() - (stream.stop_at or time.perf_counter()))
         await stream.ws.close(CLOSE_GOING_AWAY if stream.finish_reason else CLOSE_NORMAL)
         return
 
@@ -372,6 +390,9 @@ async def _send_update(stream: LiveStream, result, pieces: list, received: float
     if not pieces and result.stats.chunks == stream.chunks_sent:
         return
     stream.chunks_sent = result.stats.chunks
+    if not stream.first_text and (pieces or result.tail) and stream.first_audio is not None:
+        stream.first_text = True
+        stream.rt.metrics.first_text.labels(SURFACE).observe(time.perf_counter() - stream.first_audio)
     for p in pieces:
         await stream.send({"type": "committed", "text": p})
     pieces.clear()

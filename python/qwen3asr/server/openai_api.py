@@ -26,10 +26,13 @@ from ..results import Transcription
 from ..work import Cancelled
 from .errors import ApiError
 from .jobs import decode_upload, transcribe_file
+from .metrics import outcome_of
 from .scheduler import BULK
 from .settings import MAX_CONTEXT_CHARS
 
 logger = logging.getLogger(__name__)
+
+SURFACE = "transcriptions"  # the metrics' name of this endpoint
 
 # An upload stays in the file the multipart parser spooled it to (in memory up to 1 MiB, on disk
 # beyond) and is decoded from there in 10 s blocks: a request never holds its upload or its audio
@@ -85,7 +88,11 @@ def _too_large(limit_mb: float) -> ApiError:
                          f"shorter or compressed file (FLAC, OGG)", code="file_too_large", param="file")
 
 
-async def _read_form(request: Request, rt) -> TranscriptionRequest:
+async def _read_form(request: Request, rt, parse=None):
+    """The multipart form of an upload, limited to the server's upload size, parsed by ``parse``
+    (async (form, rt) -> request; default: a transcription's fields); the parsed request owns the
+    upload's file (it closes it)."""
+    parse = parse or _fields
     settings = rt.settings
     ctype = request.headers.get("content-type", "")
     if not ctype.lower().startswith("multipart/form-data"):
@@ -104,7 +111,7 @@ async def _read_form(request: Request, rt) -> TranscriptionRequest:
         raise ApiError(400, f"malformed multipart/form-data body ({reason}); send the audio as field 'file'",
                        code="invalid_multipart") from None
     try:
-        return await _fields(form, rt)  # the request owns the upload's file from here (it closes it)
+        return await parse(form, rt)  # the request owns the upload's file from here (it closes it)
     except BaseException:
         await form.close()
         raise
@@ -299,12 +306,15 @@ async def _stream_events(rt, client, req: TranscriptionRequest, audio):
             queue.put_nowait(("error", exc))
 
     job = asyncio.ensure_future(run())
+    outcome, code = "cancelled", None  # until an answer was sent
     try:
         while True:
             kind, value = await queue.get()
             if kind == "delta":
                 yield _sse({"type": "transcript.text.delta", "delta": value})
             elif kind == "done":
+                outcome = "ok"
+                rt.metrics.audio(SURFACE, audio.n_samples / SAMPLE_RATE, client.busy_ms / 1000)
                 yield _sse({"type": "transcript.text.done", "text": value.text,
                             "usage": {"type": "duration", "seconds": round(audio.n_samples / SAMPLE_RATE, 3)}})
                 yield _sse("[DONE]")
@@ -317,10 +327,12 @@ async def _stream_events(rt, client, req: TranscriptionRequest, audio):
                 else:
                     err = ApiError(500, f"transcription failed: {value}", code="internal_error")
                     logger.error("streamed transcription failed", exc_info=value)
+                outcome, code = outcome_of(err.status), err.code
                 yield _sse({"type": "error", **err.body()})
                 yield _sse("[DONE]")
                 return
     finally:  # also when the client disconnected (the generator is closed or cancelled)
+        rt.metrics.request(SURFACE, outcome, code)
         if not job.done():
             logger.info("client %s left during a streamed transcription; cancelling it", client.name)
             client.cancel()
@@ -335,6 +347,20 @@ async def _stream_events(rt, client, req: TranscriptionRequest, audio):
 
 async def transcriptions(request: Request) -> Response:
     rt = request.app.state.runtime
+    try:
+        response = await _transcriptions(request, rt)
+    except ApiError as err:
+        rt.metrics.request(SURFACE, outcome_of(err.status), err.code)
+        raise
+    except BaseException:
+        rt.metrics.request(SURFACE, "error", "internal_error")
+        raise
+    if not isinstance(response, StreamingResponse):  # a stream counts itself when it ends
+        rt.metrics.request(SURFACE, outcome_of(response.status_code))
+    return response
+
+
+async def _transcriptions(request: Request, rt) -> Response:
     rt.check_key(request.headers.get("authorization"))
     engine = rt.ready_engine()
     client = rt.admit(f"http:{request.client.host if request.client else '?'}:{time.monotonic_ns()}", BULK)
@@ -355,6 +381,7 @@ async def transcriptions(request: Request) -> Response:
             raise rt.shutting_down() from None
         if result is None:
             return Response(status_code=499)  # nobody is listening any more
+        rt.metrics.audio(SURFACE, duration, client.busy_ms / 1000)
         return format_result(engine, result, req, duration)
     finally:
         if not handed_over:

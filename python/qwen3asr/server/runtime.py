@@ -12,6 +12,7 @@ import logging
 from typing import Callable, Optional
 
 from .errors import ApiError
+from .metrics import Metrics
 from .scheduler import QueueFull, Scheduler, SchedulerClosed
 from .settings import ServerSettings
 
@@ -44,7 +45,12 @@ class Runtime:
         # Every admitted client may hold a thread while it waits for its turn on the decoder.
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=scheduler.max_clients + EXTRA_THREADS,
                                                               thread_name_prefix="qwen3asr-worker")
-        self.live: set = set()  # LiveStream objects (live.py) to finish on shutdown
+        self.live: set = set()  # live connections (live.py, realtime) to finish on shutdown
+        self.metrics = Metrics(self)
+        # Silero VAD models no session uses now (realtime server_vad): reused, because loading one
+        # per connection grows the process (ONNX Runtime sessions made and freed on many threads)
+        self.idle_vad_models: list = []
+        scheduler.observer = self.metrics.observe_turn
         self._loaded: Optional[asyncio.Event] = None
         self._closed = False
 

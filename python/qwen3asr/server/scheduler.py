@@ -73,6 +73,7 @@ class Client:
         self.last_served = float("-inf")  # perf_counter() when its last unit ended (never: first)
         self.units = 0  # units run
         self.wait_ms = 0.0  # total time spent waiting for turns
+        self.busy_ms = 0.0  # total time its units held the turn
         self._scheduler = scheduler
         self._cancel = threading.Event()
         self._closed = False
@@ -112,6 +113,9 @@ class Scheduler:
 
     Args:
       max_clients: requests admitted at once (running or waiting); more raise QueueFull.
+
+    ``observer``, when set, is called as observer(kind, wait_seconds) after each turn was granted
+    (the server's metrics), outside the scheduler's lock.
     """
 
     def __init__(self, max_clients: int = 64):
@@ -127,6 +131,7 @@ class Scheduler:
         self._closed = False
         self._admitted = self._rejected = self._cancelled = self._units = 0
         self._busy_ms = 0.0
+        self.observer = None
 
     # ---------------------------------------------------------------- admission
     def admit(self, name: str = "", kind: str = BULK) -> Client:
@@ -216,6 +221,8 @@ class Scheduler:
             self._holder = client
         start = time.perf_counter()
         client.wait_ms += (start - t0) * 1000
+        if self.observer is not None:
+            self.observer(client.kind, start - t0)
         try:
             yield
         finally:
@@ -224,6 +231,7 @@ class Scheduler:
                 self._holder = None
                 client.last_served = end
                 client.units += 1
+                client.busy_ms += (end - start) * 1000
                 self._units += 1
                 self._busy_ms += (end - start) * 1000
                 self._cond.notify_all()

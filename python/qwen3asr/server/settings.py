@@ -37,6 +37,7 @@ class ServerSettings:
     max_audio_seconds: float = 3600.0  # longest audio of an upload (s); live streams have no limit
     grace_seconds: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish (s)
     retry_after: int = 1  # seconds a client told "busy" (503) should wait
+    metrics_auth: bool = False  # /metrics needs the API key too (default: open, as scrapers expect)
 
     def __post_init__(self):
         if self.api_key is not None and not (isinstance(self.api_key, str) and self.api_key.strip()):
@@ -45,6 +46,7 @@ class ServerSettings:
             raise ValueError("model_name must be a non-empty string")
         problems = [p for p in (
             checks.flag("strict_model", self.strict_model),
+            checks.flag("metrics_auth", self.metrics_auth),
             checks.number("max_upload_mb", self.max_upload_mb, 0, MAX_UPLOAD_MB, low_open=True),
             checks.number("max_audio_seconds", self.max_audio_seconds, 0, MAX_AUDIO_SECONDS, low_open=True),
             checks.number("grace_seconds", self.grace_seconds, 0, MAX_GRACE_SECONDS),

@@ -1,0 +1,113 @@
+"""POST /v1/audio/alignments with a plain HTTP client (http.client) against real server
+processes: the words equal engine.align on the same input; the limits and errors of the
+transcription endpoint; 400s naming the problem without an aligner or for a language it lacks."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
+
+from server_proc import AUDIO, MODEL, ServerProcess, multipart  # noqa: E402
+
+KEY = "k-align"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = str(tmp_path_factory.mktemp("align") / "server.log")
+    with ServerProcess("--api-key", KEY, "--max-upload-mb", "1", log_path=log) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from qwen3asr import Qwen3ASREngine
+
+    e = Qwen3ASREngine(MODEL, backend="onnx", threads=1)
+    yield e
+    e.close()
+
+
+def _post(url: str, fields: dict, files: dict, key=KEY, path="/v1/audio/alignments"):
+    body, ctype = multipart(fields, files)
+    host, port = url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    headers = {"Content-Type": ctype}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    conn.request("POST", path, body=body, headers=headers)
+    r = conn.getresponse()
+    data = json.loads(r.read())
+    conn.close()
+    return r.status, data
+
+
+def _wav(name: str) -> bytes:
+    with open(os.path.join(AUDIO, name), "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("name,text,language", [("en_1.wav", "open the back door", "en"),
+                                                ("en_3.wav", "please turn on the living room fan", None),
+                                                ("zh_2.wav", "把十二瓶牛奶加到购物清单", "Chinese")])
+def test_words_equal_engine_align(server, engine, name, text, language):
+    from qwen3asr.audio import prepare_audio
+
+    fields = {"text": text, **({"language": language} if language else {})}
+    status, body = _post(server.url, fields, {"file": (name, _wav(name))})
+    assert status == 200, body
+    want = [w.to_dict() for w in engine.align(prepare_audio(os.path.join(AUDIO, name)), text, language)]
+    assert body["words"] == want and want
+    assert body["text"] == text and body["language"] == ("Chinese" if name.startswith("zh") else "English")
+    assert body["segments"] == [{"start": 0.0, "end": body["duration"], "text": text, "words": want}]
+
+
+def test_errors(server):
+    wav = {"file": ("en_1.wav", _wav("en_1.wav"))}
+    status, body = _post(server.url, {"text": "x"}, wav, key="wrong")
+    assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    status, body = _post(server.url, {}, wav)
+    assert status == 400 and body["error"]["code"] == "missing_text" and body["error"]["param"] == "text"
+    status, body = _post(server.url, {"text": "open"}, {})
+    assert status == 400 and body["error"]["code"] == "missing_file"
+    status, body = _post(server.url, {"text": "open", "language": "Klingon"}, wav)
+    assert status == 400 and body["error"]["code"] == "invalid_language"
+    status, body = _post(server.url, {"text": "open", "language": "French"}, wav)
+    assert status == 400 and body["error"]["code"] == "unsupported_language"
+    assert "Chinese, English" in body["error"]["message"] and "French" in body["error"]["message"]
+    status, body = _post(server.url, {"text": "open", "prompt": "x"}, wav)
+    assert status == 400 and body["error"]["code"] == "unknown_field"
+    status, body = _post(server.url, {"text": "open"}, {"file": ("x.wav", b"not audio at all")})
+    assert status == 400 and body["error"]["code"] == "invalid_audio"
+    status, body = _post(server.url, {"text": "open"}, {"file": ("big.wav", b"\0" * (1024 * 1024 + 10))})
+    assert status == 413 and body["error"]["code"] == "file_too_large"
+    status, body = _post(server.url, {"text": "open"}, {"file": ("long.wav", _wav("long_mixed.wav"))})
+    assert status in (413,) and body["error"]["code"] in ("file_too_large", "audio_too_long")
+
+
+def test_audio_longer_than_the_aligner_takes(tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    x, sr = sf.read(os.path.join(AUDIO, "long_mixed.wav"), dtype="int16")
+    path = tmp_path / "long.flac"
+    sf.write(str(path), np.tile(x, 1 + int(61 * sr // len(x))), sr, format="FLAC")
+    with ServerProcess(log_path=str(tmp_path / "server.log")) as s:
+        status, body = _post(s.url, {"text": "a b c", "language": "en"}, {"file": ("long.flac", path.read_bytes())},
+                             key=None)
+    assert status == 413 and body["error"]["code"] == "audio_too_long"
+    assert "60 s" in body["error"]["message"] and "timestamp_granularities" in body["error"]["message"]
+
+
+def test_without_an_aligner_a_400_says_how_to_get_one(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(MODEL, model)  # not the bundled path: no aligner is found for it
+    with ServerProcess("--model", str(model), log_path=str(tmp_path / "server.log")) as s:
+        status, body = _post(s.url, {"text": "open the back door"}, {"file": ("en_1.wav", _wav("en_1.wav"))}, key=None)
+    assert status == 400 and body["error"]["code"] == "no_aligner" and "--aligner" in body["error"]["message"]
