@@ -36,7 +36,6 @@ from .results import DecodeStats, EncodeStats, Request, Transcription
 from .text import TextStreamer  # noqa: F401  (re-exported: tests and tools import it from here)
 from .tokenizer import Tokenizer
 from .aligner.segments import align_transcript, load_aligner, resolve_aligner_dir
-from .hub import resolve_model
 from .work import NO_WORK, Work, check_hooks
 
 logger = logging.getLogger(__name__)
@@ -104,8 +103,7 @@ class Qwen3ASREngine:
         overrides = {} if repeat_penalty is None else {"repetition_penalty": repeat_penalty}
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine
-        model = resolve_model(model_dir or default_model_dir(), "asr", memory=memory, backend=backend)  # id: fetched
-        self.bundle = Bundle.load(model)
+        self.bundle = Bundle.named(model_dir or default_model_dir(), "asr", memory, backend)  # a hub id: fetched
         self.bundle.require_kind("asr")
         self.tokenizer = Tokenizer.from_dir(self.bundle.path)
         check_tokenizer(self.bundle, self.tokenizer)

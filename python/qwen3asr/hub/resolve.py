@@ -98,6 +98,21 @@ def cached(ref: ModelRef, memory: str = "default", soc: Optional[str] = None) ->
 def pull(ref: ModelRef, kind: Optional[str] = None, *, memory: str = "default", soc: Optional[str] = None,
          progress: Optional[bool] = None, refresh: bool = False) -> cache.Entry:
     """The cache entry of ``ref``, fetched (and converted) if needed; HubError otherwise."""
+    entry = _pull(ref, kind, memory, soc, progress, refresh)
+    check_kind(entry.kind, kind, ref)
+    return entry
+
+
+def check_kind(got: str, want: Optional[str], ref: ModelRef) -> None:
+    """HubError when ``ref`` is the other kind of model than the caller loads."""
+    if want is not None and got != want:
+        what = {"asr": "a speech recognition model", "aligner": "a forced aligner (word timestamps)"}
+        where = "--aligner / aligner=" if got == "aligner" else "--model / model_dir"
+        raise HubError(f"{ref} is {what[got]}, not {what[want]}: give it as {where}")
+
+
+def _pull(ref: ModelRef, kind: Optional[str], memory: str, soc: Optional[str], progress: Optional[bool],
+          refresh: bool) -> cache.Entry:
     if not refresh:
         entry = cached(ref, memory, soc)
         if entry is not None:
@@ -216,11 +231,7 @@ def _convert(files: fetch.RepoFiles, kind: Optional[str], memory: str, progress:
                 config = json.load(f)
             except ValueError:
                 config = {}
-    got = checkpoint_kind(config, ref)
-    if kind is not None and got != kind:
-        what = {"asr": "a speech recognition model", "aligner": "a forced aligner (word timestamps)"}
-        where = "--aligner / aligner=" if got == "aligner" else "--model / model_dir"
-        raise HubError(f"{ref} is {what[got]}, not {what[kind]}: give it as {where}")
+    check_kind(checkpoint_kind(config, ref), kind, ref)  # before the weights download
     export_onnx = _exporter()
     variant = converted_variant(memory)
     with cache.locked(ref.repo, variant):
