@@ -5,9 +5,9 @@
 ``fetch``       files through huggingface_hub (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE, its cache)
 ``cache``       the converted-bundle cache: keys, lock, atomic install, checks, list, remove
 ``resolve``     ``resolve_model``: a model string to a bundle directory (the one call sites make)
-``board``       a bundle for a Rockchip SoC on an x86 PC: RKNN encoder, RKLLM decoder, tarball
 ==============  ============================================================================
 
+The board conversion on a PC (``qwen3asr-models convert``) is qwen3asr_tools.board_convert.
 Importing this package imports neither huggingface_hub nor the converter; they are loaded when
 an id is resolved.
 """
