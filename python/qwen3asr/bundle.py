@@ -149,6 +149,15 @@ class Bundle:
         bundle.kind
         return bundle
 
+    @classmethod
+    def named(cls, spec, kind: str = "asr", memory: str = "default", backend: str = "auto") -> "Bundle":
+        """``load`` of a directory, or of a hub id or known name (``Qwen/Qwen3-ASR-0.6B``, ``0.6b``)
+        fetched, and converted where it is an official checkpoint, once into the cache
+        (qwen3asr.hub.resolve_model)."""
+        from .hub import resolve_model
+
+        return cls.load(resolve_model(spec, kind, memory=memory, backend=backend))
+
     def file(self, rel: str, what: str = "model file") -> str:
         return check_file(os.path.join(self.path, rel), what)
 

@@ -100,7 +100,7 @@ class Qwen3ASREngine:
         overrides = {} if repeat_penalty is None else {"repetition_penalty": repeat_penalty}
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine
-        self.bundle = Bundle.load(model_dir or default_model_dir())
+        self.bundle = Bundle.named(model_dir or default_model_dir(), "asr", memory, backend)  # a hub id: fetched
         self.bundle.require_kind("asr")
         self.tokenizer = Tokenizer.from_dir(self.bundle.path)
         check_tokenizer(self.bundle, self.tokenizer)

@@ -48,6 +48,7 @@ def load_aligner(aligner_dir: Optional[str], backend: str, options):
     where it has not the one the ASR decoder was forced to. AlignmentError when there is no
     aligner to load."""
     from ..bundle import Bundle
+    from ..hub import resolve_model
     from .model import DEFAULT_ALIGNER_ENV, AlignmentError, ForcedAligner
 
     if aligner_dir is None:
@@ -55,6 +56,7 @@ def load_aligner(aligner_dir: Optional[str], backend: str, options):
             f"word timestamps need a forced aligner: pass Qwen3ASREngine(aligner=DIR) (CLI --aligner DIR) or "
             f"set {DEFAULT_ALIGNER_ENV}; docs/aligner.md converts Qwen3-ForcedAligner-0.6B into one")
     t0 = time.perf_counter()
+    aligner_dir = resolve_model(aligner_dir, "aligner", memory=options.memory, backend=backend)
     options = dataclasses.replace(options, preload_seconds=None)
     if options.decoder_dtype != "auto" and options.decoder_dtype not in Bundle.load(aligner_dir).decoder_dtypes():
         # decoder_dtype names the ASR decoder; an aligner without that dtype picks its own

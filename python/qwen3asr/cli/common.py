@@ -41,11 +41,13 @@ def float_arg(text: str) -> float:
 
 def add_engine_args(ap: argparse.ArgumentParser) -> None:
     """--model, --backend, --threads and the board knobs (RKOptions)."""
-    ap.add_argument("--model", default=None, help="model bundle directory (default: $QWEN3ASR_MODEL or models/default)")
+    ap.add_argument("--model", default=None, help="a model bundle directory, a hub id (Org/Name[@revision], fetched and "
+                    "converted once) or a known name: 0.6b, 1.7b (default: $QWEN3ASR_MODEL or models/default)")
     ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"],
                     help="auto: the NPU on a Rockchip board with its runtimes, else the CPU (default)")
     ap.add_argument("--aligner", default=None,
-                    help="forced-aligner bundle for word timestamps (default: $QWEN3ASR_ALIGNER, else the bundled "
+                    help="forced-aligner bundle directory or hub id (aligner = Qwen/Qwen3-ForcedAligner-0.6B) for word "
+                         "timestamps (default: $QWEN3ASR_ALIGNER, else the bundled "
                          "demo aligner with the bundled model; loaded when words are first asked for)")
     ap.add_argument("--threads", type=int_arg, default=None, help="CPU threads for ONNX Runtime")
     ap.add_argument("--spin-wait", action="store_true",
