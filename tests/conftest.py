@@ -50,3 +50,15 @@ def default_engine():
     e = Qwen3ASREngine(backend="onnx", threads=2)
     yield e
     e.close()
+
+
+@pytest.fixture(scope="module")
+def server_engine():
+    """The bundled default model as tests/server_proc.ServerProcess serves it (ONNX Runtime, one
+    thread): what a server's answers are compared with; closed after the module."""
+    from qwen3asr import Qwen3ASREngine
+
+    e = Qwen3ASREngine(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "default"),
+                       backend="onnx", threads=1)
+    yield e
+    e.close()

@@ -26,12 +26,8 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from qwen3asr import Qwen3ASREngine
-
-    e = Qwen3ASREngine(MODEL, backend="onnx", threads=1)
-    yield e
-    e.close()
+def engine(server_engine):
+    return server_engine
 
 
 def _post(url: str, fields: dict, files: dict, key=KEY, path="/v1/audio/alignments"):

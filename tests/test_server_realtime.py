@@ -17,7 +17,7 @@ openai = pytest.importorskip("openai", reason="the openai client is needed (pip 
 websockets = pytest.importorskip("websockets", reason="the realtime client needs websockets (the server extra)")
 pytest.importorskip("uvicorn", reason="the server extra is needed (pip install '.[server]')")
 
-from server_proc import MODEL, ServerProcess, expected  # noqa: E402
+from server_proc import ServerProcess, expected  # noqa: E402
 from qwen3asr_tools.bench_server import load_clip  # noqa: E402
 
 KEY = "k-realtime"
@@ -32,12 +32,8 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from qwen3asr import Qwen3ASREngine
-
-    e = Qwen3ASREngine(MODEL, backend="onnx", threads=1)
-    yield e
-    e.close()
+def engine(server_engine):
+    return server_engine
 
 
 def _client(server, key=KEY):
