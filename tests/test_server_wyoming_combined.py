@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import urllib.request
 
 import pytest
 
@@ -45,4 +46,15 @@ def test_wyoming_and_http_in_one_process(tmp_path):
         assert utterance.status == "ok" and utterance.text == expected("en_2.wav"), utterance
         assert upload.text == expected("zh_1.wav")
         assert s.health()[1]["admitted"] == before + 2  # both went through the one scheduler
+        # the Wyoming utterance is counted in /metrics, read by the Prometheus client's own parser
+        from prometheus_client import parser
+
+        with urllib.request.urlopen(s.url + "/metrics", timeout=30) as r:
+            samples = {(x.name, frozenset(x.labels.items())): x.value
+                       for fam in parser.text_string_to_metric_families(r.read().decode()) for x in fam.samples}
+        wy = frozenset({"surface": "wyoming"}.items())
+        assert samples["qwen3asr_requests_total", frozenset({"surface": "wyoming", "outcome": "ok"}.items())] == 1
+        assert samples["qwen3asr_final_latency_seconds_count", wy] == 1
+        assert samples["qwen3asr_audio_seconds_total", wy] == pytest.approx(2.38, abs=0.01)
+        assert samples["qwen3asr_requests_total", frozenset({"surface": "transcriptions", "outcome": "ok"}.items())] == 1
         assert s.stop() == 0, s.log()

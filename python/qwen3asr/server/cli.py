@@ -121,7 +121,7 @@ async def _serve(args, app, runtime, serve_wyoming) -> int:
         rc = 2
     elif loaded.is_set() and serve_wyoming is not None and not http.done():
         wyoming = asyncio.ensure_future(serve_wyoming(args.wyoming, runtime.engine, runtime.scheduler, stop=stop,
-                                                      zeroconf=args.zeroconf))
+                                                      zeroconf=args.zeroconf, metrics=runtime.metrics))
     waits = {http} | ({wyoming} if wyoming is not None else set())
     done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     if wyoming is not None and wyoming in done and not http.done():

@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from concurrent.futures import Executor
 from typing import Optional
 
@@ -49,6 +50,7 @@ from wyoming.event import Event
 from wyoming.info import AsrModel, AsrProgram, Attribution, Describe, Info
 from wyoming.ping import Ping, Pong
 
+from ...audio import SAMPLE_RATE
 from ...languages import LANGUAGE_CODES
 from ...work import Cancelled
 from ..scheduler import LIVE, QueueFull, SchedulerClosed
@@ -59,6 +61,8 @@ from .utterance import (Utterance, UtteranceError, UtteranceOptions, WyomingOpti
 logger = logging.getLogger(__name__)
 
 PROJECT_URL = "https://github.com/QwenLM/Qwen3-ASR"  # shown by Home Assistant as the attribution link
+
+SURFACE = "wyoming"  # the metrics' name of this surface
 
 
 def info_event(engine) -> Event:
@@ -82,10 +86,11 @@ class WyomingHandler(EventConnection):
     """Answers the events of one Wyoming connection (see the module docstring)."""
 
     def __init__(self, reader, writer, engine, scheduler, options: WyomingOptions = WyomingOptions(),
-                 executor: Optional[Executor] = None):
+                 executor: Optional[Executor] = None, metrics=None):
         super().__init__(reader, writer)
         self.engine, self.scheduler, self.server_options = engine, scheduler, options
         self.executor = executor
+        self.metrics = metrics  # the combined server's Metrics (surface "wyoming"), or None
         self.options = UtteranceOptions()
         self.utterance: Optional[Utterance] = None
         self.stray_chunks = False  # an error was sent for audio-chunks outside an utterance
@@ -159,6 +164,7 @@ class WyomingHandler(EventConnection):
         except (QueueFull, SchedulerClosed) as exc:
             logger.warning("%s: %s", self.name, exc)
             code = "busy" if isinstance(exc, QueueFull) else "shutting-down"
+            self._count("refused", code)
             await self._send(Error(text=str(exc), code=code).event())
             # The client is still sending this utterance's audio: closing now would reset the
             # connection before it reads the error. Drop its audio, close at its audio-stop.
@@ -180,7 +186,15 @@ class WyomingHandler(EventConnection):
         return True
 
     async def _send_piece(self, piece: str) -> None:
+        utt = self.utterance
+        if self.metrics is not None and utt is not None and not utt.first_sent:
+            utt.first_sent = True
+            self.metrics.first_text.labels(SURFACE).observe(time.perf_counter() - utt.started)
         await self._send(TranscriptChunk(text=piece).event())
+
+    def _count(self, outcome: str, code: Optional[str] = None) -> None:
+        if self.metrics is not None:
+            self.metrics.request(SURFACE, outcome, code)
 
     async def _on_chunk(self, event: Event) -> bool:
         utt = self.utterance
@@ -214,9 +228,11 @@ class WyomingHandler(EventConnection):
             await self._send(Transcript(text="").event())
             return True
         utt.stop()
+        stopped = time.perf_counter()
         try:
             text, lang = await utt.final(self._send_piece)
         except Cancelled:
+            self._count("cancelled")
             await self._end_utterance(abandon=True)
             if not self.gone:
                 await self._send(Error(text="the transcription was cancelled (server stopping)",
@@ -224,6 +240,7 @@ class WyomingHandler(EventConnection):
             return not self.gone
         except Exception as exc:  # noqa: BLE001 - any engine failure becomes an error event
             logger.exception("%s: transcription failed", self.name)
+            self._count("error", "transcription-failed")
             await self._end_utterance(abandon=True)
             await self._send(Error(text=f"transcription failed: {exc}", code="transcription-failed").event())
             return True
@@ -235,6 +252,10 @@ class WyomingHandler(EventConnection):
             logger.info("%s: the final transcript revises the streamed pieces %r", self.name, utt.sent)
         logger.info("%s: %r", self.name, text)
         await self._send(Transcript(text=text, language=lang, context=utt.options.echo).event())
+        if self.metrics is not None:
+            self._count("ok")
+            self.metrics.final_latency.labels(SURFACE).observe(time.perf_counter() - stopped)
+            self.metrics.audio(SURFACE, utt.samples / SAMPLE_RATE, utt.client.busy_ms / 1000)
         await self._send(TranscriptStop().event())
         await self._end_utterance(abandon=False)
         self.options = UtteranceOptions()  # transcribe options hold for one utterance

@@ -27,7 +27,7 @@ STOP_GRACE_S = 10.0  # on stop, utterances in progress get this long to finish
 
 
 async def serve_wyoming(uri: str, engine, scheduler, *, stop: asyncio.Event | None = None, zeroconf: bool = False,
-                        ready: asyncio.Event | None = None) -> None:
+                        ready: asyncio.Event | None = None, metrics=None) -> None:
     """Serve Wyoming on ``uri`` (tcp://HOST:PORT or unix://PATH) until ``stop`` is set or the task is cancelled.
 
     ``engine`` is a loaded Qwen3ASREngine, ``scheduler`` the process's Scheduler (each
@@ -36,12 +36,13 @@ async def serve_wyoming(uri: str, engine, scheduler, *, stop: asyncio.Event | No
     utterances in progress get STOP_GRACE_S to finish, then are cancelled. ``zeroconf``
     advertises a tcp:// server for Home Assistant discovery (needs ``pip install zeroconf``).
     Installs no signal handlers. Settings are the WyomingOptions defaults (see ``serve``).
+    ``metrics``: the combined server's qwen3asr.server.metrics.Metrics (surface "wyoming").
     """
-    await serve(uri, engine, scheduler, WyomingOptions(), stop=stop, zeroconf=zeroconf, ready=ready)
+    await serve(uri, engine, scheduler, WyomingOptions(), stop=stop, zeroconf=zeroconf, ready=ready, metrics=metrics)
 
 
 async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: asyncio.Event | None = None,
-                zeroconf: bool = False, ready: asyncio.Event | None = None) -> None:
+                zeroconf: bool = False, ready: asyncio.Event | None = None, metrics=None) -> None:
     """``serve_wyoming`` with explicit WyomingOptions."""
     parsed = check_uri(uri)
     handlers: Dict[asyncio.Task, WyomingHandler] = {}
@@ -51,7 +52,7 @@ async def serve(uri: str, engine, scheduler, options: WyomingOptions, *, stop: a
     executor = ThreadPoolExecutor(max_workers=scheduler.max_clients, thread_name_prefix="wyoming")
 
     def on_connect(reader, writer):
-        handler = WyomingHandler(reader, writer, engine, scheduler, options, executor)
+        handler = WyomingHandler(reader, writer, engine, scheduler, options, executor, metrics)
         task = asyncio.create_task(handler.run(), name=handler.name)
         handlers[task] = handler
         task.add_done_callback(lambda t: handlers.pop(t, None))

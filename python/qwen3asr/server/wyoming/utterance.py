@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import logging
 import math
+import time
 from concurrent.futures import Executor
 from typing import Any, Dict, List, Optional
 
@@ -174,6 +175,8 @@ class Utterance:
         self.one_pass = False  # the final text comes from a one-pass decode
         self.sent = ""  # text already sent as transcript-chunk
         self.worker: Optional[asyncio.Task] = None
+        self.started = time.perf_counter()  # audio-start: the metrics' first text counts from here
+        self.first_sent = False  # a transcript-chunk was sent
 
     def add(self, payload: bytes) -> None:
         pcm = self.converter.convert(payload)
