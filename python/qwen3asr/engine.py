@@ -390,9 +390,9 @@ class Qwen3ASREngine:
 
         language: a name or code the aligner covers; None detects it with the ASR model first.
         start_second: the input's time of the audio's first sample (added to every time).
-        Audio longer than the aligner's pass (60 s) is refused: transcribe(word_timestamps=True)
-        splits long audio. AlignmentError when no aligner is available or the language is not
-        covered.
+        Audio longer than one aligner pass is cut at speech and transcribed to place the text
+        (qwen3asr.aligner.long). AlignmentError when no aligner is available or the language is
+        not covered.
         """
         self.check_open()
         return align_transcript(self, audio, text, language, sample_rate=sample_rate, start_second=start_second)

@@ -69,8 +69,9 @@ def load_aligner(aligner_dir: Optional[str], backend: str, options):
 
 def align_transcript(engine, audio, text: str, language: Optional[str] = None, *,
                      sample_rate: Optional[int] = None, start_second: float = 0.0) -> list:
-    """``Qwen3ASREngine.align``: the Words of ``text`` in ``audio`` (any AudioInput) with the
-    engine's aligner; ``language`` None is detected with the engine's ASR model first (one pass)."""
+    """``Qwen3ASREngine.align``: the Words of ``text`` in ``audio`` (any AudioInput, any length:
+    qwen3asr.aligner.long) with the engine's aligner; ``language`` None is detected with the
+    engine's ASR model first (its main language over the audio)."""
     from .. import checks
     from ..audio import MAX_STREAM_SECONDS, prepare_audio
     from .model import AlignmentError
@@ -80,10 +81,12 @@ def align_transcript(engine, audio, text: str, language: Optional[str] = None, *
         raise ValueError(problem)
     pcm = prepare_audio(audio, sample_rate)
     if language is None:
-        language = engine.transcribe(pcm, language=None, one_pass=True, word_timestamps=False).language
+        language = engine.transcribe(pcm, language=None, word_timestamps=False).language  # the main one
         if language is None:
             raise AlignmentError("the ASR model heard no language in this audio; give language=")
-    return list(engine.aligner.align(pcm, text, language, offset=start_second))
+    from .long import align_long
+
+    return [w for seg in align_long(engine, pcm, text, language, offset=start_second) for w in seg.words]
 
 
 def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[np.ndarray, float]], *,

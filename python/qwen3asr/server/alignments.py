@@ -9,8 +9,9 @@ aligner covers; absent: detected with the ASR model first). The answer::
      "words": [{"word": "open", "start": 0.24, "end": 0.48}, ...],
      "segments": [{"start": 0.0, "end": 3.2, "text": ..., "words": [...]}]}
 
-One request is one unit of model work on the scheduler (a "bulk" client, as an upload). Audio
-longer than the aligner's one pass (its ``max_seconds``, 60 s) is refused with 413.
+A request is a "bulk" client of the scheduler, as an upload. Audio longer than one aligner pass
+is cut at speech and transcribed to place the text (qwen3asr.aligner.long): ``segments`` then
+holds one entry per aligned piece, each with its part of the text and its words.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ async def _fields(form, rt) -> AlignmentRequest:
     return AlignmentRequest(upload.file, upload.filename or "file", text, language)
 
 
-def _check_aligner(engine, language: Optional[str]) -> float:
-    """The aligner's longest audio (s); loads the aligner; ApiError 400 when it cannot align."""
+def _check_aligner(engine, language: Optional[str]) -> None:
+    """Loads the aligner; ApiError 400 when it cannot align ``language``."""
     try:
         aligner = engine.aligner
         if language is not None:
@@ -87,24 +88,24 @@ def _check_aligner(engine, language: Optional[str]) -> float:
     except AlignmentError as exc:
         raise ApiError(400, f"cannot align: {exc}", code="unsupported_language" if language else "no_aligner",
                        param="language" if language else None) from None
-    return float(aligner.max_seconds)
 
 
 def _align(engine, audio, req: AlignmentRequest, work) -> tuple[str, list]:
-    """(language, words) of one request: one unit of model work."""
+    """(language, segments with their words) of one request (qwen3asr.aligner.long)."""
+    from ..aligner.long import align_long
+
     pcm = audio.read(0, audio.n_samples)
     language = req.language
-    with work.unit():
-        if language is None:  # detect it (the ASR model), then check the aligner has it
-            language = engine.transcribe(pcm, language=None, one_pass=True, word_timestamps=False).language
-            if language is None:
-                raise ApiError(400, "the ASR model heard no language in this audio; give 'language'",
-                               code="unsupported_language", param="language")
-            _check_aligner(engine, language)
-        try:
-            return language, engine.align(pcm, req.text, language)
-        except AlignmentError as exc:
-            raise ApiError(400, f"cannot align: {exc}", code="alignment_failed", param="text") from None
+    if language is None:  # detect it (the ASR model), then check the aligner has it
+        language = engine.transcribe(pcm, language=None, word_timestamps=False, work=work).language
+        if language is None:
+            raise ApiError(400, "the ASR model heard no language in this audio; give 'language'",
+                           code="unsupported_language", param="language")
+        _check_aligner(engine, language)
+    try:
+        return language, align_long(engine, pcm, req.text, language, work=work)
+    except AlignmentError as exc:
+        raise ApiError(400, f"cannot align: {exc}", code="alignment_failed", param="text") from None
 
 
 async def alignments(request: Request) -> Response:
@@ -118,8 +119,8 @@ async def alignments(request: Request) -> Response:
             raise _no_aligner()
         client = rt.admit(f"align:{request.client.host if request.client else '?'}:{time.monotonic_ns()}", BULK)
         req = await _read_form(request, rt, _fields)
-        max_seconds = await rt.run(_check_aligner, engine, req.language)
-        audio = await rt.run(decode_upload, req.file, req.filename, min(max_seconds, rt.settings.max_audio_seconds))
+        await rt.run(_check_aligner, engine, req.language)
+        audio = await rt.run(decode_upload, req.file, req.filename, rt.settings.max_audio_seconds)
         duration = audio.n_samples / SAMPLE_RATE
         try:
             result = await _run_watched(request, client, lambda: rt.run(_align, engine, audio, req, client.work))
@@ -128,17 +129,15 @@ async def alignments(request: Request) -> Response:
         if result is None:
             outcome = "cancelled"
             return Response(status_code=499)
-        language, words = result
+        language, segments = result
         rt.metrics.audio(SURFACE, duration, client.busy_ms / 1000)
         outcome = "ok"
-        w = [x.to_dict() for x in words]
-        return JSONResponse({"text": req.text, "language": language, "duration": round(duration, 3), "words": w,
-                             "segments": [{"start": 0.0, "end": round(duration, 3), "text": req.text, "words": w}]})
+        return JSONResponse({"text": req.text, "language": language, "duration": round(duration, 3),
+                             "words": [w.to_dict() for s in segments for w in s.words],
+                             "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
+                                           "words": [w.to_dict() for w in s.words]} for s in segments]})
     except ApiError as err:
         outcome, code = outcome_of(err.status), err.code
-        if err.code == "audio_too_long":
-            err = ApiError(413, f"{err.message} (the aligner takes one pass of at most its limit; transcribe "
-                                f"longer audio with timestamp_granularities[]=word)", code=err.code, param="file")
         raise err from None
     except BaseException:
         outcome, code = "error", "internal_error"
