@@ -58,3 +58,52 @@ def test_wyoming_and_http_in_one_process(tmp_path):
         assert samples["qwen3asr_audio_seconds_total", wy] == pytest.approx(2.38, abs=0.01)
         assert samples["qwen3asr_requests_total", frozenset({"surface": "transcriptions", "outcome": "ok"}.items())] == 1
         assert s.stop() == 0, s.log()
+
+
+def test_every_live_surface_gives_the_same_final_text(tmp_path, server_engine):
+    """The same command through Wyoming (its final passes at 2 s chunks), the WebSocket with
+    final passes at 2 s chunks, and the library's create_stream with those options: one final
+    text (issue 32: the verified final pass serves them all)."""
+    import json
+
+    import numpy as np
+
+    websockets = pytest.importorskip("websockets", reason="the websockets client is needed (the dev extra)")
+    from qwen3asr import prepare_audio
+    from qwen3asr_tools.bench_server import load_clip
+
+    port = free_port()
+    clips = ("en_2.wav", "zh_2.wav", "en_3.wav")
+    with ServerProcess("--wyoming", f"tcp://127.0.0.1:{port}", log_path=str(tmp_path / "server.log")) as s:
+        kind = WyomingKind("127.0.0.1", port, realtime=False)
+
+        async def live(name):
+            pcm, sr = load_clip(name)
+            async with websockets.connect(s.url.replace("http", "ws") + "/v1/stream") as ws:
+                await ws.send(json.dumps({"type": "start", "sample_rate": sr, "chunk_size": 2.0, "final_pass": True}))
+                json.loads(await ws.recv())
+                for i in range(0, len(pcm), sr // 10):
+                    await ws.send(pcm[i:i + sr // 10].astype(np.int16).tobytes())
+                await ws.send(json.dumps({"type": "stop"}))
+                msgs = [json.loads(m) async for m in ws]
+            return next(m for m in msgs if m["type"] == "final")["text"]
+
+        async def all_of():
+            end = asyncio.get_running_loop().time() + 60
+            while True:  # Wyoming starts listening once the engine is loaded
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    await writer.wait_closed()
+                    break
+                except OSError:
+                    assert asyncio.get_running_loop().time() < end, s.log()
+                    await asyncio.sleep(0.1)
+            return [((await kind.run(c)).text, await live(c)) for c in clips]
+
+        got = asyncio.run(all_of())
+        assert s.stop() == 0, s.log()
+    for clip, (wyoming, ws) in zip(clips, got):
+        st = server_engine.create_stream(chunk_size=2.0, final_pass=True)
+        st.feed_audio(prepare_audio(os.path.join(AUDIO, clip)))
+        assert wyoming == ws == st.finish().text, clip
