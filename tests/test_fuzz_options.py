@@ -314,7 +314,10 @@ def _run(main, argv, capsys, what):
     return rc, out.err
 
 
-@pytest.mark.parametrize("script", sorted(PROGRAMS))
+SUBCOMMAND_PROGRAMS = ("qwen3asr-models",)  # flags under subcommands: test_subcommand_flags
+
+
+@pytest.mark.parametrize("script", sorted(set(PROGRAMS) - set(SUBCOMMAND_PROGRAMS)))
 def test_program_flags(script, programs, capsys):
     """Every flag that takes a value, every bad text: exit 2 with an ``error:`` line naming the
     flag (no traceback), or a run that gets as far as a good command line does."""
@@ -516,3 +519,38 @@ def test_wyoming_event_data(server):
     events = asyncio.run(_wyoming(server.wyoming_port, {"language": "en"}, good_start, pcm))
     text = [e.data["text"] for e in events if e.type == "transcript"]
     assert text == [expected("en_1.wav")], [e.type for e in events]
+
+
+@pytest.mark.parametrize("script", SUBCOMMAND_PROGRAMS)
+def test_subcommand_flags(script, capsys, monkeypatch, tmp_path):
+    """Every flag of every subcommand, every bad text, with the hub unreachable (offline, an empty
+    cache, a loopback endpoint nobody listens on): exit 0, 2 or 3 (a conversion step missing)
+    with an ``error:`` / ``not done:`` line and no traceback; nothing reaches a network."""
+    import argparse
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("QWEN3ASR_CACHE", str(tmp_path / "cache"))
+    module, func = PROGRAMS[script].split(":")
+    mod = importlib.import_module(module)
+    main = getattr(mod, func)
+    sub = next(a for a in mod.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    tried = 0
+    for name, parser in sub.choices.items():
+        base = [name] + (["0.6b"] if any(a.dest == "names" and a.nargs == "+" for a in parser._actions) else [])
+        if any(a.required for a in parser._actions if a.option_strings):
+            base += ["--target", "rk3588"]
+        for action in [a for a in parser._actions if a.option_strings and a.nargs != 0]:
+            flag = action.option_strings[-1]
+            for label, text in BAD_TEXT.items():
+                what = f"{script} {name} {flag}={label}"
+                rc, err = _run(main, _last_wins([f"{flag}={text}", *base[1:]]) and [name] + _last_wins(
+                    [f"{flag}={text}", *base[1:]]), capsys, what)
+                tried += 1
+                assert "Traceback" not in err, f"{what}: {err[-2000:]}"
+                assert rc in (0, 2, 3), f"{what}: exit {rc!r}: {err[-500:]}"
+                if rc:
+                    line = err.strip().splitlines()[-1]
+                    assert ("error:" in line or "not done:" in line) and len(line) < MAX_MESSAGE, f"{what}: {line}"
+    assert tried
+

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import reprlib
 import sys
 
+from .. import checks
 from .common import ArgumentParser
+
+MAX_ERROR_CHARS = 1000  # an error line quotes at most this much of what it names (a path given may be huge)
 
 EXIT_BAD_FILES, EXIT_ERROR, EXIT_TOOLKIT_MISSING = 1, 2, 3
 
@@ -155,9 +159,14 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     try:
+        for flag in ("out", "rknn_python", "rkllm_python"):  # checked before any work, named in the error
+            problem = checks.path("--" + flag.replace("_", "-"), getattr(args, flag, None), optional=True)
+            if problem:
+                raise ValueError(problem)
         return run(args)
     except (HubError, OSError, ValueError, RuntimeError) as exc:  # BundleError, RknnModelError: RuntimeError
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {reprlib.Repr(maxstring=MAX_ERROR_CHARS).repr(str(exc))[1:-1]}"
+              if len(str(exc)) > MAX_ERROR_CHARS else f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted: nothing half-written is kept; run the command again", file=sys.stderr)

@@ -209,7 +209,7 @@ def checkpoint_kind(config: dict, ref: ModelRef) -> str:
 
 def _exporter():
     try:
-        from qwen3asr_tools import export_onnx
+        import qwen3asr_tools.export_onnx as export_onnx
     except ImportError as exc:
         raise HubError(f"converting an official checkpoint needs {exc.name or 'onnx'}: {CONVERT_HINT} (or use a "
                        f"converted bundle from a hub: docs/models.md)") from None
