@@ -152,26 +152,9 @@ class StreamSession:
         self._text.trim()
         return self.result()
 
-    @property
-    def piece_start(self) -> Optional[int]:
-        """Sample where the open piece of speech began (None: no speech open)."""
-        return self._finals.start
-
     def final_at(self, end: int) -> Optional[tuple[str, Optional[str]]]:
-        """(text, language) that ``finish()`` would give if the audio ended at sample ``end`` (fed
-        already, after the open piece's start): the open piece decoded in one pass up to ``end``,
-        one unit of model work; the stream is left as it is. None when that piece would get no
-        final pass (final passes off, no open piece, too long for one pass)."""
-        a = self._finals.start
-        if self._finished or self._seg_start is None or a is None or not a < end <= self._audio.pos:
-            return None
-        pcm = self._finals.audio(end, self._audio)
-        if pcm is None:
-            return None
-        draft = self._finals.draft(self._language, self._text.piece_ids + self._window.tail_ids())
-        text, _, language = self._finals.decode(pcm, end, self._in_unit, draft)
-        language = language or self._language
-        return self._text.with_piece(text, self.options.itn, language), language
+        """(text, language) finish() would give were the audio to end at sample ``end``: FinalPasses.preview."""
+        return None if self._finished or self._seg_start is None else self._finals.preview(end, self)
 
     def result(self) -> StreamResult:
         t, tally = self._text, self._tally

@@ -34,7 +34,7 @@ class EarlyResult:
     """One early pass: where it ended and what ``finish()`` would have given there."""
 
     speech_end: int  # sample after the last speech window it covers
-    piece: int  # the stream's open piece start when it ran (StreamSession.piece_start)
+    pieces: tuple  # the stream's finished pieces when it ran (_pieces): unchanged at audio-stop
     text: str  # the whole utterance's transcript
     language: Optional[str]  # canonical language name
 
@@ -78,19 +78,24 @@ class EarlyFinal:
 
     def run(self, session) -> None:
         """The pass on the audio up to the speech end plus ``pad`` (one unit of model work)."""
-        s, piece = self.last_speech, session.piece_start
+        s = self.last_speech
         self.passes += 1
         got = session.final_at(min(s + self.pad, self.seen))
-        self.result = EarlyResult(s, piece, *got) if got is not None and piece is not None else None
+        self.result = EarlyResult(s, _pieces(session), *got) if got is not None else None
         logger.debug("early final at %.2f s: %r", s / SAMPLE_RATE, self.result.text if self.result else None)
 
     def text(self, session) -> Optional[tuple[str, Optional[str]]]:
         """(transcript, language) of the pass when it still holds: no speech since its speech end
         and the stream's open piece unchanged; else None (``finish()`` makes the final)."""
         r = self.result
-        if r is None or r.speech_end != self.last_speech or r.piece != session.piece_start:
+        if r is None or r.speech_end != self.last_speech or r.pieces != _pieces(session):
             return None
         return r.text, r.language
+
+
+def _pieces(session) -> tuple:
+    """What changes when the stream finishes a piece: its final passes, its final segments."""
+    return session.stats().final_passes, session.result().final_segments
 
 
 __all__ = ["EarlyFinal", "EarlyResult", "MIN_SILENCE_S", "PAD_S"]
