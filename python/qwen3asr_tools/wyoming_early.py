@@ -54,6 +54,35 @@ def run_case(engine, pieces, pads, min_silence):
     return today, time.perf_counter() - t0, out
 
 
+def predict_waits(waits_json, silences=(0.7, 1.0), min_silence=0.3):
+    """Predicted seconds from audio-stop to the transcript on the boards with the early final, for
+    the bundled commands of a ``bench_waits.py --json`` report (its demo rows: the verified final
+    pass's encoder, prefill and decode on each SoC, and the backlog at the clip's end).
+
+    Home Assistant stops ``silence`` s after the speech end (the last Silero speech window); the
+    early pass starts ``min_silence`` + one 100 ms feed after it, or when the stream's backlog is
+    done, and takes what the verified final takes after the stop today. The wait is what is left
+    of it at the stop (0 when it finished before)."""
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr.vad import VADOptions, speech_segments
+
+    with open(waits_json, encoding="utf-8") as f:
+        rows = json.load(f)["demo"]["waits"]["rows"]
+    out = {}
+    for r in rows:
+        pcm = prepare_audio(os.path.join(ROOT, "audio", r["clip"]))
+        speech_end = speech_segments(pcm, VADOptions(speech_pad_ms=0.0))[-1].end_s
+        clip_end = r["verified"]["audio_s"]
+        for soc, b in r["verified"]["board"].items():
+            work = b["final_s"] - b["queue_s"]
+            start = max(speech_end + min_silence + 0.1, clip_end + b["queue_s"])
+            for sil in silences:
+                out.setdefault((soc, sil), []).append({"clip": r["clip"], "today_s": b["final_s"],
+                                                       "early_s": max(0.0, start + work - (speech_end + sil)),
+                                                       "pass_s": work, "start_s": start - speech_end})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "default"))
@@ -65,7 +94,18 @@ def main() -> int:
     ap.add_argument("--min-silence", type=float, default=0.3, help="EarlyFinal min_silence_s")
     ap.add_argument("--limit", type=int, default=0, help="only the first N utterances")
     ap.add_argument("--json", help="write the per-utterance rows here")
+    ap.add_argument("--predict", metavar="WAITS_JSON",
+                    help="only the board prediction, from a `bench_waits.py --json` report")
     args = ap.parse_args()
+    if args.predict:
+        print("| SoC | HA silence s | today's final, s (median) | early final, s (median) | early, worst clip | "
+              "pass starts after speech end, s (median) |")
+        print("|---|---|---|---|---|---|")
+        for (soc, sil), rs in sorted(predict_waits(args.predict, min_silence=args.min_silence).items()):
+            print(f"| {soc} | {sil:g} | {statistics.median(r['today_s'] for r in rs):.2f} | "
+                  f"{statistics.median(r['early_s'] for r in rs):.2f} | {max(r['early_s'] for r in rs):.2f} | "
+                  f"{statistics.median(r['start_s'] for r in rs):.2f} |")
+        return 0
     from qwen3asr import Qwen3ASREngine
 
     pads = [float(p) for p in args.pads.split(",")]
