@@ -87,15 +87,17 @@ class CommittedText:
     def close_segment(self, itn: bool, language: Optional[str]) -> None:
         """End the open segment (its chunks already committed): its text is final, with ITN
         applied when ``itn`` (``on_text`` has sent the raw pieces)."""
-        text = (self._run_text + self._text.flush()).strip()
+        text = _closed((self._run_text + self._text.flush()).strip(), itn, language)
         self._held, self._held_text = [], ""
-        if itn and text:
-            from ..itn import inverse_normalize
-
-            text = inverse_normalize(text, language)
         self._done_text = self.text = join_text(self._done_text, text)
         self._run_text = ""
         self._piece_mark = 0
+
+    def with_piece(self, text: str, itn: bool, language: Optional[str]) -> str:
+        """The text once the open piece ends with ``text`` (``finish_piece``) and its segment
+        closes (``close_segment``), leaving everything as it is."""
+        run = _closed(join_text(self._run_text[:self._piece_mark], text.strip()).strip(), itn, language)
+        return join_text(self._done_text, run)
 
     def mark_piece(self) -> None:
         """The open piece ends here with its streamed text and segments kept as they are (final)."""
@@ -172,4 +174,14 @@ class CommittedText:
         return out
 
 
+def _closed(text: str, itn: bool, language: Optional[str]) -> str:
+    """A closing segment's final text: ``text`` (stripped), with ITN applied when ``itn``."""
+    if itn and text:
+        from ..itn import inverse_normalize
+
+        text = inverse_normalize(text, language)
+    return text
+
+
 __all__ = ["CommittedText"]
+

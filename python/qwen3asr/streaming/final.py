@@ -73,6 +73,21 @@ class FinalPasses:
         header = [] if in_text else answer_header(self.engine.tokenizer, language)
         return header + [int(t) for t in ids]
 
+    def preview(self, end: int, session) -> Optional[tuple[str, Optional[str]]]:
+        """(text, language) the open ``session`` (a StreamSession with a segment open) would
+        finish with were its audio to end at sample ``end`` (fed already, after the piece's
+        start): the piece decoded in one pass up to ``end`` (one unit of model work, its streamed
+        text as the draft), the stream left as it is. None when the piece gets no final pass."""
+        if self.start is None or not self.start < end <= session._audio.pos:
+            return None
+        pcm = self.audio(end, session._audio)
+        if pcm is None:
+            return None
+        ids = session._text.piece_ids + session._window.tail_ids()
+        text, _, language = self.decode(pcm, end, session._in_unit, self.draft(session._language, ids))
+        language = language or session._language
+        return session._text.with_piece(text, session.options.itn, language), language
+
     def decode(self, pcm: np.ndarray, end: int, in_unit: bool,
                draft=()) -> tuple[str, Optional[Segment], Optional[str]]:
         """The one-pass decode of the piece [start, end) whose audio is ``pcm``: (its text, its

@@ -152,6 +152,10 @@ class StreamSession:
         self._text.trim()
         return self.result()
 
+    def final_at(self, end: int) -> Optional[tuple[str, Optional[str]]]:
+        """(text, language) finish() would give were the audio to end at sample ``end``: FinalPasses.preview."""
+        return None if self._finished or self._seg_start is None else self._finals.preview(end, self)
+
     def result(self) -> StreamResult:
         t, tally = self._text, self._tally
         return StreamResult(committed=t.text, tail=t.tail_text(self._window.tail_ids() if self._partials.ids is None else self._partials.ids), language=self._language,

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "pass over the whole utterance (one-pass), or the streamed text (stream); the one-pass "
                          "kinds where the audio fits the model's one-pass limit (default %(default)s; "
                          "docs/wyoming.md)")
+    ap.add_argument("--early-final", action=argparse.BooleanOptionalAction, default=WyomingOptions.early_final,
+                    help="with --final pieces, run the final pass once this server's VAD hears the speech end, "
+                         "before audio-stop (default: %(default)s; docs/wyoming.md)")
     ap.add_argument("--zeroconf", action="store_true", help="advertise the server for Home Assistant discovery "
                                                             "(needs: pip install zeroconf)")
     ap.add_argument("-v", "--verbose", action="store_true", help="log each request")
@@ -46,7 +49,7 @@ async def _main_async(args) -> None:
     from ...cli.common import engine_from_args
     from ..scheduler import Scheduler
 
-    options = WyomingOptions(chunk_size=args.chunk_size, final=args.final)
+    options = WyomingOptions(chunk_size=args.chunk_size, final=args.final, early_final=args.early_final)
     check_uri(args.uri)  # the flags before the model loads
     scheduler = Scheduler(max_clients=args.max_clients)
     engine = engine_from_args(args)  # checks the engine flags before it loads

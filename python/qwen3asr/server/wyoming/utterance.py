@@ -27,12 +27,14 @@ from ...audio import MIN_SAMPLES, SAMPLE_RATE, PcmConverter, PcmFormat, PcmForma
 from ...checks import show, text
 from ...languages import LANGUAGE_CODES, LanguageError, resolve_language
 from ...options import build_options, chunk_problems
+from .early import EarlyFinal
 
 logger = logging.getLogger(__name__)
 
 MAX_UTTERANCE_S = 600.0  # longest utterance (seconds of audio) accepted
 MAX_CONTEXT_CHARS = 2000  # biasing text kept from transcript_names / transcript_terms / context
 FINALS = ("pieces", "one-pass", "stream")  # WyomingOptions.final
+EARLY_FINAL = False  # WyomingOptions.early_final (docs/wyoming.md: measured on the test split)
 
 
 class UtteranceError(ValueError):
@@ -121,10 +123,16 @@ class WyomingOptions:
     # revise them); both fall back to the stream's text where a piece or the utterance does not
     # fit one pass.
     final: str = "pieces"
+    # With final="pieces": the last piece's final pass runs once the server's VAD has heard
+    # early.MIN_SILENCE_S of silence, during the silence before audio-stop (early.py); its text is
+    # the transcript unless speech came after it.
+    early_final: bool = EARLY_FINAL
 
     def __post_init__(self):
         if not isinstance(self.final, str) or self.final not in FINALS:
             raise ValueError(f"final must be one of {', '.join(FINALS)}, got {show(self.final)}")
+        if not isinstance(self.early_final, bool):
+            raise ValueError(f"early_final must be True or False, got {show(self.early_final)}")
         problems = chunk_problems(self.chunk_size, optional=False)  # the stream options' own check
         if problems:
             raise ValueError(problems[0])
@@ -168,6 +176,7 @@ class Utterance:
         self.keep_limit = int(SAMPLE_RATE * min(limit if limit is not None else math.inf, MAX_UTTERANCE_S))
         # 16 kHz audio while it may be decoded in one pass (final="one-pass")
         self.kept: Optional[List[np.ndarray]] = [] if server.final == "one-pass" else None
+        self.early = EarlyFinal() if server.early_final and server.final == "pieces" else None
         self.samples = 0  # 16 kHz samples received
         self.pending: List[np.ndarray] = []  # audio not yet fed to the session
         self.wake = asyncio.Event()
@@ -225,13 +234,27 @@ class Utterance:
             await self.wake.wait()
             self.wake.clear()
             if self.pending:
-                pcm = np.concatenate(self.pending)
-                self.pending.clear()
-                await self._call(self.session.feed_audio, pcm)
-                await self._send_new(send_piece)
+                await self.step(send_piece)
                 self.wake.set()  # more may have arrived meanwhile
             elif self.stopped:
                 return
+
+    async def step(self, send_piece) -> None:
+        """Feed the pending audio to the session, sending newly committed text; then, before
+        audio-stop, the early final's pass when it is due."""
+        pcm = np.concatenate(self.pending)
+        self.pending.clear()
+        await self._call(self._feed, pcm)
+        await self._send_new(send_piece)
+        if self.early is not None and not self.stopped and self.early.due():
+            await self._call(self.early.run, self.session)
+
+    def _feed(self, pcm: np.ndarray) -> None:
+        if self.early is not None:
+            self.early.feed(pcm)
+            if self.stopped and self.early.text(self.session) is not None:
+                return  # the early final stands: the stream need not catch up
+        self.session.feed_audio(pcm)
 
     async def _send_new(self, send_piece) -> None:
         while self.pieces:
@@ -250,6 +273,9 @@ class Utterance:
                 return "", language_code(self.options.language)
             result = await self._call(self.engine.transcribe, pcm, self.final_options, work=self.client.work)
             return result.text, result.language_code or language_code(self.options.language)
+        early = self.early.text(self.session) if self.early is not None else None
+        if early is not None:
+            return early[0], language_code(early[1])
         result = await self._call(self.session.finish)
         await self._send_new(send_piece)
         return result.text, language_code(result.language)
