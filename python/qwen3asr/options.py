@@ -43,6 +43,7 @@ FILE_ROLLBACK_TOKENS = 5
 STREAM_CHUNK_SIZE = 4.0
 STREAM_MAX_NEW_TOKENS = 128
 STREAM_ROLLBACK_TOKENS = 2
+WORD_SPANS = ("speech", "raw")  # TranscribeOptions.word_spans: fitted to the speech, or the aligner's own
 
 MIN_CHUNK_SECONDS = 0.2  # shortest chunk: 20 mel frames, 3 encoder tokens
 # Longest chunk: the official model's longest one pass (docs/streaming.md). At 13 encoder tokens
@@ -125,6 +126,11 @@ class TranscribeOptions:
     # words with start and end times, aligned on the segment's raw text (before ITN) as the
     # official chain does. Files longer than the aligner's pass are decoded in segments.
     word_timestamps: bool = False
+    # What word times say (qwen3asr.aligner.refine): "speech" fits each span to its speech (an
+    # end pulled back out of the pause after the word, a start moved out of the one before it, a
+    # zero-length word given one 80 ms bin) and aligns a collapsed segment again in smaller
+    # pieces; "raw" keeps the official aligner's times. Both flag a collapse (Segment.words_flag).
+    word_spans: str = "speech"
     # The compact prompt of the reference design (docs/reference_design.md): no system turn, the
     # answer starting at <asr_text> (no "language X" header, so no language detection). Off by default: it departs
     # from the official template. Saves the system turn and header tokens per decoder run.
@@ -160,6 +166,8 @@ class TranscribeOptions:
                                   for name in ("overlap", "fallback", "final_pass")])
         problems += filter(None, [checks.flag(name, getattr(self, name))
                                   for name in ("itn", "compact_prompt", "one_pass", "word_timestamps")])
+        if self.word_spans not in WORD_SPANS:
+            problems.append(f"word_spans must be one of {', '.join(WORD_SPANS)} (got {checks.show(self.word_spans)})")
         if self.one_pass is True and (self.chunk_size is not None or self.vad not in (None, False)
                                       or self.max_chunks is not None):
             problems.append("one_pass excludes chunk_size, vad and max_chunks (they ask for chunked decoding)")
@@ -252,4 +260,4 @@ def build_options(base: Optional[TranscribeOptions], overrides: dict, where: str
     return dataclasses.replace(base, **kw) if kw else base
 
 
-__all__ = ["ALIASES", "TranscribeOptions", "build_options"]
+__all__ = ["ALIASES", "TranscribeOptions", "WORD_SPANS", "build_options"]

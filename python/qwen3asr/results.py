@@ -58,7 +58,9 @@ class Word:
 
     word: str
     start: float  # seconds from the start of the input audio (its ``start_second`` included)
-    end: float  # seconds; end >= start (the aligner's 80 ms bins, repaired to be monotonic)
+    # seconds; end >= start: the aligner's 80 ms bins, repaired to be monotonic, then (with
+    # TranscribeOptions.word_spans "speech") fitted to the speech (qwen3asr.aligner.refine)
+    end: float
 
     def to_dict(self) -> dict:
         return {"word": self.word, "start": self.start, "end": self.end}
@@ -80,6 +82,9 @@ class Segment:
     # how its decoder run ended: "eos", "length" (max_new_tokens), "repetition" (a loop the
     # guard stopped, and no fallback try did better), "stopped"; None where not known
     finish_reason: Optional[str] = None
+    # "collapsed: <reason>" when its words did not align ("same start", "zero start", "end
+    # pile-up"; qwen3asr.aligner.refine): their times are unreliable. None: aligned, or no words
+    words_flag: Optional[str] = None
 
     def shifted(self, seconds: float) -> "Segment":
         """This segment and its words ``seconds`` later (a piece's times made times of the whole input)."""
@@ -92,6 +97,8 @@ class Segment:
             d["finish_reason"] = self.finish_reason
         if self.words:
             d["words"] = [w.to_dict() for w in self.words]
+        if self.words_flag is not None:
+            d["words_flag"] = self.words_flag
         return d
 
 
@@ -130,6 +137,11 @@ class Transcription:
     def words(self) -> tuple[Word, ...]:
         """Every segment's words in order (empty unless word timestamps were asked for)."""
         return tuple(w for seg in self.segments for w in seg.words)
+
+    @property
+    def words_flag(self) -> Optional[str]:
+        """The first segment's ``words_flag`` that is set (a collapsed alignment), else None."""
+        return next((seg.words_flag for seg in self.segments if seg.words_flag is not None), None)
 
     def to_dict(self) -> dict:
         d = {"text": self.text, "language": self.language, "language_code": self.language_code,

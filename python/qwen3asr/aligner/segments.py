@@ -3,8 +3,9 @@ words of a list of timed segments.
 
 The engine (one-pass files) and the stream session (committed chunks, finished pieces; long
 files through it) both give their segments words through ``align_segments``: each segment's
-audio aligned with its raw text in its language, segments in languages the aligner does not
-cover left without words and logged once per language.
+audio aligned with its raw text in its language, checked for a collapse and fitted to the speech
+(qwen3asr.aligner.refine), segments in languages the aligner does not cover left without words
+and logged once per language.
 """
 
 from __future__ import annotations
@@ -91,14 +92,19 @@ def align_transcript(engine, audio, text: str, language: Optional[str] = None, *
 
 def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[np.ndarray, float]], *,
                    language: Optional[str] = None, default_language: Optional[str] = None,
-                   warned: Optional[set] = None, work: Work = NO_WORK) -> list:
+                   warned: Optional[set] = None, work: Work = NO_WORK, spans: str = "speech") -> list:
     """``segments`` (qwen3asr.results.Segment) with their words, in order.
 
     clip: a segment's audio, (n,) float32 16 kHz, and the time in seconds of its first sample.
     language: the request's forced language (None: each segment's own, else ``default_language``).
     warned: languages already logged as not covered (updated; None: log each here once).
     work: scheduling hooks, one unit of model work per aligned segment.
+    spans: TranscribeOptions.word_spans, "speech" or "raw" (qwen3asr.aligner.refine): every
+    segment's words are checked for a collapse (flagged in ``Segment.words_flag``); "speech"
+    aligns a collapsed segment again in pieces and fits the spans to the speech.
     A segment without text, or in a language the aligner does not cover, keeps no words."""
+    from .refine import refined
+
     warned = set() if warned is None else warned
     out = []
     for seg in segments:
@@ -112,8 +118,8 @@ def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[n
             continue
         pcm, start = clip(seg)
         with work.unit():
-            words = aligner.align(pcm, seg.text, lang, offset=start)
-        out.append(dataclasses.replace(seg, words=words))
+            words, flag = refined(aligner, pcm, start, aligner.align(pcm, seg.text, lang, offset=start), lang, spans)
+        out.append(dataclasses.replace(seg, words=words, words_flag=flag))
     return out
 
 

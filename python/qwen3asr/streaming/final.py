@@ -105,7 +105,7 @@ class FinalPasses:
         self._work.check()
         t0 = self.start / SAMPLE_RATE
         seg = Segment(t0, end / SAMPLE_RATE, r.text, r.language, tuple(w.shifted(t0) for w in r.words),
-                      r.finish_reason) if r.text else None
+                      r.finish_reason, r.words_flag) if r.text else None
         return r.text, seg, r.language
 
 

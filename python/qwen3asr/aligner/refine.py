@@ -1,0 +1,235 @@
+"""Word spans fitted to the speech, and the check for collapsed alignments.
+
+Two policies over the aligner's official times (``ForcedAligner.align``: 80 ms bins, the
+official repair), applied to each segment by ``align_segments``:
+
+- **snapping** (``word_spans="speech"``): the aligner's bins are coarse and its end slot often
+  lands on the next word's start, so a word before a pause keeps the pause (a subtitle stays
+  on screen through it). From the segment's 10 ms frame levels (``streaming.pause.frame_db``,
+  the level the stream already computes), a word's end that reaches into a pause, or through it
+  by at most one bin, is pulled back to where its speech ends, and a start in a pause is moved
+  forward to the onset after it (each keeping EDGE_S of the pause). Spans only shrink, so the order of the times is kept. A word
+  of zero length gets one bin, the shortest span the bins can tell, within its neighbours.
+- **collapse check**: a segment whose words share one start, start at the segment's start
+  past the first word, or pile up in its last bin did not align (noisy audio, a very long
+  input). It is aligned again in smaller pieces, first cut at its own pauses, then in two
+  halves cut at the quietest frame near the middle, each piece with the words its share of
+  the speech should hold; if every way still collapses, the first alignment is kept and the
+  segment is flagged (``Segment.words_flag``) and logged, never silently.
+
+Frame levels are judged against the segment's own: speech is what lies within
+``QUIET_BELOW_DB`` of its loud end and above a quarter of the way up from its floor; a segment
+whose loud end and floor are closer than ``MIN_CONTRAST_DB`` (speech in heavy noise) is not
+snapped. A start is not moved for a pause a bin after it (a short word said before the pause
+looks the same); an end is, because the end slot often lands on the next word's onset just
+after the pause. Measured against espeak-ng's word times in docs/aligner.md ("Word spans").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE
+from ..mel import HOP_LENGTH as HOP  # samples per 10 ms frame
+from ..results import Word
+
+logger = logging.getLogger(__name__)
+
+FRAME_S = HOP / SAMPLE_RATE  # 0.01 s per frame level
+LEVEL_QUANTILE = 0.99  # the segment's loud end: this quantile of its frame levels (as streaming.pause)
+FLOOR_QUANTILE = 0.10  # its floor (noise or silence between words)
+QUIET_BELOW_DB = 40.0  # a frame this far below the loud end is quiet whatever the floor
+FLOOR_SHARE = 0.25  # ... and so is one within this share of the way from the floor to the loud end
+MIN_CONTRAST_DB = 12.0  # loud end - floor below this: speech cannot be told from noise, no snapping
+MIN_PAUSE_S = 0.12  # a quiet run this long is a pause (stop closures and weak consonants are shorter)
+EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak onset or decay)
+SPLIT_PAUSE_S = 0.25  # pauses at least this long cut a collapsed segment into pieces
+MIN_RUN = 3  # this many consecutive words with one start is a collapse
+PILE_WORDS = 2  # this many words starting in a segment's last bin is a pile-up
+
+
+@dataclasses.dataclass(frozen=True)
+class Levels:
+    """The speech frames of one segment's audio."""
+
+    offset: float  # seconds of the segment's first sample in the input
+    loud: Optional[np.ndarray]  # (n_frames,) bool per 10 ms frame; None: speech and noise too close to tell
+    seconds: float  # duration of the audio
+
+    @classmethod
+    def of(cls, pcm: np.ndarray, offset: float) -> "Levels":
+        """Levels of (n,) float32 16 kHz ``pcm`` whose first sample is at ``offset`` seconds."""
+        from ..streaming.pause import frame_db
+
+        db = frame_db(pcm)
+        loud = None
+        if db.size >= int(MIN_PAUSE_S / FRAME_S):
+            level, floor = float(np.quantile(db, LEVEL_QUANTILE)), float(np.quantile(db, FLOOR_QUANTILE))
+            if level - floor >= MIN_CONTRAST_DB:
+                loud = db > max(level - QUIET_BELOW_DB, floor + FLOOR_SHARE * (level - floor))
+        return cls(offset, loud, pcm.shape[0] / SAMPLE_RATE)
+
+    def pauses(self, min_seconds: float = MIN_PAUSE_S) -> List[Tuple[int, int]]:
+        """Quiet runs [a, b) in frames of at least ``min_seconds``, or touching an edge of the audio."""
+        if self.loud is None:
+            return []
+        quiet = np.concatenate([[False], ~self.loud, [False]])
+        edges = np.flatnonzero(np.diff(quiet.astype(np.int8)))
+        n, need = self.loud.size, int(round(min_seconds / FRAME_S))
+        return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]) if b - a >= need or a == 0 or b == n]
+
+    def frame(self, t: float) -> int:
+        return int(round((t - self.offset) / FRAME_S))
+
+    def time(self, f: int) -> float:
+        return round(self.offset + f * FRAME_S, 3)
+
+
+def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...]:
+    """``words`` (one segment's, in order, times in seconds) with each span fitted to its speech
+    (the module docstring): zero-length words widened to one bin ``bin_s`` within their
+    neighbours, starts moved out of pauses, ends pulled back out of them."""
+    out = _widened(words, levels, bin_s)
+    pauses = levels.pauses()
+    reach = int(round(bin_s / FRAME_S))
+    edge = int(round(EDGE_S / FRAME_S))
+    for i, w in enumerate(out):
+        fs, fe = levels.frame(w.start), levels.frame(w.end)
+        # the start lies in a pause: the word starts after it
+        after = [b for a, b in pauses if a <= fs < b < fe]
+        if after:
+            fs = max(fs, max(after) - edge)
+        # the end lies in a pause, or reaches through one by at most a bin after a bin of speech at
+        # least (less is within a bin of the start: the word may as well be the speech after it)
+        before = [a for a, b in pauses if fs < a < fe and (fe <= b or (fe - b <= reach and a - fs >= reach))]
+        if before:
+            fe = min(fe, min(before) + edge)
+        start, end = max(w.start, levels.time(fs)), min(w.end, levels.time(fe))
+        if (start, end) != (w.start, w.end) and end > start:
+            out[i] = dataclasses.replace(w, start=start, end=end)
+    return tuple(out)
+
+
+def _widened(words: Sequence[Word], levels: Levels, bin_s: float) -> List[Word]:
+    """Zero-length words given one bin: the free time after them (up to the next word's start or
+    the audio's end), then before them (back to the previous word's end or the audio's start),
+    then a share of a neighbour longer than two bins, the next one first."""
+    t = [[w.start, w.end] for w in words]
+    lo, hi = levels.offset, levels.offset + levels.seconds
+    for i in range(len(t)):
+        if t[i][1] > t[i][0]:
+            continue
+        t[i][1] = min(t[i][0] + bin_s, max(t[i][0], t[i + 1][0] if i + 1 < len(t) else hi))
+        need = bin_s - (t[i][1] - t[i][0])
+        t[i][0] -= max(0.0, min(need, t[i][0] - (t[i - 1][1] if i else lo)))
+        need = bin_s - (t[i][1] - t[i][0])
+        if need > 1e-9 and i + 1 < len(t) and t[i + 1][1] - t[i + 1][0] > 2 * bin_s and t[i + 1][0] == t[i][1]:
+            t[i][1] = t[i + 1][0] = t[i][1] + need
+        elif need > 1e-9 and i and t[i - 1][1] - t[i - 1][0] > 2 * bin_s and t[i - 1][1] == t[i][0]:
+            t[i][0] = t[i - 1][1] = t[i][0] - need
+    return [w if (w.start, w.end) == (round(a, 3), round(b, 3)) else dataclasses.replace(w, start=round(a, 3),
+                                                                                            end=round(b, 3))
+            for w, (a, b) in zip(words, t)]
+
+
+def collapse(words: Sequence[Word], start: float, end: float, bin_s: float) -> Optional[str]:
+    """Why the words of a piece [start, end) seconds did not align, or None: "same start" (MIN_RUN
+    consecutive words with one start), "zero start" (a word past the first at the piece's start),
+    "end pile-up" (PILE_WORDS words starting in its last bin)."""
+    starts = [w.start for w in words]
+    run = 1
+    for a, b in zip(starts, starts[1:]):
+        run = run + 1 if b == a else 1
+        if run >= MIN_RUN:
+            return "same start"
+    if any(s <= start + 0.0005 for s in starts[1:]):
+        return "zero start"
+    if len(starts) >= PILE_WORDS and sum(s >= end - bin_s for s in starts) >= PILE_WORDS:
+        return "end pile-up"
+    return None
+
+
+def pieces_at_pauses(levels: Levels) -> List[Tuple[int, int]]:
+    """The segment cut in the middle of every pause of at least SPLIT_PAUSE_S: [a, b) in frames."""
+    n = 0 if levels.loud is None else levels.loud.size
+    cuts = [(a + b) // 2 for a, b in levels.pauses(SPLIT_PAUSE_S) if 0 < a and b < n]
+    bounds = [0] + cuts + [n]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def halves(pcm: np.ndarray) -> List[Tuple[int, int]]:
+    """The segment cut in two at its quietest frame in the middle third: [a, b) in frames."""
+    from ..streaming.pause import frame_db
+
+    db = frame_db(pcm)
+    n = db.size
+    if n < 3:
+        return [(0, n)]
+    lo, hi = n // 3, max(n // 3 + 1, 2 * n // 3)
+    mid = lo + int(np.argmin(db[lo:hi]))
+    return [(0, mid), (mid, n)]
+
+
+def share_words(words: Sequence[Word], levels: Levels, pieces: Sequence[Tuple[int, int]]) -> List[List[int]]:
+    """The indices of ``words`` each piece holds: words in order, weighted by their length in
+    characters (one more for the gap), spread over the pieces in proportion to their speech frames
+    (all frames when speech cannot be told from noise)."""
+    loud = levels.loud
+    speech = np.array([max(1, int(loud[a:b].sum()) if loud is not None else b - a) for a, b in pieces], float)
+    bounds = np.cumsum(speech) / speech.sum()
+    weight = np.array([len(w.word) + 1 for w in words], float)
+    middle = (np.cumsum(weight) - weight / 2) / weight.sum()
+    owner = np.minimum(np.searchsorted(bounds, middle), len(pieces) - 1)
+    return [[int(i) for i in np.flatnonzero(owner == p)] for p in range(len(pieces))]
+
+
+def realign(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, levels: Levels,
+            pieces: Sequence[Tuple[int, int]]) -> Optional[Tuple[Word, ...]]:
+    """``words`` aligned again piece by piece (pieces in frames of ``pcm``), or None when a piece
+    collapses too or its text does not give back its words."""
+    bin_s = aligner.segment_ms / 1000.0
+    out: List[Word] = []
+    for (a, b), held in zip(pieces, share_words(words, levels, pieces)):
+        if not held:
+            continue
+        units = [words[i].word for i in held]
+        t0, t1 = levels.time(a), levels.time(b)
+        got = aligner.align(pcm[a * HOP:b * HOP], " ".join(units), language, offset=t0)
+        if [w.word for w in got] != units or collapse(got, t0, t1, bin_s):
+            return None
+        out += got
+    return tuple(out)
+
+
+def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], language: str,
+            spans: str) -> Tuple[Tuple[Word, ...], Optional[str]]:
+    """One segment's words (``aligner.align`` of its audio ``pcm``, (n,) float32 16 kHz, whose first
+    sample is at ``offset`` seconds) checked for a collapse and, with ``spans`` "speech", aligned
+    again in pieces when collapsed and fitted to the speech; with "raw" the official times as they
+    are. Returns (the words, None or the flag "collapsed: <reason>")."""
+    bin_s = aligner.segment_ms / 1000.0
+    levels = Levels.of(pcm, offset)
+    reason = collapse(words, offset, offset + levels.seconds, bin_s)
+    if reason and spans == "speech":
+        for how, pieces in (("pauses", pieces_at_pauses(levels)), ("halves", halves(pcm))):
+            again = realign(aligner, pcm, words, language, levels, pieces) if len(pieces) > 1 else None
+            if again is not None:
+                logger.info("words of %.2f-%.2f s collapsed (%s); aligned again in %d pieces cut at %s", offset,
+                            offset + levels.seconds, reason, len(pieces), how)
+                words, reason = again, None
+                break
+    flag = None
+    if reason:
+        flag = f"collapsed: {reason}"
+        logger.warning("the words of %.2f-%.2f s did not align (%s)%s; their times are unreliable", offset,
+                       offset + levels.seconds, reason, "" if spans == "raw" else ", also in smaller pieces")
+    if spans == "speech":
+        words = snap(words, levels, bin_s)
+    return words, flag
+
+
+__all__ = ["Levels", "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap"]
