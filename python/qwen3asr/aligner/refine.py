@@ -136,21 +136,31 @@ def _widened(words: Sequence[Word], levels: Levels, bin_s: float) -> List[Word]:
             for w, (a, b) in zip(words, t)]
 
 
-def collapse(words: Sequence[Word], start: float, end: float, bin_s: float) -> Optional[str]:
-    """Why the words of a piece [start, end) seconds did not align, or None: "same start" (MIN_RUN
-    consecutive words with one start), "zero start" (a word past the first at the piece's start),
-    "end pile-up" (PILE_WORDS words starting in its last bin)."""
+def collapse(words: Sequence[Word], start: float, end: float, bin_s: float) -> Tuple[Optional[str], int]:
+    """Whether the words of a piece [start, end) seconds aligned: (None, 0), or (why not, how many
+    words are caught in it). Why: "same start" (MIN_RUN or more consecutive words with one
+    start), "zero start" (a word past the first at the piece's start), "end pile-up" (PILE_WORDS
+    or more words starting in its last bin); the first found names it."""
     starts = [w.start for w in words]
+    reasons, bad = [], 0
     run = 1
-    for a, b in zip(starts, starts[1:]):
-        run = run + 1 if b == a else 1
+    for i in range(1, len(starts) + 1):
+        if i < len(starts) and starts[i] == starts[i - 1]:
+            run += 1
+            continue
         if run >= MIN_RUN:
-            return "same start"
-    if any(s <= start + 0.0005 for s in starts[1:]):
-        return "zero start"
-    if len(starts) >= PILE_WORDS and sum(s >= end - bin_s for s in starts) >= PILE_WORDS:
-        return "end pile-up"
-    return None
+            reasons.append("same start")
+            bad += run
+        run = 1
+    at_zero = sum(s <= start + 0.0005 for s in starts[1:])
+    if at_zero:
+        reasons.append("zero start")
+        bad += at_zero
+    piled = sum(s >= end - bin_s for s in starts)
+    if piled >= PILE_WORDS:
+        reasons.append("end pile-up")
+        bad += piled
+    return (reasons[0] if reasons else None), bad
 
 
 def pieces_at_pauses(levels: Levels) -> List[Tuple[int, int]]:
@@ -174,59 +184,78 @@ def halves(pcm: np.ndarray) -> List[Tuple[int, int]]:
     return [(0, mid), (mid, n)]
 
 
-def share_words(words: Sequence[Word], levels: Levels, pieces: Sequence[Tuple[int, int]]) -> List[List[int]]:
-    """The indices of ``words`` each piece holds: words in order, weighted by their length in
-    characters (one more for the gap), spread over the pieces in proportion to their speech frames
-    (all frames when speech cannot be told from noise)."""
-    loud = levels.loud
-    speech = np.array([max(1, int(loud[a:b].sum()) if loud is not None else b - a) for a, b in pieces], float)
-    bounds = np.cumsum(speech) / speech.sum()
-    weight = np.array([len(w.word) + 1 for w in words], float)
-    middle = (np.cumsum(weight) - weight / 2) / weight.sum()
-    owner = np.minimum(np.searchsorted(bounds, middle), len(pieces) - 1)
+def share_words(words: Sequence[Word], levels: Levels, pieces: Sequence[Tuple[int, int]],
+                by: str = "speech") -> List[List[int]]:
+    """The indices of ``words`` each piece (frames) holds, words kept in order. ``by`` "time": the
+    piece holding a word's start (the first alignment's, right where it did not collapse);
+    "speech": words weighted by their length in characters (one more for the gap) spread over the
+    pieces in proportion to their speech frames (all frames when speech cannot be told from noise)."""
+    if by == "time":
+        cuts = [levels.time(a) for a, _ in pieces[1:]]
+        owner = np.searchsorted(cuts, [w.start for w in words], side="right")
+    else:
+        loud = levels.loud
+        speech = np.array([max(1, int(loud[a:b].sum()) if loud is not None else b - a) for a, b in pieces], float)
+        bounds = np.cumsum(speech) / speech.sum()
+        weight = np.array([len(w.word) + 1 for w in words], float)
+        middle = (np.cumsum(weight) - weight / 2) / weight.sum()
+        owner = np.minimum(np.searchsorted(bounds, middle), len(pieces) - 1)
     return [[int(i) for i in np.flatnonzero(owner == p)] for p in range(len(pieces))]
 
 
 def realign(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, levels: Levels,
-            pieces: Sequence[Tuple[int, int]]) -> Optional[Tuple[Word, ...]]:
-    """``words`` aligned again piece by piece (pieces in frames of ``pcm``), or None when a piece
-    collapses too or its text does not give back its words."""
+            pieces: Sequence[Tuple[int, int]], by: str) -> Optional[Tuple[Tuple[Word, ...], Optional[str], int]]:
+    """``words`` aligned again piece by piece (pieces in frames of ``pcm``, words shared ``by``
+    share_words), with the collapse check over the pieces (the first reason, the words caught);
+    None when a piece's text does not give back its words."""
     bin_s = aligner.segment_ms / 1000.0
     out: List[Word] = []
-    for (a, b), held in zip(pieces, share_words(words, levels, pieces)):
+    reason, bad = None, 0
+    for (a, b), held in zip(pieces, share_words(words, levels, pieces, by)):
         if not held:
             continue
         units = [words[i].word for i in held]
         t0, t1 = levels.time(a), levels.time(b)
         got = aligner.align(pcm[a * HOP:b * HOP], " ".join(units), language, offset=t0)
-        if [w.word for w in got] != units or collapse(got, t0, t1, bin_s):
+        if [w.word for w in got] != units:
             return None
+        why, n = collapse(got, t0, t1, bin_s)
+        reason, bad = reason or why, bad + n
         out += got
-    return tuple(out)
+    return tuple(out), reason, bad
 
 
 def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], language: str,
             spans: str) -> Tuple[Tuple[Word, ...], Optional[str]]:
     """One segment's words (``aligner.align`` of its audio ``pcm``, (n,) float32 16 kHz, whose first
     sample is at ``offset`` seconds) checked for a collapse and, with ``spans`` "speech", aligned
-    again in pieces when collapsed and fitted to the speech; with "raw" the official times as they
+    again in pieces when collapsed (the pieces at its pauses, then its halves; words shared by
+    their first times, then by the speech: the first way without a collapse, else the one with
+    the fewest words caught) and fitted to the speech; with "raw" the official times as they
     are. Returns (the words, None or the flag "collapsed: <reason>")."""
     bin_s = aligner.segment_ms / 1000.0
     levels = Levels.of(pcm, offset)
-    reason = collapse(words, offset, offset + levels.seconds, bin_s)
+    end = offset + levels.seconds
+    reason, bad = collapse(words, offset, end, bin_s)
     if reason and spans == "speech":
-        for how, pieces in (("pauses", pieces_at_pauses(levels)), ("halves", halves(pcm))):
-            again = realign(aligner, pcm, words, language, levels, pieces) if len(pieces) > 1 else None
-            if again is not None:
-                logger.info("words of %.2f-%.2f s collapsed (%s); aligned again in %d pieces cut at %s", offset,
-                            offset + levels.seconds, reason, len(pieces), how)
-                words, reason = again, None
+        first = reason
+        for how, pieces in (("its pauses", pieces_at_pauses(levels)), ("halves", halves(pcm))):
+            for by in ("time", "speech") if len(pieces) > 1 else ():
+                again = realign(aligner, pcm, words, language, levels, pieces, by)
+                if again is not None and again[2] < bad:
+                    words, reason, bad = again
+                    logger.info("the words of %.2f-%.2f s collapsed (%s): aligned again in %d pieces cut at %s, "
+                                "shared by %s: %s", offset, end, first, len(pieces), how, by,
+                                "aligned" if reason is None else f"{bad} words still caught")
+                if reason is None:
+                    break
+            if reason is None:
                 break
     flag = None
     if reason:
         flag = f"collapsed: {reason}"
-        logger.warning("the words of %.2f-%.2f s did not align (%s)%s; their times are unreliable", offset,
-                       offset + levels.seconds, reason, "" if spans == "raw" else ", also in smaller pieces")
+        logger.warning("the words of %.2f-%.2f s did not align (%s, %d words)%s; their times are unreliable",
+                       offset, end, reason, bad, "" if spans == "raw" else ", also in smaller pieces")
     if spans == "speech":
         words = snap(words, levels, bin_s)
     return words, flag
