@@ -42,11 +42,11 @@ def _own(engine, pcm, seg, offset=0.0):
 
 def test_one_pass_words_are_the_aligners_on_the_raw_text(engine):
     pcm = prepare_audio(EN)
-    r = engine.transcribe(EN, word_timestamps=True)
-    assert r.text and len(r.segments) == 1 and r.words == r.segments[0].words
+    r = engine.transcribe(EN, word_timestamps=True, word_spans="raw")  # the official times (the default fits them
+    assert r.text and len(r.segments) == 1 and r.words == r.segments[0].words  # to the speech: test_word_spans.py)
     assert r.words == engine.aligner.align(pcm, r.text, r.language)
     assert [w.word for w in r.words] == r.text.split()  # plain English words: the units are the words
-    shifted = engine.transcribe(pcm, word_timestamps=True, start_second=0.5)
+    shifted = engine.transcribe(pcm, word_timestamps=True, start_second=0.5, word_spans="raw")
     assert shifted.words == engine.aligner.align(pcm[SR // 2:], shifted.text, shifted.language, offset=0.5)
     assert all(0.5 <= w.start <= w.end <= pcm.shape[0] / SR for w in shifted.words)
     d = r.to_dict()
@@ -64,12 +64,12 @@ def test_words_come_from_the_raw_text_before_itn(engine):
 
 def test_segments_of_a_long_file_each_get_their_own_words(engine):
     pcm = prepare_audio(LONG)[:30 * SR]
-    r = engine.transcribe(pcm, word_timestamps=True, start_second=0.0)
+    r = engine.transcribe(pcm, word_timestamps=True, start_second=0.0, word_spans="raw")
     assert len(r.segments) >= 4
     for seg in r.segments:
         assert seg.words == _own(engine, pcm, seg)
         assert all(seg.start <= w.start <= w.end <= seg.end for w in seg.words)
-    later = engine.transcribe(LONG, word_timestamps=True, start_second=40.0, duration=20.0)
+    later = engine.transcribe(LONG, word_timestamps=True, start_second=40.0, duration=20.0, word_spans="raw")
     assert later.segments and all(s.start >= 40.0 for s in later.segments)
     full = prepare_audio(LONG)
     for seg in later.segments:
@@ -80,7 +80,7 @@ def test_a_live_stream_gives_every_finished_segment_its_words(engine):
     pcm = prepare_audio(LONG)[:25 * SR]
     results = []
     for seed in (0, 1):  # the words do not depend on how the audio is fed
-        s = engine.create_stream(word_timestamps=True)
+        s = engine.create_stream(word_timestamps=True, word_spans="raw")
         rng = np.random.default_rng(seed)
         i = 0
         while i < pcm.shape[0]:
@@ -140,7 +140,7 @@ def test_a_decoder_dtype_the_aligner_lacks_lets_the_aligner_pick_its_own(caplog)
     demo = os.path.join(ROOT, "models", "default")
     with Qwen3ASREngine(demo, backend="onnx", threads=2, decoder_dtype="fp32", aligner=int8_only) as e:
         with caplog.at_level(logging.INFO, logger="qwen3asr.aligner.segments"):
-            got = e.transcribe(EN, language="English", word_timestamps=True)
+            got = e.transcribe(EN, language="English", word_timestamps=True, word_spans="raw")
         assert e.aligner.scorer.dtype == "int8" and "picks its own" in caplog.text
     with Qwen3ASREngine(demo, backend="onnx", threads=2, aligner=int8_only) as e:  # the default dtype
         want = e.aligner.align(prepare_audio(EN), got.text, "English")

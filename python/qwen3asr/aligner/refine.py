@@ -115,22 +115,32 @@ def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...
 
 
 def _widened(words: Sequence[Word], levels: Levels, bin_s: float) -> List[Word]:
-    """Zero-length words given one bin: the free time after them (up to the next word's start or
-    the audio's end), then before them (back to the previous word's end or the audio's start),
-    then a share of a neighbour longer than two bins, the next one first."""
+    """Zero-length words given one bin each. A run of k of them at one time t takes k bins: the free
+    time after t (up to the next word's start or the audio's end) first, then the free time before
+    it (back to the previous word's end or the audio's start), then a share of a neighbour longer
+    than two bins (the next one first); the run's words split what they got evenly."""
     t = [[w.start, w.end] for w in words]
     lo, hi = levels.offset, levels.offset + levels.seconds
-    for i in range(len(t)):
+    i = 0
+    while i < len(t):
         if t[i][1] > t[i][0]:
+            i += 1
             continue
-        t[i][1] = min(t[i][0] + bin_s, max(t[i][0], t[i + 1][0] if i + 1 < len(t) else hi))
-        need = bin_s - (t[i][1] - t[i][0])
-        t[i][0] -= max(0.0, min(need, t[i][0] - (t[i - 1][1] if i else lo)))
-        need = bin_s - (t[i][1] - t[i][0])
-        if need > 1e-9 and i + 1 < len(t) and t[i + 1][1] - t[i + 1][0] > 2 * bin_s and t[i + 1][0] == t[i][1]:
-            t[i][1] = t[i + 1][0] = t[i][1] + need
-        elif need > 1e-9 and i and t[i - 1][1] - t[i - 1][0] > 2 * bin_s and t[i - 1][1] == t[i][0]:
-            t[i][0] = t[i - 1][1] = t[i][0] - need
+        j = i + 1
+        while j < len(t) and t[j][0] == t[j][1] == t[i][0]:
+            j += 1
+        at, want = t[i][0], (j - i) * bin_s
+        a, b = at, min(at + want, max(at, t[j][0] if j < len(t) else hi))
+        a = max(a - (want - (b - a)), t[i - 1][1] if i else lo, lo) if b - a < want else a
+        short = want - (b - a)
+        if short > 1e-9 and j < len(t) and t[j][0] == b and t[j][1] - t[j][0] > 2 * bin_s:
+            b = t[j][0] = b + min(short, t[j][1] - t[j][0] - 2 * bin_s)
+        elif short > 1e-9 and i and t[i - 1][1] == a and t[i - 1][1] - t[i - 1][0] > 2 * bin_s:
+            a = t[i - 1][1] = a - min(short, t[i - 1][1] - t[i - 1][0] - 2 * bin_s)
+        step = (b - a) / (j - i)
+        for k in range(i, j):
+            t[k] = [a + (k - i) * step, a + (k - i + 1) * step]
+        i = j
     return [w if (w.start, w.end) == (round(a, 3), round(b, 3)) else dataclasses.replace(w, start=round(a, 3),
                                                                                             end=round(b, 3))
             for w, (a, b) in zip(words, t)]

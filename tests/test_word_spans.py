@@ -1,0 +1,292 @@
+"""Word spans fitted to the speech and the check for collapsed alignments (qwen3asr.aligner.refine).
+
+Snapping is checked on tone bursts with exact silences; the collapse check and the re-alignment
+on the demo aligner (models/default-aligner) with a stand-in slot scorer that returns chosen
+classes (identical ones collapse); the whole chain on the demo model and aligner, and on ten
+minutes of speech (item 4 of issue 35; the board path is in tests/test_rk_aligner.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
+from qwen3asr.aligner import ForcedAligner
+from qwen3asr.aligner.refine import Levels, collapse, refined, snap
+from qwen3asr.aligner.segments import align_segments
+from qwen3asr.backends import BackendOptions
+from qwen3asr.results import Segment, Word
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = os.path.join(ROOT, "models", "default")
+ALIGNER = os.path.join(ROOT, "models", "default-aligner")
+SR = 16000
+BIN = 0.08
+
+
+def bursts(spans, seconds, floor_db=-70.0, seed=0):
+    """(n,) float32: a 220 Hz tone (-12 dBFS peak) in each (start, end) of ``spans`` seconds, noise
+    at ``floor_db`` dBFS everywhere."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(int(seconds * SR)) * 10 ** (floor_db / 20)
+    for a, b in spans:
+        t = np.arange(int(a * SR), int(b * SR))
+        x[t] += 0.25 * np.sin(2 * np.pi * 220 * t / SR)
+    return x.astype(np.float32)
+
+
+def words(*items):
+    return tuple(Word(w, s, e) for w, s, e in items)
+
+
+# ------------------------------------------------------------------ the option
+
+def test_the_option_takes_speech_or_raw():
+    assert TranscribeOptions().word_spans == "speech"
+    assert TranscribeOptions(word_spans="raw").word_spans == "raw"
+    with pytest.raises(ValueError, match=r"word_spans must be one of speech, raw \(got 'snapped'\)"):
+        TranscribeOptions(word_spans="snapped")
+    with pytest.raises(ValueError, match=r"word_spans must be one of speech, raw \(got None\)"):
+        TranscribeOptions(word_spans=None)
+
+
+# ------------------------------------------------------------------ snapping
+
+SPEECH = ((0.5, 1.0), (2.0, 2.6))  # two bursts, a second of silence between them
+
+
+def test_an_end_in_the_pause_after_a_word_is_pulled_back_and_a_start_in_it_moved_forward():
+    lv = Levels.of(bursts(SPEECH, 3.0), 0.0)
+    assert lv.pauses() == [(0, 50), (100, 200), (260, 300)]  # frames: the silences, edges included
+    got = snap(words(("one", 0.48, 1.52), ("two", 1.52, 2.6)), lv, BIN)
+    assert got == words(("one", 0.48, 1.02), ("two", 1.98, 2.6))  # EDGE_S (20 ms) of the pause kept
+    # an end that reaches through the pause by up to one bin, after a bin of speech, comes back too
+    assert snap(words(("one", 0.48, 2.08), ("two", 2.08, 2.6)), lv, BIN)[0] == Word("one", 0.48, 1.02)
+    # ... but not after less than a bin of speech (the word may be the speech after the pause)
+    assert snap(words(("one", 0.95, 2.04),), lv, BIN) == words(("one", 0.95, 2.04))
+    # a start in speech a bin before a pause stays (a short word said before the pause)
+    assert snap(words(("a", 0.95, 1.4),), lv, BIN) == words(("a", 0.95, 1.02))
+    # spans inside speech, and a word wholly in the pause, are left alone
+    assert snap(words(("one", 0.5, 0.9), ("x", 1.2, 1.6)), lv, BIN) == words(("one", 0.5, 0.9), ("x", 1.2, 1.6))
+
+
+def test_times_move_by_the_segment_offset():
+    lv = Levels.of(bursts(SPEECH, 3.0), 60.0)
+    assert snap(words(("one", 60.48, 61.52), ("two", 61.52, 62.6)), lv, BIN) == \
+        words(("one", 60.48, 61.02), ("two", 61.98, 62.6))
+
+
+def test_a_zero_length_word_gets_one_bin_within_its_neighbours():
+    lv = Levels.of(bursts(((0.0, 4.0),), 4.0), 0.0)  # all speech: nothing else moves
+    # three commands joined into one upload: "off" 2.64-2.64 between two words that touch it
+    got = snap(words(("lights", 2.0, 2.64), ("off", 2.64, 2.64), ("now", 2.64, 3.2)), lv, BIN)
+    assert got == words(("lights", 2.0, 2.64), ("off", 2.64, 2.72), ("now", 2.72, 3.2))
+    # free time after it first, then before it, then the previous word's share
+    assert snap(words(("off", 2.64, 2.64), ("now", 3.0, 3.2)), lv, BIN)[0] == Word("off", 2.64, 2.72)
+    assert snap(words(("a", 1.0, 1.5), ("off", 2.64, 2.64), ("now", 2.68, 2.7)), lv, BIN)[1] == \
+        Word("off", 2.6, 2.68)
+    assert snap(words(("lights", 2.0, 2.64), ("off", 2.64, 2.64), ("now", 2.64, 2.66)), lv, BIN)[:2] == \
+        words(("lights", 2.0, 2.56), ("off", 2.56, 2.64))
+    assert snap(words(("end", 3.96, 3.96),), lv, BIN) == words(("end", 3.92, 4.0))  # the audio's end bounds it
+
+
+def test_speech_that_cannot_be_told_from_noise_is_not_snapped():
+    lv = Levels.of(bursts(SPEECH, 3.0, floor_db=-20.0), 0.0)  # the floor 8 dB under the tone's level
+    assert lv.loud is None and lv.pauses() == []
+    w = words(("one", 0.48, 1.52), ("two", 1.52, 2.6))
+    assert snap(w, lv, BIN) == w
+
+
+def test_snapped_times_keep_their_order():
+    rng = np.random.default_rng(3)
+    lv = Levels.of(bursts(((0.3, 0.9), (1.4, 1.7), (2.5, 3.4), (4.0, 4.3)), 5.0), 0.0)
+    for _ in range(200):
+        t = np.sort(np.round(rng.uniform(0, 5.0, 2 * int(rng.integers(1, 8))) / BIN) * BIN).round(3)
+        got = snap(tuple(Word(f"w{i}", t[2 * i], t[2 * i + 1]) for i in range(len(t) // 2)), lv, BIN)
+        flat = [x for w in got for x in (w.start, w.end)]
+        assert flat == sorted(flat) and all(w.end > w.start for w in got) and 0 <= flat[0] and flat[-1] <= 5.0
+
+
+# ------------------------------------------------------------------ the collapse check
+
+def test_collapse_reasons():
+    ok = words(("a", 0.4, 0.6), ("b", 0.6, 0.9), ("c", 1.0, 1.2))
+    assert collapse(ok, 0.0, 2.0, BIN) == (None, 0)
+    assert collapse(words(("a", 0.4, 0.4), ("b", 0.4, 0.4), ("c", 0.4, 0.9)), 0.0, 2.0, BIN) == ("same start", 3)
+    assert collapse(words(("a", 0.0, 0.2), ("b", 0.0, 0.4), ("c", 1.0, 1.2)), 0.0, 2.0, BIN) == ("zero start", 1)
+    assert collapse(words(("a", 0.4, 0.6), ("b", 1.93, 2.0), ("c", 1.95, 2.0)), 0.0, 2.0, BIN) == \
+        ("end pile-up", 2)
+    assert collapse(words(("a", 10.0, 10.2), ("b", 10.4, 10.6)), 10.0, 12.0, BIN) == (None, 0)  # the first may
+    assert collapse(words(("a", 1.0, 1.1), ("b", 1.0, 1.2)), 0.0, 2.0, BIN) == (None, 0)  # two: a repair's copy
+
+
+# ------------------------------------------------------------------ re-alignment with a stand-in scorer
+
+class StandInScorer:
+    """The SlotScorer seam answering chosen classes: ``classes(n_slots)`` -> one class per slot."""
+
+    name = "stand-in"
+
+    def __init__(self, max_positions, n_classes, classes):
+        self.max_positions, self.n_classes, self.classes, self.calls = max_positions, n_classes, classes, []
+
+    def score(self, embeds, rows):
+        self.calls.append(len(rows))
+        out = np.zeros((len(rows), self.n_classes), np.float32)
+        out[np.arange(len(rows)), self.classes(len(rows))] = 1.0
+        return out
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def demo_aligner():
+    with ForcedAligner(ALIGNER, backend="onnx", options=BackendOptions(threads=2)) as al:
+        yield al
+
+
+@pytest.fixture
+def stand_in(demo_aligner, monkeypatch):
+    def use(classes):
+        s = StandInScorer(demo_aligner.scorer.max_positions, demo_aligner.classes, classes)
+        monkeypatch.setattr(demo_aligner, "scorer", s)
+        return s
+    return use
+
+
+FOUR = ((0.5, 1.1), (1.6, 2.2), (2.7, 3.3), (3.8, 4.4))  # four bursts, 0.5 s pauses
+TEXT = "alpha beta gamma delta"
+EIGHT = "one two three four five six seven eight"
+
+
+def _segment(aligner, pcm, spans, offset=0.0, text=TEXT):
+    seg = Segment(offset, offset + pcm.shape[0] / SR, text, "English")
+    (out,) = align_segments(aligner, [seg], lambda s: (pcm, offset), spans=spans)
+    return out
+
+
+def test_identical_classes_are_flagged_and_logged_never_silent(demo_aligner, stand_in, caplog):
+    scorer = stand_in(lambda n: np.zeros(n, int))  # every slot in bin 0: all words at the segment's start
+    pcm = bursts(FOUR, 5.0)
+    caplog.set_level(logging.INFO, logger="qwen3asr.aligner.refine")
+    raw = _segment(demo_aligner, pcm, "raw", offset=30.0, text=EIGHT)
+    assert [w.start for w in raw.words] == [30.0] * 8 and raw.words_flag == "collapsed: same start"
+    assert scorer.calls == [16]  # raw: flagged, never aligned again
+    assert "did not align (same start, 15 words); their times are unreliable" in caplog.text
+    assert raw.to_dict()["words_flag"] == "collapsed: same start"
+    caplog.clear()
+    speech = _segment(demo_aligner, pcm, "speech", offset=30.0, text=EIGHT)
+    # the first pass (16 slots), then at its 3 pauses (4 pieces; words shared by time: all in the
+    # first, as bad; by speech: two in each, each piece's second word at its start: kept, fewer words
+    # caught), then in halves (shared by the new times: 6 + 2 words, and by speech: 4 + 4; no better):
+    # the flag names what is left
+    assert speech.words_flag == "collapsed: zero start"
+    assert scorer.calls[1:] == [16, 16, 4, 4, 4, 4, 12, 4, 8, 8]
+    assert "shared by speech: 4 words still caught" in caplog.text
+    assert "did not align (zero start, 4 words), also in smaller pieces; their times are unreliable" in caplog.text
+    # each piece's two words at its cut, a bin each (wholly in the pause: no speech to snap them to)
+    assert [(w.start, w.end) for w in speech.words] == [
+        (30.0, 30.08), (30.08, 30.16), (31.35, 31.43), (31.43, 31.51), (32.45, 32.53), (32.53, 32.61),
+        (33.55, 33.63), (33.63, 33.71)]
+
+
+def test_a_collapse_is_aligned_again_at_the_pauses(demo_aligner, stand_in, caplog):
+    # more than one word collapses; one word alone gets bins 2 and 8 (160-640 ms into its piece)
+    scorer = stand_in(lambda n: np.zeros(n, int) if n > 2 else np.array([2, 8])[:n])
+    pcm = bursts(FOUR, 5.0)
+    caplog.set_level(logging.INFO, logger="qwen3asr.aligner.refine")
+    raw = _segment(demo_aligner, pcm, "raw")
+    assert raw.words_flag == "collapsed: same start"
+    caplog.clear()
+    seg = _segment(demo_aligner, pcm, "speech")
+    assert seg.words_flag is None and [w.word for w in seg.words] == TEXT.split()
+    assert "aligned again in 4 pieces cut at its pauses, shared by speech: aligned" in caplog.text
+    # each word in its own burst's piece (cut in the middle of the pauses: 0, 1.35, 2.45, 3.55 s),
+    # 160-640 ms after the cut, its start then moved out of the pause to the burst's onset less EDGE_S
+    assert [(w.start, w.end) for w in seg.words] == [(0.48, 0.64), (1.58, 1.99), (2.68, 3.09), (3.78, 4.19)]
+    assert scorer.calls == [8, 8, 8, 2, 2, 2, 2]  # raw; speech: the first pass, by time (no better), by speech
+    assert "did not align" not in caplog.text
+
+
+def test_without_pauses_a_collapse_is_aligned_again_in_halves(demo_aligner, stand_in, caplog):
+    scorer = stand_in(lambda n: np.zeros(n, int) if n > 4 else np.array([2, 4, 5, 8])[:n])
+    pcm = bursts(((0.0, 4.0),), 4.0)  # speech throughout: no pause to cut at
+    caplog.set_level(logging.INFO, logger="qwen3asr.aligner.refine")
+    seg = _segment(demo_aligner, pcm, "speech")
+    # no pauses (no contrast even): halves; by time all four words fall in the first (no better)
+    assert seg.words_flag is None and scorer.calls == [8, 8, 4, 4]
+    assert "aligned again in 2 pieces cut at halves, shared by time" not in caplog.text  # all at 0: one piece
+    assert "aligned again in 2 pieces cut at halves, shared by speech: aligned" in caplog.text
+    cut = seg.words[2].start - 0.16
+    assert 4.0 / 3 <= cut <= 8.0 / 3  # the quietest frame of the middle third
+    assert [(w.start, w.end) for w in seg.words] == [(0.16, 0.32), (0.4, 0.64)] + [
+        (round(cut + 0.16, 3), round(cut + 0.32, 3)), (round(cut + 0.4, 3), round(cut + 0.64, 3))]
+
+
+# ------------------------------------------------------------------ through the engine (demo model and aligner)
+
+@pytest.fixture(scope="module")
+def engine():
+    mp = pytest.MonkeyPatch()
+    mp.delenv("QWEN3ASR_ALIGNER", raising=False)
+    with Qwen3ASREngine(DEFAULT, backend="onnx", threads=2) as e:
+        yield e
+    mp.undo()
+
+
+def test_the_engine_gives_raw_or_speech_spans(engine):
+    clip = os.path.join(ROOT, "audio", "en_2.wav")
+    pcm = prepare_audio(clip)
+    raw = engine.transcribe(clip, word_timestamps=True, word_spans="raw")
+    assert raw.words == engine.aligner.align(pcm, raw.text, raw.language)  # the official times
+    speech = engine.transcribe(clip, word_timestamps=True)
+    assert speech.words == refined(engine.aligner, pcm, 0.0, raw.words, raw.language, "speech")[0]
+    assert speech.words_flag is None and "words_flag" not in speech.to_dict()["segments"][0]
+    assert [w.word for w in speech.words] == [w.word for w in raw.words]
+
+
+LONG_SECONDS = 600.0
+TAIL_SECONDS = 3.0  # silence at the end of the long recording
+
+
+def ten_minutes() -> np.ndarray:
+    """audio/long_mixed.wav (77 s of English and Mandarin commands) again and again with 1-3 s of
+    silence between, cut to 597 s, then TAIL_SECONDS of silence: 600 s."""
+    x = prepare_audio(os.path.join(ROOT, "audio", "long_mixed.wav"))
+    rng = np.random.default_rng(0)
+    parts, n = [], 0
+    while n < LONG_SECONDS * SR:
+        gap = np.zeros(int(rng.uniform(1.0, 3.0) * SR), np.float32)
+        parts += [x, gap]
+        n += x.shape[0] + gap.shape[0]
+    pcm = np.concatenate(parts)[:int((LONG_SECONDS - TAIL_SECONDS) * SR)]
+    return np.concatenate([pcm, np.zeros(int(TAIL_SECONDS * SR), np.float32)])
+
+
+def check_long(result, seconds, bin_s) -> None:
+    """Word times of a long recording: in order, inside the audio and each inside its segment, none
+    in the trailing silence, and every segment whose words still collapse says so."""
+    flat = [t for w in result.words for t in (w.start, w.end)]
+    assert flat == sorted(flat) and 0.0 <= flat[0] and flat[-1] <= seconds
+    assert result.words[-1].start < seconds - TAIL_SECONDS  # no pile-up in the last seconds
+    for seg in result.segments:
+        assert all(seg.start <= w.start <= w.end <= seg.end for w in seg.words)
+        if seg.words_flag is None:
+            assert collapse(seg.words, seg.start, seg.end, bin_s)[0] is None, seg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vad", [None, False], ids=["vad-segments", "30s-chunks"])
+def test_ten_minutes_get_monotonic_words_with_no_pile_up(engine, vad):
+    pcm = ten_minutes()
+    r = engine.transcribe(pcm, word_timestamps=True, vad=vad)
+    assert r.stats.audio_seconds == LONG_SECONDS and len(r.words) >= 900
+    check_long(r, LONG_SECONDS, engine.aligner.segment_ms / 1000)
+    flagged = [s for s in r.segments if s.words_flag]
+    # the demo aligner on 30 s chunks: 18 of 21 collapse in the raw times, 3 after re-alignment
+    assert len(flagged) <= (0 if vad is None else 4), [(s.start, s.words_flag) for s in flagged]
