@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pytest
 
+from long_audio import LONG_SECONDS, check_long, ten_minutes
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import ForcedAligner
 from qwen3asr.aligner.refine import Levels, collapse, refined, snap
@@ -250,43 +251,12 @@ def test_the_engine_gives_raw_or_speech_spans(engine):
     assert [w.word for w in speech.words] == [w.word for w in raw.words]
 
 
-LONG_SECONDS = 600.0
-TAIL_SECONDS = 3.0  # silence at the end of the long recording
-
-
-def ten_minutes() -> np.ndarray:
-    """audio/long_mixed.wav (77 s of English and Mandarin commands) again and again with 1-3 s of
-    silence between, cut to 597 s, then TAIL_SECONDS of silence: 600 s."""
-    x = prepare_audio(os.path.join(ROOT, "audio", "long_mixed.wav"))
-    rng = np.random.default_rng(0)
-    parts, n = [], 0
-    while n < LONG_SECONDS * SR:
-        gap = np.zeros(int(rng.uniform(1.0, 3.0) * SR), np.float32)
-        parts += [x, gap]
-        n += x.shape[0] + gap.shape[0]
-    pcm = np.concatenate(parts)[:int((LONG_SECONDS - TAIL_SECONDS) * SR)]
-    return np.concatenate([pcm, np.zeros(int(TAIL_SECONDS * SR), np.float32)])
-
-
-def check_long(result, seconds, bin_s) -> None:
-    """Word times of a long recording: in order, inside the audio and each inside its segment, none
-    in the trailing silence, and every segment whose words still collapse says so."""
-    flat = [t for w in result.words for t in (w.start, w.end)]
-    assert flat == sorted(flat) and 0.0 <= flat[0] and flat[-1] <= seconds
-    assert result.words[-1].start < seconds - TAIL_SECONDS  # no pile-up in the last seconds
-    for seg in result.segments:
-        assert all(seg.start <= w.start <= w.end <= seg.end for w in seg.words)
-        if seg.words_flag is None:
-            assert collapse(seg.words, seg.start, seg.end, bin_s)[0] is None, seg
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("vad", [None, False], ids=["vad-segments", "30s-chunks"])
 def test_ten_minutes_get_monotonic_words_with_no_pile_up(engine, vad):
-    pcm = ten_minutes()
-    r = engine.transcribe(pcm, word_timestamps=True, vad=vad)
+    r = engine.transcribe(ten_minutes(), word_timestamps=True, vad=vad)
     assert r.stats.audio_seconds == LONG_SECONDS and len(r.words) >= 900
-    check_long(r, LONG_SECONDS, engine.aligner.segment_ms / 1000)
+    check_long(r, engine.aligner.segment_ms / 1000)
     flagged = [s for s in r.segments if s.words_flag]
     # the demo aligner on 30 s chunks: 18 of 21 collapse in the raw times, 3 after re-alignment
     assert len(flagged) <= (0 if vad is None else 4), [(s.start, s.words_flag) for s in flagged]
