@@ -55,6 +55,8 @@ def reference(aligner):
         out[name] = engine.transcribe(pcm)
         out[name, "words"] = engine.transcribe(pcm, word_timestamps=True)
     out["biased"] = engine.transcribe(prepare_audio(os.path.join(AUDIO, BIAS_CLIP)), context=BIAS)
+    out["raw words"] = engine.transcribe(prepare_audio(os.path.join(AUDIO, "en_1.wav")), word_timestamps=True,
+                                         word_spans="raw")
     engine.close()
     return out
 
@@ -109,6 +111,25 @@ def test_word_timestamps_with_verbose_json(client, reference, name):
     assert ref.words, "the reference has words to compare"
     assert [(w.word, w.start, w.end) for w in r.words] == [(w.word, w.start, w.end) for w in ref.words]
     assert r.text == ref.text and [s.start for s in r.segments] == [round(s.start, 3) for s in ref.segments]
+
+
+def test_word_spans_gives_the_raw_times_or_the_speech_fitted_ones(client, reference):
+    """word_spans (a form field of ours, through the client's extra_body): "raw" gives the official
+    aligner's times, "speech" the default; refused with another value or without word times."""
+    for spans, key in (("raw", "raw words"), ("speech", ("en_1.wav", "words"))):
+        with _open("en_1.wav") as f:
+            r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
+                                                   timestamp_granularities=["word"], extra_body={"word_spans": spans})
+        assert [(w.word, w.start, w.end) for w in r.words] == [(w.word, w.start, w.end) for w in reference[key].words]
+        # the random-weight aligner collapses on this clip: flagged in the segment, as in the engine's result
+        assert (r.segments[0].model_extra or {}).get("words_flag") == reference[key].segments[0].words_flag
+    assert reference["raw words"].words != reference["en_1.wav", "words"].words
+    for extra in ({"word_spans": "snapped", "timestamp_granularities[]": "word"}, {"word_spans": "raw"}):
+        with _open("en_1.wav") as f, pytest.raises(openai.BadRequestError) as exc:
+            client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
+                                               extra_body=extra)
+        assert exc.value.body["param"] == "word_spans"
+        assert "accepted speech, raw, with timestamp_granularities[]=word" in exc.value.body["message"]
 
 
 def test_words_need_verbose_json_as_openai_says(client):

@@ -21,7 +21,7 @@ from .. import checks
 from ..audio import SAMPLE_RATE
 from ..checks import SHOW_CHARS, show
 from ..languages import LanguageError, resolve_language
-from ..options import TranscribeOptions
+from ..options import WORD_SPANS, TranscribeOptions
 from ..results import Transcription
 from ..work import Cancelled
 from .errors import ApiError
@@ -40,7 +40,7 @@ SURFACE = "transcriptions"  # the metrics' name of this endpoint
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 MAX_TEMPERATURE = 2.0  # OpenAI's audio API accepts 0..2
 FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature", "stream",
-          "timestamp_granularities[]", "timestamp_granularities", "include[]", "chunking_strategy")
+          "timestamp_granularities[]", "timestamp_granularities", "include[]", "chunking_strategy", "word_spans")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +55,13 @@ class TranscriptionRequest:
     temperature: float  # 0 = greedy
     stream: bool  # Server-Sent Events
     words: bool = False  # timestamp_granularities[] has "word": verbose_json gains "words"
+    word_spans: Optional[str] = None  # "speech" or "raw" (TranscribeOptions.word_spans); None: the engine's
 
     def options(self, base: TranscribeOptions) -> TranscribeOptions:
         """The engine's options ``base`` with this request's language, prompt (as context),
         temperature and word timestamps; the rest (max_new_tokens, chunking) stays the engine's."""
-        return dataclasses.replace(base, language=self.language, context=self.context,
-                                   temperature=self.temperature, word_timestamps=self.words)
+        return dataclasses.replace(base, language=self.language, context=self.context, temperature=self.temperature,
+                                   word_timestamps=self.words, word_spans=self.word_spans or base.word_spans)
 
 
 class _BodyTooLarge(Exception):
@@ -207,6 +208,10 @@ async def _fields(form, rt) -> TranscriptionRequest:
     if words and rt.engine is not None and rt.engine.aligner_dir is None:
         raise ApiError(400, "this server has no forced aligner, so no word timestamps: start it with --aligner DIR "
                             "(docs/aligner.md)", code="unsupported_value", param="timestamp_granularities[]")
+    word_spans = _field(form, "word_spans")
+    if word_spans is not None and (not words or word_spans not in WORD_SPANS):
+        raise ApiError(400, f"word_spans {show(word_spans)}: accepted {', '.join(WORD_SPANS)}, with "
+                            f"timestamp_granularities[]=word", code="unsupported_value", param="word_spans")
     context = _field(form, "prompt") or ""
     if len(context) > MAX_CONTEXT_CHARS:
         raise ApiError(400, f"prompt is {len(context)} characters, over the limit of {MAX_CONTEXT_CHARS}",
@@ -214,7 +219,7 @@ async def _fields(form, rt) -> TranscriptionRequest:
     upload.file.seek(0)
     return TranscriptionRequest(file=upload.file, filename=upload.filename or "file", language=language,
                                 context=context, response_format=fmt, temperature=temperature, stream=stream,
-                                words=words)
+                                words=words, word_spans=word_spans)
 
 
 # ---------------------------------------------------------------------- responses
@@ -227,6 +232,7 @@ def _segments(engine, result: Transcription, temperature: float) -> list:
             "text": seg.text, "tokens": engine.tokenizer.encode(seg.text), "temperature": temperature,
             "compression_ratio": len(enc) / len(zlib.compress(enc)) if enc else 0.0,
             "language": seg.language, "finish_reason": seg.finish_reason,
+            **({"words_flag": seg.words_flag} if seg.words_flag else {}),
         })
     return out
 
