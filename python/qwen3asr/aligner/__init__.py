@@ -9,6 +9,7 @@ pass.
 ``words``       the official word units and the input layout after the audio block
 ``timing``      the official repair of the predicted bins and their conversion to seconds
 ``segments``    which aligner an engine uses, loaded with its settings; the words of a list of segments
+``refine``      word spans fitted to the speech, the collapse check and re-alignment
 ==============  ============================================================================
 
 The backend seam, the time-class logits at the slot rows of one input, is

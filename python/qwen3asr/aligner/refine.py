@@ -8,14 +8,16 @@ official repair), applied to each segment by ``align_segments``:
   on screen through it). From the segment's 10 ms frame levels (``streaming.pause.frame_db``,
   the level the stream already computes), a word's end that reaches into a pause, or through it
   by at most one bin, is pulled back to where its speech ends, and a start in a pause is moved
-  forward to the onset after it (each keeping EDGE_S of the pause). Spans only shrink, so the order of the times is kept. A word
-  of zero length gets one bin, the shortest span the bins can tell, within its neighbours.
-- **collapse check**: a segment whose words share one start, start at the segment's start
-  past the first word, or pile up in its last bin did not align (noisy audio, a very long
-  input). It is aligned again in smaller pieces, first cut at its own pauses, then in two
-  halves cut at the quietest frame near the middle, each piece with the words its share of
-  the speech should hold; if every way still collapses, the first alignment is kept and the
-  segment is flagged (``Segment.words_flag``) and logged, never silently.
+  forward to the onset after it (each keeping EDGE_S of the pause). Spans only shrink, so the
+  order of the times is kept. A word of zero length gets one bin, the shortest span the bins
+  can tell, within its neighbours.
+- **collapse check** (both settings): a segment whose words share one start, start at the
+  segment's start past the first word, or pile up in its last bin did not align (noisy audio,
+  a very long input). With "speech" it is aligned again in smaller pieces, first cut at its own
+  pauses, then in two halves cut at the quietest frame near the middle, each piece with the
+  words of its part (by the first alignment's times, then by its share of the speech); the
+  first way without a collapse is kept, else the one that catches the fewest words. What still
+  collapses is flagged (``Segment.words_flag``) and logged, never silent.
 
 Frame levels are judged against the segment's own: speech is what lies within
 ``QUIET_BELOW_DB`` of its loud end and above a quarter of the way up from its floor; a segment

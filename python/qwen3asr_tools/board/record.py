@@ -163,6 +163,12 @@ def chunk_works(chunks, calls, ready: Sequence[float]) -> Tuple[ChunkWork, ...]:
     return tuple(out)
 
 
+# The runs are recorded with the official word times: one aligner pass per segment. With "speech" a
+# collapsed segment is aligned again in pieces (qwen3asr.aligner.refine); the random-weight aligner
+# the runs use collapses on most segments, which a trained one does not, and would count those passes.
+WORD_SPANS = "raw"
+
+
 def record_stream(engine, pcm, label: str, feed_seconds: float = FEED_SECONDS, **stream_options):
     """Stream (n,) float32 16 kHz ``pcm`` in real-time order through ``engine.create_stream(**stream_options)``
     in pieces of ``feed_seconds``; returns (Accounting, StreamResult). A chunk's ``ready`` is the
@@ -170,7 +176,7 @@ def record_stream(engine, pcm, label: str, feed_seconds: float = FEED_SECONDS, *
     step = max(1, int(round(feed_seconds * SAMPLE_RATE)))
     ready: List[float] = []
     with _recording(engine, bool(stream_options.get("word_timestamps"))) as (log, words):
-        session = engine.create_stream(**stream_options)
+        session = engine.create_stream(**dict({"word_spans": WORD_SPANS}, **stream_options))
         for a in range(0, pcm.shape[0], step):
             r = session.feed_audio(pcm[a:a + step])
             t = min(pcm.shape[0], a + step) / SAMPLE_RATE
@@ -203,7 +209,8 @@ def record_file(engine, pcm, label: str, chunk_size: float = 30.0, memory_num: i
     from qwen3asr.streaming import StreamOptions, StreamSession
 
     opts = StreamOptions(chunk_size=chunk_size, memory_num=memory_num, rollback_tokens=rollback_tokens,
-                         max_new_tokens=max_new_tokens, vad=vad, word_timestamps=word_timestamps)
+                         max_new_tokens=max_new_tokens, vad=vad, word_timestamps=word_timestamps,
+                         word_spans=WORD_SPANS)
     with _recording(engine, word_timestamps) as (log, words):
         session = StreamSession(engine, opts, mel_ceiling=clip_ceiling(pcm, engine.n_mels))
         for a in range(0, pcm.shape[0], opts.chunk_samples):
@@ -219,7 +226,8 @@ def record_one_pass(engine, pcm, label: str, max_new_tokens: int = 256, word_tim
     """The whole clip in one decoder pass (``engine.transcribe(pcm, one_pass=True)``), with its
     alignment after it when ``word_timestamps``; returns (Accounting, Transcription)."""
     with _recording(engine, word_timestamps) as (log, words):
-        t = engine.transcribe(pcm, max_new_tokens=max_new_tokens, one_pass=True, word_timestamps=word_timestamps)
+        t = engine.transcribe(pcm, max_new_tokens=max_new_tokens, one_pass=True, word_timestamps=word_timestamps,
+                              word_spans=WORD_SPANS)
     s = t.stats
     total = pcm.shape[0] / SAMPLE_RATE
     work = ChunkWork(start=0.0, end=total, ready=total, graphs=tuple(log.calls), prefill_tokens=int(s.prefill_tokens),
