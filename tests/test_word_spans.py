@@ -260,3 +260,26 @@ def test_ten_minutes_get_monotonic_words_with_no_pile_up(engine, vad):
     flagged = [s for s in r.segments if s.words_flag]
     # the demo aligner on 30 s chunks: 18 of 21 collapse in the raw times, 3 after re-alignment
     assert len(flagged) <= (0 if vad is None else 4), [(s.start, s.words_flag) for s in flagged]
+
+
+# ------------------------------------------------------------------ the measurement (scripts/eval_word_spans.py)
+
+def test_the_paused_set_moves_the_reference_with_the_pauses_it_puts_in():
+    import random
+
+    from qwen3asr_tools.eval_word_spans import Case, figures, in_silence, with_pauses
+
+    ref = ((0.2, 0.5), (0.5, 0.8), (0.8, 1.1), (1.1, 1.4))
+    pcm = bursts(((0.2, 1.4),), 1.6)
+    case = Case("c", "English", "a b c d", pcm, ref, ((0.0, 0.2), (1.4, 1.6)))
+    p = with_pauses(case, random.Random(0))
+    (k,) = [i for i in range(1, 4) if p.ref[i][0] != ref[i][0]][:1]  # one cut in three boundaries
+    gap = p.ref[k][0] - ref[k][0]
+    assert 0.3 <= gap <= 1.5 and p.pcm.shape[0] == pcm.shape[0] + int(round(gap * SR))
+    assert p.ref[:k] == ref[:k] and all(abs(p.ref[i][1] - ref[i][1] - gap) < 1e-9 for i in range(k, 4))
+    assert p.silence[0] == (0.0, 0.2) and p.silence[1] == pytest.approx((ref[k][0], ref[k][0] + gap))
+    assert p.silence[-1] == pytest.approx((1.4 + gap, 1.6 + gap))
+    assert np.abs(p.pcm[int(ref[k][0] * SR) + 100:int((ref[k][0] + gap) * SR) - 100]).max() < 0.01  # the pad's floor
+    assert in_silence(0.1, 0.3, p.silence) == pytest.approx(0.1)
+    f = figures([(p, tuple(Word(w, s, e) for w, (s, e) in zip("abcd", p.ref)), None)])
+    assert (f.words, f.start_ms, f.end_ms, f.silence_share, f.zero_length, f.flagged) == (4, 0.0, 0.0, 0.0, 0, 0)
