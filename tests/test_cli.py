@@ -150,16 +150,18 @@ def test_word_timestamps_in_json_and_subtitles():
 
 def test_the_cli_opens_the_file_first_and_preloads_its_length(bundle_dir, monkeypatch, capsys):
     """qwen3asr-transcribe reads the file before any model loads (a bad one fails fast) and tells
-    the engine the seconds a one-pass decode of it takes (preload_seconds); none when chunks are
-    asked for."""
+    the engine the seconds it selected with its options; the engine preloads the encoder graphs of
+    that length when the plan would decode it in one pass (qwen3asr.plan.preload_seconds): none
+    when chunks are asked for."""
     from qwen3asr.cli import transcribe as cli
 
     seen = []
     real = cli.engine_from_args
 
-    def spy(args, preload_seconds=None):
-        seen.append(preload_seconds)
-        return real(args, preload_seconds=preload_seconds)
+    def spy(args, preload_seconds=None, options=None):
+        engine = real(args, preload_seconds=preload_seconds, options=options)
+        seen.append(engine._backend_request[1].preload_seconds)  # what the engine preloaded
+        return engine
 
     monkeypatch.setattr(cli, "engine_from_args", spy)
     base = ["--audio", CLIP, "--model", bundle_dir, "--backend", "onnx", "--max-new-tokens", "3"]
