@@ -19,22 +19,27 @@ from qwen3asr_tools.bench_server import WyomingKind  # noqa: E402
 from server_proc import AUDIO, ServerProcess, expected, free_port  # noqa: E402
 
 
+async def _listening(port: int, server) -> None:
+    """Wait (at most 60 s) until Wyoming listens: it starts once the engine is loaded."""
+    end = asyncio.get_running_loop().time() + 60
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            await writer.wait_closed()
+            return
+        except OSError:
+            assert asyncio.get_running_loop().time() < end, server.log()
+            await asyncio.sleep(0.1)
+
+
 def test_wyoming_and_http_in_one_process(tmp_path):
     port = free_port()
     with ServerProcess("--wyoming", f"tcp://127.0.0.1:{port}", log_path=str(tmp_path / "server.log")) as s:
         kind = WyomingKind("127.0.0.1", port, realtime=False)
 
         async def both():
-            end = asyncio.get_running_loop().time() + 60
-            while True:  # Wyoming starts listening once the engine is loaded
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.close()
-                    await writer.wait_closed()
-                    break
-                except OSError:
-                    assert asyncio.get_running_loop().time() < end, s.log()
-                    await asyncio.sleep(0.1)
+            await _listening(port, s)
             client = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
             with open(os.path.join(AUDIO, "zh_1.wav"), "rb") as f:
                 upload = asyncio.ensure_future(client.audio.transcriptions.create(model="qwen3-asr", file=f))
@@ -89,16 +94,7 @@ def test_every_live_surface_gives_the_same_final_text(tmp_path, server_engine):
             return next(m for m in msgs if m["type"] == "final")["text"]
 
         async def all_of():
-            end = asyncio.get_running_loop().time() + 60
-            while True:  # Wyoming starts listening once the engine is loaded
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.close()
-                    await writer.wait_closed()
-                    break
-                except OSError:
-                    assert asyncio.get_running_loop().time() < end, s.log()
-                    await asyncio.sleep(0.1)
+            await _listening(port, s)
             return [((await kind.run(c)).text, await live(c)) for c in clips]
 
         got = asyncio.run(all_of())
