@@ -143,13 +143,21 @@ def clip_words(spec: "md.ClipSpec") -> List[Word]:
     """
     if spec.language == "None":
         return []
-    audio, events = _engine().synth(spec.text, spec.voice, spec.speed, spec.pitch)
+    _, words = spoken(spec.text, spec.voice, spec.speed, spec.pitch)
+    return [Word(w.text, w.char_start, spec.pad_before + w.start, spec.pad_before + w.end) for w in words]
+
+
+def spoken(text: str, voice: str, speed: int, pitch: int) -> Tuple[np.ndarray, List[Word]]:
+    """espeak-ng speech of ``text`` with its leading and trailing silence cut as make_dataset cuts
+    it (``(n,)`` float64 at SYNTH_RATE, int16 scale) and every word of the text with its start and
+    end in seconds from the first kept sample (as ``clip_words`` places them)."""
+    audio, events = _engine().synth(text, voice, speed, pitch)
     x = audio.astype(np.float64)
-    loud = np.flatnonzero(np.abs(x) > md.TRIM_THRESHOLD * np.abs(x).max())
+    loud = np.flatnonzero(np.abs(x) > md.TRIM_THRESHOLD * np.abs(x).max()) if x.size else x
     if len(loud) == 0:
-        raise ValueError(f"espeak-ng produced silence for {spec.text!r}")
+        raise ValueError(f"espeak-ng produced silence for {text!r}")
     first, last = int(loud[0]), int(loud[-1]) + 1
-    words = label_words(spec.text)
+    words = label_words(text)
     # Event -> index of the label word holding its (1-based, character) text position;
     # position 0 marks the end of the text and is no word.
     owner = {}
@@ -158,10 +166,10 @@ def clip_words(spec: "md.ClipSpec") -> List[Word]:
             continue
         k = max((i for i, (c, _) in enumerate(words) if c <= pos - 1), default=None)
         if k is None or k in owner or (owner and k < max(owner)):
-            raise ValueError(f"espeak-ng word events {events} do not follow the words of {spec.text!r}")
+            raise ValueError(f"espeak-ng word events {events} do not follow the words of {text!r}")
         owner[k] = max(first, min(last, sample))
     if 0 not in owner:
-        raise ValueError(f"espeak-ng gave no event for the first word of {spec.text!r}")
+        raise ValueError(f"espeak-ng gave no event for the first word of {text!r}")
     heads = sorted(owner)
     rate = float(md.SYNTH_RATE)
     out = []
@@ -173,10 +181,9 @@ def clip_words(spec: "md.ClipSpec") -> List[Word]:
         t = float(s0)
         for i, n in zip(range(k, stop), sizes):
             d = (s1 - s0) * n / sum(sizes)
-            out.append(Word(words[i][1], words[i][0], spec.pad_before + (t - first) / rate,
-                            spec.pad_before + (t + d - first) / rate))
+            out.append(Word(words[i][1], words[i][0], (t - first) / rate, (t + d - first) / rate))
             t += d
-    return out
+    return x[first:last], out
 
 
 def token_spans(tokenizer, text: str, words: Sequence[Word]) -> List[Tuple[int, float, float]]:

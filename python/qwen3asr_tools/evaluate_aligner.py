@@ -13,6 +13,13 @@ is the mean of both). ``--concat K`` also aligns the split's clips of one langua
 a time (consecutive in the manifest, at most ``MAX_JOINED_SECONDS``) as one input, the
 multi-utterance case. Needs the split's manifest made by scripts/make_dataset.py with the same
 seed (``dataset.json``): the reference replays its plan.
+
+``--paused N`` also aligns the first N examples of paused_speech's held-out set (test-split
+texts and voice variants; words and utterances with gaps of 0-1.5 s, isolated words, silence
+before and after, noise, joined inputs up to 55 s), made in memory from libespeak-ng with the
+seed: the same N and seed give the same inputs. Its rows are per kind of example ("paused
+words", "paused isolated", "paused joined") and over all of them ("paused"). ``--no-split``
+skips the make_dataset split (then ``--data`` is not needed).
 """
 
 from __future__ import annotations
@@ -136,11 +143,32 @@ def summarise(items: Sequence[Item]) -> List[Shift]:
     return out
 
 
-def evaluate(engine, clips: Sequence[dict], concat: int = 0) -> Dict[str, List[Shift]]:
-    """{"single": shifts, "joined K": shifts (with concat >= 2)} over ``clips`` (from ``reference``)."""
-    results = {"single": summarise([align_group(engine, [c]) for c in clips])}
-    if concat >= 2:
+def align_paused(engine, ex) -> Item:
+    """Align one paused_speech.Example (16 kHz audio, its text) against its exact word times."""
+    from . import paused_speech
+
+    words, starts, ends = paused_speech.aligner_units(ex)
+    got = engine.align(ex.audio, ex.text, language=ex.language, sample_rate=16000)
+    if [w.word for w in got] != list(words):
+        raise RuntimeError(f"the aligner's words {[w.word for w in got]} are not the reference's {words}")
+    return Item(ex.language, (ex.kind,), words, tuple(zip(starts, ends)), tuple((w.start, w.end) for w in got))
+
+
+def evaluate(engine, clips: Sequence[dict], concat: int = 0, paused: Sequence = ()) -> Dict[str, List[Shift]]:
+    """{"single": shifts, "joined K": shifts (with concat >= 2), "paused ...": shifts (with paused
+    examples)} over ``clips`` (from ``reference``) and ``paused`` (paused_speech.Example)."""
+    results = {}
+    if clips:
+        results["single"] = summarise([align_group(engine, [c]) for c in clips])
+    if clips and concat >= 2:
         results[f"joined {concat}"] = summarise([align_group(engine, g) for g in groups(clips, concat)])
+    if paused:
+        items = [align_paused(engine, ex) for ex in paused]
+        for kind in ("words", "isolated", "joined"):
+            sel = [i for i in items if i.clips == (kind,)]
+            if sel:
+                results[f"paused {kind}"] = summarise(sel)
+        results["paused"] = summarise(items)
     return results
 
 
@@ -165,6 +193,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--split", default="test")
     ap.add_argument("--limit", type=int, default=None, help="only the first N speech clips")
     ap.add_argument("--concat", type=int, default=0, help="also align clips joined K at a time (K >= 2)")
+    ap.add_argument("--paused", type=int, default=0, help="also align N held-out paused-speech examples")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the paused-speech examples")
+    ap.add_argument("--no-split", action="store_true", help="skip the make_dataset split (only --paused)")
     ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None, help="write the shifts here")
@@ -175,23 +206,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--limit must be >= 1")
     from qwen3asr import Qwen3ASREngine, Qwen3ASRError
 
+    if args.no_split and args.paused < 1:
+        ap.error("--no-split needs --paused N")
     try:
-        clips = reference(args.data, args.split)[:args.limit]
+        clips = [] if args.no_split else reference(args.data, args.split)[:args.limit]
     except (OSError, KeyError, ValueError) as exc:
         print(f"error: {args.data}: {exc}", file=sys.stderr)
         return 2
+    paused = []
+    if args.paused > 0:
+        from . import paused_speech
+
+        paused = paused_speech.make_set("test", args.paused, args.seed, jobs=min(2, args.threads))
     try:
         with Qwen3ASREngine(args.model, backend="onnx", aligner=args.aligner, decoder_dtype=args.decoder_dtype,
                             threads=args.threads) as engine:
-            results = evaluate(engine, clips, args.concat)
+            results = evaluate(engine, clips, args.concat, paused)
     except Qwen3ASRError as exc:  # a model or aligner directory that is not a bundle, an uncovered language
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.aligner} on {args.data}/{args.split} ({len(clips)} speech clips, decoder {args.decoder_dtype}):")
+    what = [f"{args.data}/{args.split} ({len(clips)} speech clips)"] if clips else []
+    what += [f"{len(paused)} paused-speech examples (seed {args.seed})"] if paused else []
+    print(f"{args.aligner} on {' and '.join(what)}, decoder {args.decoder_dtype}:")
     print(table(results))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"aligner": args.aligner, "split": args.split, "decoder_dtype": args.decoder_dtype,
+                       "paused": len(paused), "seed": args.seed,
                        "results": {k: [asdict(s) for s in v] for k, v in results.items()}}, f, indent=1)
     return 0
 

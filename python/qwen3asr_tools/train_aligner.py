@@ -23,6 +23,10 @@ interrupted run restarts cheaply; training itself resumes from its last snapshot
               80 ms classes around each word's start and end (soft targets), unshifted (paper
               3.3), plus the frame loss.
               A share of the clips is joined into multi-utterance examples (up to 60 s).
+              ``--paused N`` adds N paused-speech examples (paused_speech.py: words and
+              utterances with gaps of 0-1.5 s, isolated words, silence around, joined inputs up
+              to 55 s; WORK/paused_{train,dev}.npz/.pkl) to the clips; ``--init-from`` an aligner
+              bundle (this script's output) continues from its weights, head included.
 6. checkpoint: ``save_pretrained`` + side files + tokenizer, config.json patched back to the
               aligner type -> WORK/checkpoint/
 7. export:    export_onnx.export -> OUT (an aligner bundle, model.json "kind": "aligner")
@@ -97,6 +101,11 @@ class AlignerTrainConfig:
     # Intra-op threads. 1: with other jobs on the 2 cores (load average 13-16) two threads made a
     # step more than 6x slower than one (docs/training.md, "The demo aligner").
     threads: int = 1
+    # Paused speech (paused_speech.py): this many extra training examples (words and utterances with
+    # gaps, isolated words, silence around, joined inputs up to 55 s), and dev examples to watch.
+    paused: int = 0
+    paused_dev: int = 60
+    eval_every: int = 500           # steps between dev checks and snapshots
 
 
 # --------------------------------------------------------------------------- stages 2 and 4
@@ -187,6 +196,40 @@ def make_words(work: str, data: str, split: str, n: int, seed: int, tok_dir: str
     os.replace(path + ".tmp", path)
     log.info("words: %s, %d clips in %.0f s", split, len(out), time.time() - t0)
     return out
+
+
+def make_paused(work: str, split: str, n: int, seed: int, tok_dir: str):
+    """({"mel", "offsets"} as make_features gives them, [ClipWords]) of paused_speech examples
+    0..n-1 of ``split``, cached in WORK/paused_{split}.npz / .pkl (with the seed and count)."""
+    from qwen3asr.mel import log_mel
+    from qwen3asr.tokenizer import Tokenizer
+
+    from . import espeak_align, paused_speech
+
+    path = os.path.join(work, f"paused_{split}")
+    if os.path.isfile(path + ".pkl") and os.path.isfile(path + ".npz"):
+        with open(path + ".pkl", "rb") as f:
+            cached = pickle.load(f)
+        if (cached["seed"], cached["n"]) == (seed, n):
+            with np.load(path + ".npz") as z:
+                return {"mel": z["mel"], "offsets": z["offsets"]}, cached["words"]
+    tok = Tokenizer.from_dir(tok_dir)
+    t0 = time.time()
+    mels, words = [], []
+    for start in range(0, n, 200):  # in slices: the audio of all of them at once is large
+        for ex in paused_speech.make_set(split, min(200, n - start), seed, jobs=2, start=start):
+            units, starts, ends = paused_speech.aligner_units(ex)
+            mels.append(log_mel(ex.audio, tt.N_MELS).astype(np.float16))
+            words.append(ClipWords(units, starts, ends, tuple(espeak_align.token_spans(tok, ex.text, ex.words))))
+        log.info("paused %s: %d/%d examples, %.0f s", split, len(words), n, time.time() - t0)
+    offsets = np.cumsum([0] + [m.shape[1] for m in mels]).astype(np.int64)
+    np.savez(path + ".tmp.npz", mel=np.concatenate(mels, axis=1), offsets=offsets)
+    os.replace(path + ".tmp.npz", path + ".npz")
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump({"seed": seed, "n": n, "words": words}, f)
+    os.replace(path + ".tmp", path + ".pkl")
+    log.info("paused %s: %d examples, %.0f s of audio, in %.0f s", split, n, offsets[-1] / 100.0, time.time() - t0)
+    return {"mel": np.concatenate(mels, axis=1), "offsets": offsets}, words
 
 
 # --------------------------------------------------------------------------- inputs
@@ -378,6 +421,9 @@ def init_from_asr(model, bundle_dir: str, cfg_dict: dict) -> None:
     import torch
 
     weights = asr_bundle_weights(bundle_dir, cfg_dict)
+    head = os.path.join(bundle_dir, "aligner_head.npy")
+    if os.path.isfile(head):  # an aligner bundle (this script's earlier run): its head too
+        weights["thinker.lm_head.weight"] = np.load(head).astype(np.float32)
     state = model.state_dict()
     missing = sorted(k for k in state if k not in weights and not k.startswith("thinker.lm_head."))
     extra = sorted(k for k in weights if k not in state)
@@ -447,7 +493,15 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
     words = make_words(work, data, "train", cfg.n_train, cfg.seed, tok_dir)
     dev_mel = tt.make_features(work, data, "dev")
     dev_words = make_words(work, data, "dev", cfg.n_dev, cfg.seed, tok_dir)
-    frames = [int(off[i + 1] - off[i]) for i in range(len(rows))]
+    paused_dev = None
+    if cfg.paused > 0:
+        pf, pw = make_paused(work, "train", cfg.paused, cfg.seed, tok_dir)
+        mel_all = np.concatenate([mel_all, pf["mel"]], axis=1)
+        off = np.concatenate([off, off[-1] + pf["offsets"][1:]])
+        words = list(words) + list(pw)
+        paused_dev = make_paused(work, "dev", cfg.paused_dev, cfg.seed, tok_dir)
+        log.info("training set: %d clips + %d paused examples", len(rows), len(pw))
+    frames = [int(off[i + 1] - off[i]) for i in range(len(words))]
     frame_head = torch.nn.Linear(hidden, vocab_rows + 1)
 
     # Phase 1: the encoder alone on the frame loss (train_tiny's, on its Sample objects).
@@ -497,6 +551,11 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                           min_lr_ratio=cfg.min_lr_ratio, spec_freq_masks=cfg.spec_freq_masks,
                           spec_time_masks=cfg.spec_time_masks)  # what the shared batching, LR and masks read
     has_words = [bool(w.words) for w in words]
+    if step == 0 and paused_dev is not None:  # where a continued model starts
+        model.eval()
+        for name, (dm, dw) in (("dev", (dev_mel, dev_words)), ("paused dev", paused_dev)):
+            shift = dev_shift(model, tok, dm, dw)
+            log.info("step 0: %s mean shift start %.1f ms, end %.1f ms (raw argmax)", name, shift["start"], shift["end"])
     sums = {"ce": 0.0, "slots": 0, "frame": 0.0, "batches": 0, "err": 0.0}
     model.train()
     done = progress() >= 1.0
@@ -538,17 +597,24 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                          step, epoch, progress(), sums["ce"] / sums["slots"], sums["err"] / sums["slots"],
                          sums["frame"] / sums["batches"], lr, elapsed())
                 sums = {k: 0 * v for k, v in sums.items()}
-            if step % 500 == 0:
+            if step % cfg.eval_every == 0:
                 model.eval()
                 shift = dev_shift(model, tok, dev_mel, dev_words)
                 log.info("step %d: dev mean shift start %.1f ms, end %.1f ms (raw argmax, single clips)", step,
                          shift["start"], shift["end"])
+                if paused_dev is not None:
+                    shift = dev_shift(model, tok, paused_dev[0], paused_dev[1])
+                    log.info("step %d: paused dev mean shift start %.1f ms, end %.1f ms (raw argmax)", step,
+                             shift["start"], shift["end"])
                 model.train()
                 save(snap_path, frame_head=frame_head.state_dict(), opt=opt.state_dict())
     model.eval()
     shift = dev_shift(model, tok, dev_mel, dev_words, limit=len(dev_words))
     log.info("phase 2 done: %d steps, %d epochs, %.0f s; dev mean shift start %.1f ms, end %.1f ms", step, epoch,
              elapsed(), shift["start"], shift["end"])
+    if paused_dev is not None:
+        shift = dev_shift(model, tok, paused_dev[0], paused_dev[1], limit=len(paused_dev[1]))
+        log.info("paused dev mean shift start %.1f ms, end %.1f ms", shift["start"], shift["end"])
     save(final)
     return model, step, elapsed()
 
@@ -590,13 +656,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--long-share", type=float, default=d.long_share,
                     help="chance per example of a long one (6-24 clips, up to 60 s)")
     ap.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
+    ap.add_argument("--paused", type=int, default=d.paused,
+                    help="extra paused-speech training examples (paused_speech.py); 0 = none")
+    ap.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
+    ap.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
+    ap.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between dev checks and snapshots")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--from-snapshot", action="store_true",
                     help="skip training: write the checkpoint and bundle from WORK/snapshot.pt (the last periodic "
                          "snapshot of a run)")
     ap.add_argument("--no-export", action="store_true", help="stop after writing the checkpoint")
     args = ap.parse_args(argv)
-    for name in ("pretrain_minutes", "minutes", "concat_share", "long_share"):
+    for name in ("pretrain_minutes", "minutes", "concat_share", "long_share", "paused", "lr", "warmup"):
         if not getattr(args, name) >= 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
     if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
@@ -609,7 +680,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         handlers=[logging.StreamHandler(), logging.FileHandler(os.path.join(args.work, "train.log"))])
     cfg = replace(d, seed=args.seed, init_from=args.init_from, n_train=args.n_train, n_dev=args.n_dev,
                   n_test=args.n_test, pretrain_minutes=args.pretrain_minutes, minutes=args.minutes, steps=args.steps, concat_share=args.concat_share,
-                  long_share=args.long_share, threads=args.threads)
+                  long_share=args.long_share, threads=args.threads,
+                  paused=args.paused, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every)
     t0 = time.time()
     data = tt.make_data(args.work, tt.TrainConfig(seed=cfg.seed, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                   n_test=cfg.n_test))
