@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from . import checks
+from .results import DECODER_COSTS
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ def decode_with_fallback(generate: Callable, decode_text: Callable[[list], str],
     """One decoder run with the loop guard of ``audio_seconds`` of audio (``loop_guard``) and,
     with ``fallback``, the fallback tries.
 
-    ``generate``: a TextDecoder's ``generate`` (same arguments); ``decode_text``: ids to text (the
+    ``generate``: a TextDecoder's ``generate`` (same arguments, ``draft`` only when given); ``decode_text``: ids to text (the
     tokenizer's decode). A run that looped (the guard stopped it, or it ran out of tokens on text
     that repeats itself: compression ratio over COMPRESSION_LIMIT) is decoded again with the
     FALLBACK_STEPS settings until a try ends at end-of-sequence, and the best try
@@ -208,7 +209,7 @@ def decode_with_fallback(generate: Callable, decode_text: Callable[[list], str],
     kept as it is (the budget is the caller's). ``on_token`` sees the first try's tokens only.
     ``draft``: ids the first try may verify in its prefill (TextDecoder.generate)."""
     guard = loop_guard(audio_seconds)
-    extra = {"draft": tuple(draft)} if len(draft) else {}
+    extra = {"draft": tuple(draft)} if len(draft) else {}  # a generate without drafts keeps working
     tokens, ds = generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard, **extra)
     text = decode_text(tokens)
     looped = ds.finish_reason == "repetition" or (
@@ -238,8 +239,7 @@ def decode_with_fallback(generate: Callable, decode_text: Callable[[list], str],
 
 
 # The DecodeStats fields that add up over decoder runs (fallback tries, a stream's chunks).
-DECODE_COST_FIELDS = ("prefill_tokens", "prefill_ms", "decode_tokens", "decode_ms", "reused_tokens",
-                      "draft_tokens", "verified_tokens")
+DECODE_COST_FIELDS = DECODER_COSTS + ("reused_tokens", "draft_tokens", "verified_tokens")
 
 
 class TextDecoder(Protocol):

@@ -89,7 +89,7 @@ def transcription(engine, out: DecodeOutcome, options: TranscribeOptions, req) -
         audio_seconds=req.audio_seconds, encoder_ms=req.encoder_ms, encoder_calls=req.encoder_calls,
         **decoder_costs(ds), total_ms=(time.perf_counter() - req.t0) * 1000, backend=engine.backend,
         runtime_perf=ds.runtime_perf, fallback_tries=out.tries, loops=int(out.looped),
-        verified_tokens=ds.verified_tokens)
+        draft_tokens=ds.draft_tokens, verified_tokens=ds.verified_tokens)
     return Transcription(text=text, language=lang, language_code=language_code(lang) if lang else None,
                          token_ids=tuple(int(t) for t in tokens), raw_text=raw,
                          truncated=ds.finish_reason == "length", stats=stats,

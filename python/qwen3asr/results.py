@@ -30,6 +30,7 @@ class TranscriptionStats:
     runtime_perf: Optional[dict] = None  # the runtime's own figures where it reports them (RKLLM)
     fallback_tries: int = 0  # decoder runs made again with fallback settings (qwen3asr.decoding)
     loops: int = 0  # decoder runs the loop guard stopped (their fallback, if any, counted above)
+    draft_tokens: int = 0  # draft ids fed after the prompt (in prefill_tokens)
     verified_tokens: int = 0  # generated ids a draft gave and the prefill confirmed (no decode step each)
 
     @property

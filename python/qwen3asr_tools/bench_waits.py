@@ -125,23 +125,13 @@ def live_run(engine, pcm: np.ndarray, mode: str, stream_tokens: Optional[int] = 
         st = last.stats
         out.update(encoder_ms=st.encoder_ms, prefill_rows=st.prefill_tokens, prefill_ms=st.prefill_ms,
                    decode_steps=st.decode_tokens, decode_ms=st.decode_ms, verified=st.verified_tokens,
-                   draft=max(0, st.prefill_tokens - _prompt_rows(engine, last)), ids=list(last.token_ids))
+                   draft=st.draft_tokens, ids=list(last.token_ids))
     else:
         c = r.chunks[-1] if r.chunks else None
         out.update(encoder_ms=c.encoder_ms if c else 0.0, prefill_rows=c.prefill_tokens if c else 0,
                    prefill_ms=c.prefill_ms if c else 0.0, decode_steps=c.decode_tokens if c else 0,
                    decode_ms=c.decode_ms if c else 0.0, verified=0, draft=0)
     return out
-
-
-def _prompt_rows(engine, t) -> int:
-    """Prompt rows (audio included) of a one-pass Transcription's decode."""
-    from qwen3asr.encoder import tokens_for_frames
-    from qwen3asr.mel import n_frames
-    from qwen3asr.options import TranscribeOptions
-
-    return engine.prompt_rows(TranscribeOptions()) + tokens_for_frames(n_frames(
-        int(round(t.stats.audio_seconds * 16000))))
 
 
 def board_final(run: dict, stream_run: dict, mode: str, soc: str) -> dict:
@@ -164,7 +154,7 @@ def board_final(run: dict, stream_run: dict, mode: str, soc: str) -> dict:
                 "decode_s": last.decode_ms / 1000,
                 "queue_s": last.latency_s - (last.encoder_ms + last.prefill_ms + last.decode_ms + last.run_ms) / 1000}
     free = end
-    before = [c for c in chunks[:len(run["chunks"])]]  # the chunks decoded before the stop (the rest is the pass's)
+    before = chunks[:len(run["chunks"])]  # the chunks decoded before the stop (the rest is the pass's)
     if before:
         p = predict(Accounting(label="before", audio_seconds=end, chunks=tuple(before), live=True,
                                system_tokens=0), costs)

@@ -41,6 +41,7 @@ class FinalPasses:
         self.start: Optional[int] = None  # sample where the open piece began (None: no speech open)
         self.kept = True  # the open piece is short enough for its final pass (its audio is kept)
         self.last = None  # the Transcription of the latest final pass (its stats: what it cost)
+        self._headers: dict = {}  # language -> the answer header ids its one pass writes
 
     def open(self, start: Optional[int]) -> None:
         """A piece opens at sample ``start`` (None: none until a speech start)."""
@@ -70,8 +71,11 @@ class FinalPasses:
         """The draft of the open piece's one pass: the header it writes when the language is not
         forced (``language``: the one the stream detected), then the piece's streamed ``ids``."""
         in_text = self.options.language is not None or self.options.compact_prompt
-        header = [] if in_text else answer_header(self.engine.tokenizer, language)
-        return header + [int(t) for t in ids]
+        if in_text:
+            return [int(t) for t in ids]
+        if language not in self._headers:  # two prompt builds: once per language a stream meets
+            self._headers[language] = answer_header(self.engine.tokenizer, language)
+        return self._headers[language] + [int(t) for t in ids]
 
     def preview(self, end: int, session) -> Optional[tuple[str, Optional[str]]]:
         """(text, language) the open ``session`` (a StreamSession with a segment open) would

@@ -286,7 +286,7 @@ class StreamSession:
         per-chunk segments stay as they are."""
         if pcm is None and self._text.piece_segments():
             pcm = self._finals.audio(end, self._audio)
-            draft = self._finals.draft(self._language, self._text.piece_ids)
+            draft = None if pcm is None else self._finals.draft(self._language, self._text.piece_ids)
         if not self._finals.on or pcm is None:
             if self._finals.on:
                 self._align(self._text.final_segments)  # the streamed text stays final: align it chunk by chunk
