@@ -17,9 +17,10 @@ Backends implement :class:`EncoderRunner` (ONNX Runtime here, RKNN on the board)
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
-from typing import Protocol, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -108,6 +109,39 @@ def attention_bias(n_valid: int, n_slots: int, window: int) -> np.ndarray:
     return np.where(ok, 0.0, MASK_VALUE).astype(np.float32)[None, None]
 
 
+class StemMemo:
+    """Front-end outputs of whole 100-frame chunks (split form), keyed by the exact bytes of the
+    chunk's log-mel: a chunk computed ahead (qwen3asr.streaming.ahead, while a piece is spoken) is
+    reused by a later encode only when its input is byte-identical, so the result is the encode's
+    own. At most ``limit`` chunks, the oldest dropped first."""
+
+    def __init__(self, limit: int):
+        self.limit = int(limit)
+        self._kept: collections.OrderedDict = collections.OrderedDict()
+        self.hits = 0  # front-end calls saved
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(k) + v.nbytes for k, v in self._kept.items())
+
+    def get(self, key: bytes) -> Optional[np.ndarray]:
+        return self._kept.get(key)
+
+    def discard(self, key: bytes) -> None:
+        self._kept.pop(key, None)
+
+    def put(self, key: bytes, hidden: np.ndarray) -> None:
+        self._kept[key] = hidden
+        while len(self._kept) > self.limit:
+            self._kept.popitem(last=False)
+
+
 class AudioEncoder:
     """Runs fixed-size encoder variants on log-mel features of any length."""
 
@@ -162,8 +196,23 @@ class AudioEncoder:
             self.runner.load(v)
         return variants
 
-    def encode(self, mel: np.ndarray) -> np.ndarray:
-        """``mel`` (n_mels, T) float32 -> embeddings (tokens_for_frames(T), output_dim) float32."""
+    def stem(self, mel_chunk: np.ndarray) -> np.ndarray:
+        """The front end's output (1, 13, d_model) float32 for ``mel_chunk`` (n_mels, 100) float32,
+        a whole chunk of a clip of at least one chunk (split form only): what ``encode`` reuses
+        from a StemMemo under ``mel_chunk.tobytes()``."""
+        if self.form != "split":
+            raise ValueError("conv stems are computed ahead only by a split encoder")
+        if mel_chunk.shape != (self.n_mels, CHUNK_FRAMES) or mel_chunk.dtype != np.float32:
+            raise ValueError(f"a stem needs one whole chunk ({self.n_mels}, {CHUNK_FRAMES}) float32, "
+                             f"got {mel_chunk.shape} {mel_chunk.dtype}")
+        m1, m2 = conv_masks(CHUNK_FRAMES, 1)
+        self.calls += 1
+        return np.asarray(self.runner.run_frontend(np.ascontiguousarray(mel_chunk)[None], m1, m2), np.float32)
+
+    def encode(self, mel: np.ndarray, stems: Optional[StemMemo] = None) -> np.ndarray:
+        """``mel`` (n_mels, T) float32 -> embeddings (tokens_for_frames(T), output_dim) float32.
+        ``stems``: front-end outputs computed ahead (split form), reused for whole chunks whose
+        log-mel is byte-identical (``stem``)."""
         if mel.ndim != 2 or mel.shape[0] != self.n_mels:
             raise ValueError(f"mel must be ({self.n_mels}, frames), got {mel.shape}")
         total = mel.shape[1]
@@ -176,17 +225,18 @@ class AudioEncoder:
                 "is chained at %.0f s, which cuts attention windows (not bit-exact with the official model)",
                 self.window_frames, self.variants[-1].seconds, self._chain.seconds)
         while total - start > self.variants[-1].frames:
-            pieces.append(self._run(mel[:, start:start + self._chain.frames], self._chain))
+            pieces.append(self._run(mel[:, start:start + self._chain.frames], self._chain, stems=stems))
             start += self._chain.frames
         rest = mel[:, start:]
-        pieces.append(self._run(rest, self.pick(rest.shape[1]), total))
+        pieces.append(self._run(rest, self.pick(rest.shape[1]), total, stems))
         out = np.concatenate(pieces, axis=0)
         if not np.all(np.isfinite(out)):
             raise FloatingPointError(
                 "the audio encoder produced inf/nan (fp16 overflow on the NPU?); check the model conversion")
         return out
 
-    def _run(self, mel: np.ndarray, v: EncoderVariant, clip_frames: int | None = None) -> np.ndarray:
+    def _run(self, mel: np.ndarray, v: EncoderVariant, clip_frames: int | None = None,
+             stems: Optional[StemMemo] = None) -> np.ndarray:
         """One graph call on ``mel``, a piece of a clip of ``clip_frames`` frames (default: the piece
         is the whole clip). The conv masks follow the official batch: only a clip shorter than one
         chunk runs its chunk unpadded; the partial last chunk of a longer clip, chained piece or
@@ -205,12 +255,19 @@ class AudioEncoder:
             parts = []
             for c in range(n_real_chunks):
                 sl = slice(c * CHUNK_FRAMES, (c + 1) * CHUNK_FRAMES)
-                parts.append(self.runner.run_frontend(padded[:, :, sl], m1[c:c + 1], m2[c:c + 1]))
+                whole = stems is not None and (c + 1) * CHUNK_FRAMES <= n and (clip_frames or n) >= CHUNK_FRAMES
+                kept = stems.get(padded[:, :, sl].tobytes()) if whole else None
+                if kept is None:
+                    parts.append(self.runner.run_frontend(padded[:, :, sl], m1[c:c + 1], m2[c:c + 1]))
+                    self.calls += 1
+                else:
+                    parts.append(kept)
+                    stems.hits += 1
             hidden = np.concatenate(parts, axis=1)
             d = hidden.shape[2]
             full = np.zeros((1, v.tokens, d), np.float32)
             full[:, :hidden.shape[1]] = hidden
             out = self.runner.run_backend(v, full, bias)
-            self.calls += n_real_chunks + 1
+            self.calls += 1
         self.seconds_encoded += v.seconds
         return np.asarray(out, dtype=np.float32)[0, :n_tok]

@@ -185,16 +185,15 @@ class Qwen3ASREngine:
         """16 kHz mono float32 -> log-mel (n_mels, frames) float32."""
         return melmod.log_mel(audio, self.n_mels)
 
-    def encode(self, mel: np.ndarray) -> np.ndarray:
-        """log-mel (n_mels, frames) -> audio embeddings (tokens, hidden) float32."""
+    def encode(self, mel: np.ndarray) -> np.ndarray:  # -> audio embeddings (tokens, hidden) float32
         return self.encode_timed(mel)[0]
 
-    def encode_timed(self, mel: np.ndarray) -> tuple[np.ndarray, EncodeStats]:
-        """log-mel (n_mels, frames) -> (audio embeddings (tokens, hidden) float32, EncodeStats)."""
+    def encode_timed(self, mel: np.ndarray, stems=None) -> tuple[np.ndarray, EncodeStats]:
+        """log-mel (n_mels, frames) -> (embeddings (tokens, hidden) float32, EncodeStats); ``stems``: encoder.StemMemo."""
         self.check_open()
         t0 = time.perf_counter()
         calls0, secs0 = self.encoder.calls, self.encoder.seconds_encoded
-        emb = self.encoder.encode(mel)
+        emb = self.encoder.encode(mel) if stems is None else self.encoder.encode(mel, stems)
         return emb, EncodeStats(self.encoder.calls - calls0, self.encoder.seconds_encoded - secs0,
                                 (time.perf_counter() - t0) * 1000)
 
@@ -269,16 +268,17 @@ class Qwen3ASREngine:
                                     audio_seconds=audio_seconds, prefix_len=prefix_len, fallback=fallback,
                                     on_token=on_token, draft=draft)
 
-    def prepare(self, pcm: np.ndarray, options: Optional[TranscribeOptions] = None, **kw) -> Request:
-        """16 kHz mono float32 (from prepare_audio) -> the embedded prompt, checked against the context."""
+    def prepare(self, pcm: np.ndarray, options: Optional[TranscribeOptions] = None, *, front=None, **kw) -> Request:
+        """16 kHz mono float32 (from prepare_audio) -> the embedded prompt, checked against the context;
+        ``front``: its log-mel and conv stems partly computed ahead (qwen3asr.streaming.ahead)."""
         self.check_open()
         o = build_options(options or self.options, kw, "prepare")
         t0 = time.perf_counter()
         # checked against the context before the mel and the prompt are made: their size grows with the audio
         self.planner.check_context(pcm.shape[0], o)
-        mel = self.features(pcm)
+        mel = self.features(pcm) if front is None else front.features(pcm)
         prompt = self.request_prompt(tokens_for_frames(mel.shape[1]), o)
-        emb, es = self.encode_timed(mel)
+        emb, es = self.encode_timed(mel, None if front is None else front.stems)
         return Request(prompt=prompt, embeds=self.embed_prompt(prompt, emb), audio_seconds=pcm.shape[0] / SAMPLE_RATE,
                        encoder_ms=(time.perf_counter() - t0) * 1000, encoder_calls=es.calls, t0=t0)
 

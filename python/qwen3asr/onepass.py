@@ -26,14 +26,16 @@ from .work import Work
 
 
 def transcribe_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, *, offset: float = 0.0,
-                        on_text: Optional[Callable[[str], None]] = None, work: Work, draft=()) -> Transcription:
+                        on_text: Optional[Callable[[str], None]] = None, work: Work, draft=(),
+                        front=None) -> Transcription:
     """The Transcription of (n,) float32 16 kHz ``pcm`` in one decoder pass, its segment timed
     from ``offset`` seconds; words with ``o.word_timestamps`` (the engine's aligner), ITN with
     ``o.itn``. One unit of model work for the decode, one per aligned segment. ``draft``: the ids
     the decode is expected to give (a streamed transcript), verified in its prefill (the result
-    is the decode's own either way; qwen3asr.decoding.verify_draft)."""
+    is the decode's own either way; qwen3asr.decoding.verify_draft). ``front``: its log-mel and
+    conv stems partly computed ahead (Qwen3ASREngine.prepare)."""
     with work.unit():
-        result = decode_one_pass(engine, pcm, o, on_text, work, draft)
+        result = decode_one_pass(engine, pcm, o, on_text, work, draft, front)
     raw = result.text
     end = offset + pcm.shape[0] / SAMPLE_RATE
     segments = (Segment(offset, end, raw, result.language, finish_reason=result.finish_reason),) if raw else ()
@@ -58,10 +60,11 @@ def transcribe_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, *, offset
     return result
 
 
-def decode_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, on_text, work: Work, draft=()) -> Transcription:
+def decode_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, on_text, work: Work, draft=(),
+                    front=None) -> Transcription:
     """The decoder's Transcription of ``pcm`` (no segments yet): ``on_text`` gets its text as it is
     generated (such text cannot be redone, so fallback tries are off unless ``o.fallback``)."""
-    req = engine.prepare(pcm, o)
+    req = engine.prepare(pcm, o, front=front)
     in_text = o.language is not None or o.compact_prompt  # the answer starts inside the transcript
     streamer = TextStreamer(engine.tokenizer, on_text, in_text) if on_text else None
 

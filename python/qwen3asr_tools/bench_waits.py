@@ -10,7 +10,9 @@
 Each bundled command is streamed as the Wyoming server does (2 s chunks) in ``FEED_S`` pieces on a
 simulated clock: a piece arrives when its last sample has been spoken, and the stream works on it
 from then (or from when it finished the work before) for the wall time ``feed_audio`` took; the
-final starts at the stop or when the backlog is done. Three finals per clip:
+pieces that arrived while it worked go in one call, as the servers feed what is waiting (so a
+preview is made at most once per call, on the newest audio); the final starts at the stop or
+when the backlog is done. Three finals per clip:
 
 - **stream**: the streamed text (the last partial chunk decoded after the stop);
 - **pass**: a one-pass decode of the utterance after the stop (the Wyoming default until now);
@@ -97,16 +99,20 @@ def live_run(engine, pcm: np.ndarray, mode: str, stream_tokens: Optional[int] = 
         s = engine.create_stream(chunk_size=CHUNK_S, final_pass=mode != "stream", **kw)
         if final_tokens:
             s._finals.options = dataclasses.replace(s._finals.options, max_new_tokens=final_tokens)
-        clock, first, first_work = 0.0, None, None
-        for a in range(0, n, step):
+        clock, first, first_work, feeds = 0.0, None, None, 0
+        a = 0
+        while a < n:
             start = max(min(n, a + step) / SAMPLE_RATE, clock)
+            # all the pieces spoken by then go in one call, as the servers feed what is waiting
+            b = n if start * SAMPLE_RATE >= n else max(a + step, int(start * SAMPLE_RATE) // step * step)
             t0 = time.perf_counter()
-            r = s.feed_audio(pcm[a:a + step])
+            r = s.feed_audio(pcm[a:b])
             clock = start + time.perf_counter() - t0
+            a, feeds = b, feeds + 1
             if first is None and r.text.strip():
                 first = clock - onset
                 seen = s._partials.ids if s._partials.ids is not None else None
-                first_work = {"at_s": min(n, a + step) / SAMPLE_RATE, "preview": seen is not None,
+                first_work = {"at_s": b / SAMPLE_RATE, "preview": seen is not None,
                               "audio_s": (s._partials.upto - s._next) / SAMPLE_RATE if seen is not None else None,
                               "ids": len(seen) if seen is not None else None,
                               "prompt_rows": engine.prompt_rows(s.options)}
@@ -118,7 +124,7 @@ def live_run(engine, pcm: np.ndarray, mode: str, stream_tokens: Optional[int] = 
         final_graphs = tuple(graphs.calls[before:])
     final = queue + work_s
     out = {"first_work": first_work if first is not None else None, "first_text_s": first if first is not None else end + final - onset, "final_s": final,
-           "queue_s": queue, "text": r.text, "audio_s": end, "onset_s": onset, "final_graphs": final_graphs,
+           "queue_s": queue, "feeds": feeds, "text": r.text, "audio_s": end, "onset_s": onset, "final_graphs": final_graphs,
            "chunks": [dataclasses.asdict(c) for c in r.chunks]}
     last = s._finals.last if mode != "stream" else None
     if last is not None:
@@ -222,6 +228,53 @@ def waits(engine, clips: Sequence[str], stream_tokens=None, final_tokens=None, o
     return {"rows": rows, "median": med}
 
 
+@contextlib.contextmanager
+def nothing_ahead():
+    """Final passes without the work done while the piece is spoken (qwen3asr.streaming.ahead)."""
+    from qwen3asr.streaming import final
+
+    original = final.FinalPasses.advance
+    final.FinalPasses.advance = lambda self, audio: None
+    try:
+        yield
+    finally:
+        final.FinalPasses.advance = original
+
+
+def ahead_ratio(engine, clips: Sequence[str], rounds: int, stream_tokens=None, final_tokens=None,
+                oracle: Optional[dict] = None) -> dict:
+    """The verified final with and without its log-mel and conv stems computed ahead, interleaved
+    ``rounds`` times per clip: final waits, encoder ms and calls, and the per-pair ratio."""
+    from qwen3asr.audio import prepare_audio
+
+    pairs = []
+    for clip in clips:
+        pcm = prepare_audio(os.path.join(REPO_ROOT, "audio", clip))
+        tokens = final_tokens.get(clip) if final_tokens else None
+        forced = oracle.get(clip) if oracle else None
+        for _ in range(rounds):
+            on = live_run(engine, pcm, "verified", stream_tokens, tokens, forced)
+            with nothing_ahead():
+                off = live_run(engine, pcm, "verified", stream_tokens, tokens, forced)
+            if on["ids"] != off["ids"]:
+                raise AssertionError(f"{clip}: the final pass's ids differ with the work done ahead")
+            pairs.append({"clip": clip, "ahead": {k: on[k] for k in ("final_s", "encoder_ms", "prefill_ms", "decode_ms")},
+                          "none": {k: off[k] for k in ("final_s", "encoder_ms", "prefill_ms", "decode_ms")},
+                          "ahead_calls": sum(1 for g in on["final_graphs"]), "none_calls": sum(1 for g in off["final_graphs"])})
+    med = lambda key, side: statistics.median(p[side][key] for p in pairs)  # noqa: E731
+    return {"pairs": pairs, "rounds": rounds,
+            "median": {side: {k: med(k, side) for k in ("final_s", "encoder_ms")} for side in ("ahead", "none")},
+            "ratio_final": statistics.median(p["ahead"]["final_s"] / p["none"]["final_s"] for p in pairs),
+            "ratio_encoder": statistics.median(p["ahead"]["encoder_ms"] / p["none"]["encoder_ms"] for p in pairs)}
+
+
+def print_ahead(title: str, a: dict) -> None:
+    print(f"\n{title}: the verified final with its front end computed ahead / without, {a['rounds']} rounds per "
+          f"clip, interleaved: final {a['median']['ahead']['final_s']:.3f} / {a['median']['none']['final_s']:.3f} s "
+          f"(per pair **{a['ratio_final']:.2f}x**), encoder {a['median']['ahead']['encoder_ms']:.0f} / "
+          f"{a['median']['none']['encoder_ms']:.0f} ms ({a['ratio_encoder']:.2f}x); ids identical in every pair")
+
+
 def step_costs(engine, seconds: float = 60.0, chunk_size: float = CHUNK_S, stream_tokens=None) -> dict:
     """Continuous speech streamed for ``seconds``: each chunk's compute (ms) by the time it starts;
     the mean of the first 5 s against the last 5 s."""
@@ -289,25 +342,35 @@ def main(argv=None) -> int:
     ap.add_argument("--random-model", default=None,
                     help="also a random-weight bundle (e.g. 0.6B-shaped): token counts fixed to the demo model's")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--encoder-form", default=None, choices=("merged", "split"),
+                    help="encoder form of both engines (default: the engine's; split: final passes reuse the "
+                         "conv stems computed while the speaker talks, qwen3asr.streaming.ahead)")
     ap.add_argument("--steps", type=float, default=60.0, help="seconds of continuous speech for the step costs (0: none)")
+    ap.add_argument("--ahead-rounds", type=int, default=0,
+                    help="with --encoder-form split: this many interleaved rounds per clip of the verified final "
+                         "with and without its front end computed ahead (0: none)")
     ap.add_argument("--json", help="write everything here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from qwen3asr import Qwen3ASREngine
 
     report = {}
-    with Qwen3ASREngine(args.model, backend="onnx", threads=args.threads) as demo:
+    form = {"encoder_form": args.encoder_form} if args.encoder_form else {}
+    with Qwen3ASREngine(args.model, backend="onnx", threads=args.threads, **form) as demo:
         w = waits(demo, CLIPS)
         st = step_costs(demo, args.steps) if args.steps else None
         report["demo"] = {"waits": w, "steps": st}
         print_report(f"CPU, {os.path.basename(demo.bundle.path)} (real text), {args.threads} threads", w, st)
+        if args.ahead_rounds:
+            report["demo"]["ahead"] = ahead_ratio(demo, CLIPS, args.ahead_rounds)
+            print_ahead("CPU, demo model", report["demo"]["ahead"])
     if args.random_model:
         # the demo model's token counts: each chunk run and each final pass generates what the real
         # text took (random weights never end a sequence); the draft confirms as many ids as the
         # demo model's stream did (the rest of the draft differs)
         tokens = {r["clip"]: len(r["pass"]["ids"]) + 1 for r in w["rows"]}
         kept = {r["clip"]: r["verified"]["verified"] for r in w["rows"]}
-        with Qwen3ASREngine(args.random_model, backend="onnx", threads=args.threads) as rnd:
+        with Qwen3ASREngine(args.random_model, backend="onnx", threads=args.threads, **form) as rnd:
             oracle = {}
             from qwen3asr.audio import prepare_audio
 
@@ -317,7 +380,12 @@ def main(argv=None) -> int:
                 oracle[clip] = ids[:kept[clip]] + [(t + 1) % 1000 for t in ids[kept[clip]:]]
             w2 = waits(rnd, CLIPS, stream_tokens=8, final_tokens=tokens, oracle=oracle)
             st2 = step_costs(rnd, args.steps, stream_tokens=8) if args.steps else None
+            if args.ahead_rounds:
+                ah = ahead_ratio(rnd, CLIPS, args.ahead_rounds, stream_tokens=8, final_tokens=tokens, oracle=oracle)
         report["random"] = {"waits": w2, "steps": st2}
+        if args.ahead_rounds:
+            report["random"]["ahead"] = ah
+            print_ahead("CPU, random-weight model", ah)
         print_report(f"CPU, {os.path.basename(os.path.normpath(args.random_model))} (random weights, token counts "
                      f"fixed), {args.threads} threads", w2, st2)
     if args.json:

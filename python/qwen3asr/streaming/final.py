@@ -22,6 +22,7 @@ from ..onepass import transcribe_one_pass
 from ..prompt import answer_header
 from ..work import NO_WORK, Work
 from .. import plan as planmod
+from .ahead import PieceAhead
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +43,20 @@ class FinalPasses:
         self.kept = True  # the open piece is short enough for its final pass (its audio is kept)
         self.last = None  # the Transcription of the latest final pass (its stats: what it cost)
         self._headers: dict = {}  # language -> the answer header ids its one pass writes
+        self.ahead = PieceAhead(engine) if self.on else None  # its log-mel and stems, while spoken
 
     def open(self, start: Optional[int]) -> None:
         """A piece opens at sample ``start`` (None: none until a speech start)."""
         self.start, self.kept = start, True
+        if self.ahead is not None:
+            self.ahead.open(start)
+
+    def advance(self, audio) -> None:
+        """Work the open piece's final pass can do before its end, on the stream's kept ``audio``
+        (a streaming.buffer.AudioBuffer): its whole chunks' log-mel and conv stems."""
+        if self.ahead is not None and self.kept and self.start is not None and self.ahead.due(audio):
+            with self._work.unit():  # model work (the stems), held like a chunk's
+                self.ahead.advance(audio)
 
     def keep_from(self, pos: int, keep: int) -> int:
         """The first sample a stream at ``pos`` samples must keep, given it keeps ``keep`` for
@@ -56,6 +67,10 @@ class FinalPasses:
             elif self.kept:
                 keep = min(keep, self.start)
         return keep
+
+    def footprint(self) -> int:
+        """Bytes held for the open piece's final pass besides its audio (what was computed ahead)."""
+        return self.ahead.footprint() if self.ahead is not None else 0
 
     def audio(self, end: int, audio: Callable[[int, int], np.ndarray]) -> Optional[np.ndarray]:
         """The open piece's audio up to sample ``end`` (``audio(a, b)``: the stream's kept samples)
@@ -100,11 +115,12 @@ class FinalPasses:
         pass's own, each confirmed id a decode step saved after the stop. One unit of model work
         unless the caller is inside one (``in_unit``)."""
         self.engine.check_open()
+        front = self.ahead if self.ahead is not None and self.ahead.start == self.start else None
         if in_unit:
-            r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft)
+            r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft, front=front)
         else:
             with self._work.unit():
-                r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft)
+                r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft, front=front)
         self.last = r
         self._work.check()
         t0 = self.start / SAMPLE_RATE

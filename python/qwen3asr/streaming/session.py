@@ -132,6 +132,7 @@ class StreamSession:
         if self._vad is not None:
             self._vad_events(self._vad.process, pcm)
         self._cut(final_end=None)
+        self._finals.advance(self._audio)  # the open piece's final pass: what can be done before its end
         if self._seg_start is not None and not self._tally.full(self.options.max_chunks):  # a preview, maybe
             self._tally.partials += self._partials.maybe(self._window, self._audio, self._next,
                                                          self._audio.pos - LOOKAHEAD, self._seg_start, self._tally.decoded)
@@ -172,10 +173,9 @@ class StreamSession:
         """Bytes this stream holds (its audio, mel and embeddings, its text, segments, ids and
         chunk stats; not the engine's shared model): flat however long the stream runs, within
         the bounds in the class docstring. An estimate from the sizes of what is held."""
-        size = self._audio.nbytes + self._text.footprint() + self._tally.footprint() + self._window.footprint()
-        if self._vad is not None:
-            size += self._vad.footprint()
-        return size
+        size = (self._audio.nbytes + self._text.footprint() + self._tally.footprint() + self._window.footprint()
+                + self._finals.footprint())
+        return size + (self._vad.footprint() if self._vad is not None else 0)
 
     # ------------------------------------------------------------------ input
     def _trim(self) -> None:
