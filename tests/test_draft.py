@@ -144,3 +144,59 @@ def test_partial_every_is_checked():
 
     with pytest.raises(ValueError, match="partial_every must be a number of seconds"):
         TranscribeOptions(partial_every=0.01)
+
+
+class FlipsAfter:
+    """A Work.newer flag: not set for its first ``n`` looks, then set until ``clear()``."""
+
+    def __init__(self, n):
+        self.n, self.looks, self.forced = n, 0, None
+
+    def is_set(self):
+        self.looks += 1
+        return self.forced if self.forced is not None else self.looks > self.n
+
+    def clear(self):
+        self.forced = False
+
+
+def test_no_preview_starts_while_newer_input_waits(default_engine):
+    import threading
+
+    from qwen3asr.work import Work
+
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "en_2.wav"))
+    waiting = threading.Event()
+    waiting.set()
+    _, plain, plain_seen = stream_all(default_engine, pcm, chunk_size=2.0)
+    s, r, seen = stream_all(default_engine, pcm, chunk_size=2.0, partial_every=0.5, work=Work(newer=waiting))
+    assert r.stats.partials == 0 and s._partials.dropped == 0
+    assert r.token_ids == plain.token_ids and [x[1:] for x in seen] == [x[1:] for x in plain_seen]
+
+
+def test_a_running_preview_stops_for_newer_input_and_is_dropped(default_engine):
+    from qwen3asr.work import Work
+
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "en_2.wav"))
+    _, plain, plain_seen = stream_all(default_engine, pcm, chunk_size=2.0)
+    flag = FlipsAfter(1)  # the check before the preview passes; its decode sees newer input at once
+    s = default_engine.create_stream(chunk_size=2.0, partial_every=0.5, work=Work(newer=flag))
+    r = s.feed_audio(pcm[:9600])  # 0.6 s: a preview is due
+    assert s._partials.dropped == 1 and r.stats.partials == 0 and s._partials.ids is None and not r.tail
+    flag.clear()  # no newer input any more: the next preview runs
+    r = s.feed_audio(pcm[9600:17600])
+    assert r.stats.partials == 1 and s._partials.dropped == 1 and r.tail
+    for a in range(17600, pcm.shape[0], 1600):
+        s.feed_audio(pcm[a:a + 1600])
+    assert s.finish().token_ids == plain.token_ids
+
+
+def test_a_cancel_still_stops_the_stream_during_a_preview(default_engine):
+    from qwen3asr.work import Cancelled, Work
+
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "en_2.wav"))
+    cancel = FlipsAfter(2)  # the unit's two checks pass; the preview's decode sees the cancel
+    s = default_engine.create_stream(chunk_size=2.0, partial_every=0.5, work=Work(cancel=cancel))
+    with pytest.raises(Cancelled):
+        s.feed_audio(pcm[:9600])
+    assert s._partials.dropped == 0

@@ -138,6 +138,28 @@ def test_a_cancelled_waiter_leaves_the_queue_and_the_others_go_on():
     assert sched.stats().cancelled == 1 and sched.stats().waiting == 0
 
 
+def test_optional_work_gives_way_to_newer_input_and_to_waiting_clients():
+    """Client.work.newer (previews' cue, qwen3asr.work.Work.newer): set while the client's newer
+    input waits (the server sets newer_input) or another client waits for a turn."""
+    sched = Scheduler()
+    a = sched.admit("a")
+    assert not a.work.superseded
+    a.newer_input.set()
+    assert a.work.superseded
+    a.newer_input.clear()
+    holder = Holder(a)  # a holds the turn, as during a preview
+    assert not a.work.superseded  # a's own turn is not another client waiting
+    b = sched.admit("b")
+    order, errors = [], []
+    (t,) = _queue_units(sched, [b], 1, order, errors)
+    t.start()
+    _wait_for(lambda: sched.stats().waiting == 1)
+    assert a.work.superseded and not b.work.superseded
+    holder.release()
+    t.join(10)
+    assert order == ["b"] and not errors and not a.work.superseded
+
+
 def _one_holding_one_waiting(sched, units):
     """A client holding the turn (a Holder) and one waiting for it, with ``units`` units to run
     in its own thread: (holder, waiter, its thread, the order of units run, errors raised)."""

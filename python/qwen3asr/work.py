@@ -32,14 +32,24 @@ class Work:
       the unit runs (e.g. a fair turn on the one NPU). It may raise (e.g. Cancelled) to refuse.
     cancel: anything with ``is_set()`` (a threading.Event); once set, the request stops at the
       next generated token or unit and raises :class:`Cancelled`.
+    newer: anything with ``is_set()``; set while newer input waits for this request (a live
+      stream's next audio, its end) or other requests wait for the model: work that only
+      shows something early (a stream's preview) is then not started, or stopped at its next
+      token and dropped. The required work is never skipped.
     """
 
     gate: Optional[Callable[[], ContextManager]] = None
     cancel: Optional[Flag] = None
+    newer: Optional[Flag] = None
 
     @property
     def cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
+
+    @property
+    def superseded(self) -> bool:
+        """Whether optional work should not run now (``newer``)."""
+        return self.newer is not None and self.newer.is_set()
 
     def check(self) -> None:
         """Raise Cancelled if the request was cancelled."""

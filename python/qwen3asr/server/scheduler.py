@@ -14,7 +14,9 @@ Admission is bounded: :meth:`Scheduler.admit` raises :class:`QueueFull` at once 
 ``qwen3asr.work.Cancelled`` and stops a running unit at its next generated token.
 :meth:`Scheduler.refuse_new`, :meth:`wait_idle` and :meth:`cancel_all` make a graceful shutdown
 (admit no more, let the admitted finish for a while, then stop the rest);
-:meth:`Scheduler.close` refuses new clients and cancels waiting ones.
+:meth:`Scheduler.close` refuses new clients and cancels waiting ones. A client's
+``work.newer`` is set while its ``newer_input`` event is (the server sets it while a live
+stream's next audio waits) or another client waits for a turn: optional work (previews) yields.
 """
 
 from __future__ import annotations
@@ -77,7 +79,9 @@ class Client:
         self._scheduler = scheduler
         self._cancel = threading.Event()
         self._closed = False
-        self.work = Work(gate=self._turn, cancel=self._cancel)
+        # set by the server while this client's newer input waits (a live stream's next audio)
+        self.newer_input = threading.Event()
+        self.work = Work(gate=self._turn, cancel=self._cancel, newer=_Newer(self))
 
     @property
     def cancelled(self) -> bool:
@@ -106,6 +110,18 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.name!r}, {self.kind}, seq={self.seq})"
+
+
+class _Newer:
+    """Set while a client's newer input waits or another client waits for a turn: its optional
+    work (a stream's previews, qwen3asr.work.Work.newer) gives way."""
+
+    def __init__(self, client: Client):
+        self.client = client
+
+    def is_set(self) -> bool:
+        return self.client.newer_input.is_set() or any(
+            c is not self.client for c in list(self.client._scheduler._waiting))
 
 
 class Scheduler:

@@ -6,6 +6,10 @@ copy of the window with it as the newest chunk (``DecoderWindow.fork``): the res
 tail shows that text until the next preview, or the chunk's own decode, replaces it. Nothing is
 committed from a preview and the stream's state is left as it was, so the committed text is the
 same with or without previews; they cost one encoder call and one decoder run each.
+
+A preview is optional work: with a ``Work.newer`` flag (the servers set it while the stream's next
+audio or its end is waiting, or other clients wait for the model) none is started while it is set,
+and one running stops at its next token and is dropped (the newer audio gets the next one).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import List, Optional
 from ..audio import SAMPLE_RATE
 from ..mel import HOP_LENGTH as HOP
 from ..options import TranscribeOptions
-from ..work import Work
+from ..work import Cancelled, Work
 from .decode import decode_window
 from .front import ChunkFront
 from .window import DecoderWindow
@@ -33,6 +37,7 @@ class Partials:
         self.ids: Optional[List[int]] = None  # the window's tail ids as the latest preview decoded them
         self.upto = 0  # the sample the latest preview (or chunk) reached
         self.count = 0  # previews made
+        self.dropped = 0  # previews stopped for newer input (Work.newer)
 
     def drop(self, upto: int) -> None:
         """The window changed (a chunk decoded, a segment closed): no preview until ``every`` more
@@ -43,18 +48,36 @@ class Partials:
         """Make a preview of the open chunk [start, limit) of ``audio`` (a streaming.buffer.AudioBuffer)
         when it is on and ``every`` samples came since the last one; ``left_edge``: the segment's
         start; ``run``: the stream's decoder runs so far. True when one was made."""
-        if self.every is None or limit - start < self.every or limit - self.upto < self.every:
+        if self.every is None or limit - start < self.every or limit - self.upto < self.every or self.work.superseded:
             return False
+        optional = Work(cancel=_Either(self.work.cancel, self.work.newer))  # stops for newer input too
         with self.work.unit():
             end = limit - (limit - start) % HOP  # whole 10 ms frames, their look-ahead there
             chunk = self.front.prepare(audio, start, end, left_edge, None, measure=False)
             self.front.encode(chunk)
             fork = window.fork()
             fork.append(chunk)
-            decode_window(self.engine, fork, chunk, self.options, prefix_len=self.prefix_len, run=run, work=self.work)
+            try:
+                decode_window(self.engine, fork, chunk, self.options, prefix_len=self.prefix_len, run=run,
+                              work=optional)
+            except Cancelled:
+                if self.work.cancelled:
+                    raise
+                self.dropped += 1  # superseded: the stream's state is untouched (a fork)
+                return False
         self.ids, self.upto = fork.tail_ids(), limit
         self.count += 1
         return True
+
+
+class _Either:
+    """A flag set when either of two flags (or None) is."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return (self.a is not None and self.a.is_set()) or (self.b is not None and self.b.is_set())
 
 
 __all__ = ["Partials"]
