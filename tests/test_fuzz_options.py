@@ -531,6 +531,7 @@ def test_subcommand_flags(script, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("QWEN3ASR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # a text taken as a relative --out directory is made here, not in the checkout
     module, func = PROGRAMS[script].split(":")
     mod = importlib.import_module(module)
     main = getattr(mod, func)

@@ -40,7 +40,7 @@ def float_arg(text: str) -> float:
 
 
 def add_engine_args(ap: argparse.ArgumentParser) -> None:
-    """--model, --backend, --threads and the board knobs (RKOptions)."""
+    """--model, --backend, --encoder-form, --threads and the board knobs (RKOptions)."""
     ap.add_argument("--model", default=None, help="a model bundle directory, a hub id (Org/Name[@revision], fetched and "
                     "converted once) or a known name: 0.6b, 1.7b (default: $QWEN3ASR_MODEL or models/default)")
     ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"],
@@ -49,6 +49,11 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
                     help="forced-aligner bundle directory or hub id (aligner = Qwen/Qwen3-ForcedAligner-0.6B) for word "
                          "timestamps (default: $QWEN3ASR_ALIGNER, else the bundled "
                          "demo aligner with the bundled model; loaded when words are first asked for)")
+    ap.add_argument("--encoder-form", default="merged", choices=["merged", "split"],
+                    help="encoder graphs: merged (one per duration) or split (a front end per 1 s chunk + back "
+                         "ends). On the CPU split gives the same result as fast, and a live stream's final pass "
+                         "reuses the chunks' conv stems computed while the speaker talked (docs/streaming.md); "
+                         "default %(default)s")
     ap.add_argument("--threads", type=int_arg, default=None, help="CPU threads for ONNX Runtime")
     ap.add_argument("--spin-wait", action="store_true",
                     help="ONNX Runtime's idle threads spin before sleeping: faster on a quiet machine, "
@@ -108,8 +113,8 @@ def backend_options_from_args(args):
 
     rk = RKOptions(soc=args.soc, npu_cores=args.npu_cores, cpus=args.cpus, lib_path=args.rkllm_lib,
                    abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
-    return BackendOptions(encoder_form=getattr(args, "encoder_form", "merged"),  # qwen3asr-mic has no such flags
-                          decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,
+    return BackendOptions(encoder_form=args.encoder_form,
+                          decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,  # mic: none
                           spin_wait=args.spin_wait, rk=rk, memory=args.memory)
 
 

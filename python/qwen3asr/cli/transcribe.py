@@ -23,7 +23,6 @@ def build_parser() -> argparse.ArgumentParser:
                                     "NPU).")
     ap.add_argument("--audio", required=True, help="audio file (WAV, FLAC, OGG, ...; any rate and channel count)")
     add_engine_args(ap)
-    ap.add_argument("--encoder-form", default="merged", choices=["merged", "split"], help="encoder graphs to use")
     ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8", "int4"],
                     help="ONNX decoder weights (auto: int8 when the bundle has it)")
     add_decoding_args(ap)
