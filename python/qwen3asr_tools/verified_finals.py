@@ -77,13 +77,20 @@ def margin_at(engine, embeds: np.ndarray, options, ids, i: int) -> dict:
     return {"position": i, "top": [a, b], "margin": m}
 
 
-def margins(engine, embeds: np.ndarray, options, ids) -> list:
-    """The top-2 logit gap at every position of the step-by-step decode of ``embeds`` that gave ``ids``."""
-    gen, out = engine.decoder.start(embeds, options), []
+def margins(engine, embeds: np.ndarray, options, ids) -> tuple:
+    """(the top-2 logit gap at every position of the step-by-step decode of ``embeds`` that gave
+    ``ids``, the largest |logit| difference at each position between that decode and one prefill
+    of ``embeds`` with all of ``ids``: what the many-row prefill rounds differently)."""
+    gen, steps = engine.decoder.start(embeds, options), []
     for t in ids:
-        out.append(top2(gen.next_logits)[2])
+        steps.append(np.array(gen.next_logits, dtype=np.float64))
         gen.feed(int(t))
-    return out
+    kv = engine.decoder.kv
+    x = np.concatenate([embeds, np.stack([engine.decoder.embed(int(t)) for t in ids]).astype(np.float32)])
+    rows = np.arange(len(embeds) - 1, len(embeds) - 1 + len(ids))
+    prefill, _ = kv.forward(x, kv.new_cache(), rows)
+    return ([top2(lg)[2] for lg in steps],
+            [float(np.max(np.abs(lg - p.astype(np.float64)))) for lg, p in zip(steps, prefill)])
 
 
 def first_difference(a, b) -> int:
@@ -154,7 +161,8 @@ def random_runs(engine, demo_engine, cases, n: int) -> list:
         want, plain = engine.generate(req.embeds, dec, prefix_len=req.prompt.audio_start)
         got, st = engine.generate(req.embeds, dec, prefix_len=req.prompt.audio_start, draft=want)
         row = {"name": name, "ids": len(want), "draft": st.draft_tokens, "kept": st.verified_tokens,
-               "same": got == want, "margins": margins(engine, req.embeds, dec, want)}
+               "same": got == want}
+        row["margins"], row["prefill_vs_step"] = margins(engine, req.embeds, dec, want)
         if got != want:
             row.update(margin_at(engine, req.embeds, dec, want, first_difference(want, got)))
         rows.append(row)
@@ -253,11 +261,15 @@ def print_report_random(rnd: list) -> None:
           f"({sum(r['kept'] for r in rnd)} of {sum(r['draft'] for r in rnd)} draft ids kept)")
     print(f"top-2 margins of the draft-less decode over its {len(every)} positions: median {np.median(every):.3g}, "
           f"10th percentile {np.percentile(every, 10):.3g}, smallest {every[0]:.3g}")
+    diff = np.array([d for r in rnd for d in r["prefill_vs_step"]])
+    print(f"largest |logit| difference, one prefill with the ids against the step-by-step decode, per position: "
+          f"median {np.median(diff):.3g}, largest {diff.max():.3g}")
     for r in rnd:
         if not r["same"]:
             below = int(np.searchsorted(every, r["margin"], side="right"))
             print(f"  {r['name']}: position {r['position']} of {r['ids']}, margin {r['margin']:.4g} "
-                  f"({below} of {len(every)} positions have a margin this small or smaller)")
+                  f"({below} of {len(every)} positions have a margin this small or smaller; logit difference "
+                  f"there {r['prefill_vs_step'][r['position']]:.3g})")
 
 
 if __name__ == "__main__":
