@@ -194,3 +194,32 @@ def test_ctrl_c_flushes_and_exits_zero(pulse, bundle_dir):
     fed = np.concatenate([samples, np.zeros(n, np.int16)])[:n]
     assert final == _reference(bundle_dir, fed, language="English", chunk_size=2.0, max_new_tokens=3,
                                rollback_tokens=2)
+
+
+def test_final_pass_is_off_by_default_and_a_flag():
+    from qwen3asr.cli.mic import build_parser
+
+    assert build_parser().parse_args([]).final_pass is False  # docs/streaming.md, "Each surface's default"
+    assert build_parser().parse_args(["--final-pass"]).final_pass is True
+    assert build_parser().parse_args(["--final-pass", "--no-final-pass"]).final_pass is False
+
+
+@pytest.mark.slow
+def test_final_pass_replaces_the_streamed_text(pulse):
+    """zh_2 at 1 s chunks on the bundled model: the streamed text is wrong, --final-pass prints
+    the piece's one-pass text."""
+    env, fifo = pulse
+    samples = _pcm16(os.path.join(ROOT, "audio", "zh_2.wav"), 1.0)
+    seconds = len(samples) / SR
+    args = ["--device", "pulse", "--chunk-size", "1.0", "--final-pass", "--max-seconds", f"{seconds:.1f}", "--stats"]
+    p, err = _start(args, env)
+    feeder = Feeder(fifo, samples)
+    feeder.start()
+    out = _finish(p)
+    feeder.stop.set()
+    assert p.returncode == 0, "".join(err)
+    model = os.path.join(ROOT, "models", "default")
+    fed = samples[:int(round(_audio_seconds(err) * SR))]
+    streamed = _reference(model, fed, chunk_size=1.0)
+    assert _final_line(out) == _reference(model, fed, chunk_size=1.0, final_pass=True) == "把十二瓶牛奶加到购物清单"
+    assert streamed != "把十二瓶牛奶加到购物清单"

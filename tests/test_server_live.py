@@ -98,6 +98,7 @@ def test_live_16k_s16le_in_100ms_frames(server, engine, name, chunk):
     assert code == 1000
     kinds = [m["type"] for m in msgs]
     assert kinds[0] == "ready" and kinds[-1] == "final"
+    assert msgs[0]["final_pass"] is True  # the default (docs/streaming.md, "Each surface's default")
     assert set(kinds[1:-1]) <= {"committed", "tail", "segment"}
     final = msgs[-1]
     assert final["text"] == engine_stream(engine, pcm, chunk)  # final passes: one pass per finished piece

@@ -1,6 +1,7 @@
 """OpenAI Realtime transcription sessions (/v1/realtime) with the official `openai` SDK's
 realtime client against a real server process on the bundled model (and its bundled aligner):
-deltas add up to the completed transcript, which is the engine's own stream of the same audio;
+the completed transcript is the engine's own stream of the same audio with final passes (the
+default, docs/streaming.md), which the deltas add up to unless the final pass revised them;
 server VAD cuts items at silence; manual commits; the errors and closes of bad clients, after
 which the server goes on serving."""
 
@@ -40,9 +41,9 @@ def _client(server, key=KEY):
     return openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
 
 
-def _engine_stream(engine, x: np.ndarray, chunk: float, **kw):
+def _engine_stream(engine, x: np.ndarray, chunk: float, final_pass: bool = True, **kw):
     """The engine's stream of (n,) float32 16 kHz audio with the settings a realtime item uses."""
-    s = engine.create_stream(chunk_size=chunk, final_pass=False, **kw)
+    s = engine.create_stream(chunk_size=chunk, final_pass=final_pass, **kw)
     for i in range(0, len(x), 1600):
         s.feed_audio(x[i:i + 1600])
     return s.finish()
@@ -102,8 +103,10 @@ async def _manual(server, pcm: np.ndarray, rate: int, session: dict, key=KEY, in
         return [first.to_dict(), updated] + await _events_until(conn, lambda ev: bool(_completed(ev)))
 
 
-def _check_item_events(events) -> dict:
-    """The item events in the SDK's order; returns the completed event."""
+def _check_item_events(events, revised: bool = False) -> dict:
+    """The item events in the SDK's order; returns the completed event. The deltas join to the
+    completed transcript, or (``revised``: the final pass changed the streamed text) to text it
+    does not continue."""
     kinds = [e["type"] for e in events]
     done = _completed(events)
     assert len(done) == 1
@@ -113,7 +116,11 @@ def _check_item_events(events) -> dict:
     assert kinds.index("conversation.item.added") > i_commit
     deltas = [e for e in events if e["type"].endswith("transcription.delta")]
     assert all(d["item_id"] == item for d in deltas)
-    assert "".join(d["delta"] for d in deltas) == done[0]["transcript"]
+    joined = "".join(d["delta"] for d in deltas)
+    if revised:
+        assert joined and not done[0]["transcript"].startswith(joined)
+    else:
+        assert joined == done[0]["transcript"]
     return done[0]
 
 
@@ -129,6 +136,18 @@ def test_deltas_add_up_to_the_completed_text_which_is_the_engines_stream(server,
     assert done["transcript"] == ref.text
     assert done["transcript"] == expected(name)
     assert done["usage"] == {"type": "duration", "seconds": round(len(pcm) / sr, 3)}
+
+
+def test_the_default_final_pass_revises_the_streamed_deltas(server, engine):
+    """zh_2 at the default delay (1 s chunks): the streamed text is wrong, the completed
+    transcript is the final pass's, which is right (docs/streaming.md, "Each surface's default")."""
+    pcm, sr = load_clip("zh_2.wav")
+    events = asyncio.run(_manual(server, pcm, sr, _session({"type": "audio/pcm", "rate": sr}, None)))
+    assert events[1]["session"]["audio"]["input"]["transcription"].get("delay", "low") == "low"
+    done = _check_item_events(events, revised=True)
+    x = pcm.astype(np.float32) / 32768
+    streamed = _engine_stream(engine, x, 1.0, final_pass=False).text
+    assert done["transcript"] == _engine_stream(engine, x, 1.0).text == expected("zh_2.wav") != streamed
 
 
 def test_default_24khz_pcm16(server, engine):

@@ -10,7 +10,11 @@ VAD encoded fraction vs the speech fraction of the reference timing, decoder pre
 per audio second against the offline minimum, and whether any audio was encoded twice.
 ``--more-clips N`` pools the error rates of many settings over N more such recordings;
 ``--robustness`` streams noisy, clicked and pause-free copies with and without the pause
-rules (``pause_db``).
+rules (``pause_db``). ``--final-pass 1,2,4`` streams every clip as the live surfaces do
+(``create_stream(chunk_size=c)``, their other defaults, 0.1 s pieces) with final passes off and
+on at each chunk size: pooled MER, the CPU seconds per audio second (process time, so a shared
+host's other jobs count less) and the counted work per audio second (encoded audio seconds,
+prefill rows, decode steps), final passes included.
 
 Error rate: mixed error rate, i.e. edit distance over units that are English words and
 single CJK characters (lower-cased, punctuation removed), over the reference unit count.
@@ -140,6 +144,38 @@ def robustness(engine, clips: list, base: dict) -> dict:
     return out
 
 
+def final_pass_captions(engine, clips: list, sizes) -> dict:
+    """Per chunk size and final pass off / on, over (pcm, reference) clips: pooled MER, CPU seconds
+    and counted work per audio second (the chunks' and the final passes')."""
+    from qwen3asr_tools.verified_finals import recorded_passes
+
+    out = {}
+    seconds = sum(len(x) for x, _ in clips) / SR
+    for c in sizes:
+        for on in (False, True):
+            work = {"encoded_s": 0.0, "prefill_rows": 0, "decode_steps": 0, "final_passes": 0, "verified": 0}
+            cpu = [0.0]
+
+            def run(x, c=c, on=on, work=work, cpu=cpu):
+                with recorded_passes() as calls:
+                    t0 = time.process_time()
+                    r = stream(engine, x, chunk_size=c, final_pass=on)
+                    cpu[0] += time.process_time() - t0
+                st = r.stats
+                work["encoded_s"] += st.encoded_seconds + sum(len(p) / SR for p, *_ in calls)
+                work["prefill_rows"] += st.prefill_tokens + sum(t.stats.prefill_tokens for *_, t in calls)
+                work["decode_steps"] += st.decode_tokens + sum(t.stats.decode_tokens for *_, t in calls)
+                work["final_passes"] += len(calls)
+                work["verified"] += sum(t.stats.verified_tokens for *_, t in calls)
+                return r
+
+            m, per = pooled(clips, run)
+            out[f"{c:g} s, final pass {'on' if on else 'off'}"] = {
+                "chunk_size": c, "final_pass": on, "mer": m, "per_clip": per, "cpu_s_per_s": cpu[0] / seconds,
+                **{k: v if k in ("final_passes", "verified") else v / seconds for k, v in work.items()}}
+    return out
+
+
 def pooled(clips: list, run) -> tuple:
     """(pooled MER, per-clip MERs) of ``run(pcm) -> result`` over (pcm, reference) clips."""
     errs, per = 0.0, []
@@ -164,6 +200,9 @@ def main(argv=None) -> int:
     ap.add_argument("--more-clips", type=int, default=0,
                     help="also pool the error rates over this many more long clips (made with make_dataset.py "
                          "--demo-clips --seed 1..N under build/eval_clips)")
+    ap.add_argument("--final-pass", default=None, metavar="SIZES",
+                    help="only compare final passes off / on at these chunk sizes (e.g. 1,2,4) over the clip and "
+                         "the --more-clips clips")
     args = ap.parse_args(argv)
     from qwen3asr import Qwen3ASREngine
     from qwen3asr.audio import prepare_audio
@@ -174,6 +213,9 @@ def main(argv=None) -> int:
     engine = Qwen3ASREngine(args.model, backend="auto", threads=args.threads)
     pcm = prepare_audio(args.audio)
     dur = len(pcm) / SR
+    if args.final_pass:
+        clips = [(pcm, ref)] + more_clips(args.more_clips, os.path.join(ROOT, "build", "eval_clips"))
+        return report_final_pass(engine, clips, [float(c) for c in args.final_pass.split(",")], args.json)
     out = {"model": os.path.basename(os.path.normpath(engine.bundle.path)), "audio_seconds": dur}
 
     t0 = time.perf_counter()
@@ -273,6 +315,22 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, ensure_ascii=False, indent=1)
+    return 0
+
+
+def report_final_pass(engine, clips, sizes, json_path) -> int:
+    out = final_pass_captions(engine, clips, sizes)
+    seconds = sum(len(x) for x, _ in clips) / SR
+    print(f"{len(clips)} long clips, {seconds:.0f} s, {sum(len(units(r)) for _, r in clips)} reference units\n")
+    print("| chunk, final pass | pooled MER | per clip | CPU s / audio s | encoded s / s | prefill rows / s | "
+          "decode steps / s | final passes (ids confirmed) |\n|---|---|---|---|---|---|---|---|")
+    for name, r in out.items():
+        print(f"| {name} | {100 * r['mer']:.1f} % | {' / '.join(f'{100 * x:.1f}' for x in r['per_clip'])} | "
+              f"{r['cpu_s_per_s']:.3f} | {r['encoded_s']:.2f} | {r['prefill_rows']:.0f} | {r['decode_steps']:.1f} | "
+              f"{r['final_passes']} ({r['verified']}) |")
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
     return 0
 
 
