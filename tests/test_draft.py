@@ -160,7 +160,7 @@ class FlipsAfter:
         self.forced = False
 
 
-def test_no_preview_starts_while_newer_input_waits(default_engine):
+def test_no_preview_starts_while_newer_work_waits(default_engine):
     import threading
 
     from qwen3asr.work import Work
@@ -174,7 +174,7 @@ def test_no_preview_starts_while_newer_input_waits(default_engine):
     assert r.token_ids == plain.token_ids and [x[1:] for x in seen] == [x[1:] for x in plain_seen]
 
 
-def test_a_running_preview_stops_for_newer_input_and_is_dropped(default_engine):
+def test_a_running_preview_stops_for_newer_work_and_is_dropped(default_engine):
     from qwen3asr.work import Work
 
     pcm = prepare_audio(os.path.join(ROOT, "audio", "en_2.wav"))

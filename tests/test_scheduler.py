@@ -138,15 +138,15 @@ def test_a_cancelled_waiter_leaves_the_queue_and_the_others_go_on():
     assert sched.stats().cancelled == 1 and sched.stats().waiting == 0
 
 
-def test_optional_work_gives_way_to_newer_input_and_to_waiting_clients():
-    """Client.work.newer (previews' cue, qwen3asr.work.Work.newer): set while the client's newer
-    input waits (the server sets newer_input) or another client waits for a turn."""
+def test_optional_work_gives_way_to_the_stream_end_and_to_waiting_clients():
+    """Client.work.newer (previews' cue, qwen3asr.work.Work.newer): set once the client's stream
+    end is queued (the server sets ``ending``) and while another client waits for a turn."""
     sched = Scheduler()
     a = sched.admit("a")
     assert not a.work.superseded
-    a.newer_input.set()
+    a.ending.set()
     assert a.work.superseded
-    a.newer_input.clear()
+    a.ending.clear()
     holder = Holder(a)  # a holds the turn, as during a preview
     assert not a.work.superseded  # a's own turn is not another client waiting
     b = sched.admit("b")

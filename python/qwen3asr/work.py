@@ -32,10 +32,10 @@ class Work:
       the unit runs (e.g. a fair turn on the one NPU). It may raise (e.g. Cancelled) to refuse.
     cancel: anything with ``is_set()`` (a threading.Event); once set, the request stops at the
       next generated token or unit and raises :class:`Cancelled`.
-    newer: anything with ``is_set()``; set while newer input waits for this request (a live
-      stream's next audio, its end) or other requests wait for the model: work that only
-      shows something early (a stream's preview) is then not started, or stopped at its next
-      token and dropped. The required work is never skipped.
+    newer: anything with ``is_set()``; set when newer work waits: a live stream's end (its final
+      pass comes next) or other requests waiting for the model. Work that only shows something
+      early (a stream's preview) is then not started, or stopped at its next token and dropped.
+      The required work is never skipped.
     """
 
     gate: Optional[Callable[[], ContextManager]] = None

@@ -307,7 +307,6 @@ async def _receive(stream: LiveStream, audio: PcmConverter) -> None:
                 if stream.first_audio is None:
                     stream.first_audio = time.perf_counter()
                 stream.queue.put_nowait((pcm, audio.frames_in / audio.fmt.rate))
-                stream.client.newer_input.set()  # a preview running on older audio gives way (Work.newer)
                 continue
             m = _json(msg.get("text") or "")
             if m.get("type") != "stop":
@@ -316,7 +315,7 @@ async def _receive(stream: LiveStream, audio: PcmConverter) -> None:
                                         f"or {{\"type\": \"stop\"}}")
             stream.stop_at = time.perf_counter()
             stream.queue.put_nowait(_STOP)
-            stream.client.newer_input.set()  # the final comes next: no more previews
+            stream.client.ending.set()  # the final comes next: a running preview stops (Work.newer)
             stopped = True
     except asyncio.CancelledError:
         raise
@@ -336,8 +335,6 @@ async def _decode(stream: LiveStream, session, audio: PcmConverter, pieces: list
         while isinstance(item, tuple):  # (pcm, input seconds received so far)
             frames.append(item)
             item = None if stream.queue.empty() else stream.queue.get_nowait()
-        if item is None and stream.queue.empty():
-            stream.client.newer_input.clear()  # all audio so far is in this feed
         if frames:
             pcm = np.concatenate([f[0] for f in frames])
             frames_in = frames[-1][1]

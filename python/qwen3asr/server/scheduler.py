@@ -15,8 +15,8 @@ Admission is bounded: :meth:`Scheduler.admit` raises :class:`QueueFull` at once 
 :meth:`Scheduler.refuse_new`, :meth:`wait_idle` and :meth:`cancel_all` make a graceful shutdown
 (admit no more, let the admitted finish for a while, then stop the rest);
 :meth:`Scheduler.close` refuses new clients and cancels waiting ones. A client's
-``work.newer`` is set while its ``newer_input`` event is (the server sets it while a live
-stream's next audio waits) or another client waits for a turn: optional work (previews) yields.
+``work.newer`` is set once its ``ending`` event is (the server sets it when a live stream's end
+is queued) and while another client waits for a turn: optional work (previews) yields.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ class Client:
         self._scheduler = scheduler
         self._cancel = threading.Event()
         self._closed = False
-        # set by the server while this client's newer input waits (a live stream's next audio)
-        self.newer_input = threading.Event()
+        # set by the server once a live stream's end is queued: its final pass comes next
+        self.ending = threading.Event()
         self.work = Work(gate=self._turn, cancel=self._cancel, newer=_Newer(self))
 
     @property
@@ -113,14 +113,14 @@ class Client:
 
 
 class _Newer:
-    """Set while a client's newer input waits or another client waits for a turn: its optional
-    work (a stream's previews, qwen3asr.work.Work.newer) gives way."""
+    """Set once a client's stream end is queued or while another client waits for a turn: its
+    optional work (a stream's previews, qwen3asr.work.Work.newer) gives way."""
 
     def __init__(self, client: Client):
         self.client = client
 
     def is_set(self) -> bool:
-        return self.client.newer_input.is_set() or any(
+        return self.client.ending.is_set() or any(
             c is not self.client for c in list(self.client._scheduler._waiting))
 
 

@@ -7,9 +7,12 @@ tail shows that text until the next preview, or the chunk's own decode, replaces
 committed from a preview and the stream's state is left as it was, so the committed text is the
 same with or without previews; they cost one encoder call and one decoder run each.
 
-A preview is optional work: with a ``Work.newer`` flag (the servers set it while the stream's next
-audio or its end is waiting, or other clients wait for the model) none is started while it is set,
-and one running stops at its next token and is dropped (the newer audio gets the next one).
+A preview is optional work: with a ``Work.newer`` flag (the servers set it once the stream's end is
+queued and while other clients wait for the model) none is started while it is set, and one
+running stops at its next token and is dropped. Newer audio of the same stream does not stop it:
+audio comes in 0.1 s frames, and a preview that gave way to each would never finish on a model
+slower than that; the audio waiting meanwhile is fed in one call after it, with at most one
+preview, on the newest audio.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class Partials:
         self.ids: Optional[List[int]] = None  # the window's tail ids as the latest preview decoded them
         self.upto = 0  # the sample the latest preview (or chunk) reached
         self.count = 0  # previews made
-        self.dropped = 0  # previews stopped for newer input (Work.newer)
+        self.dropped = 0  # previews stopped for newer work (Work.newer)
 
     def drop(self, upto: int) -> None:
         """The window changed (a chunk decoded, a segment closed): no preview until ``every`` more

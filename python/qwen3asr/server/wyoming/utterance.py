@@ -204,7 +204,6 @@ class Utterance:
             else:
                 self.kept = None  # too long for one pass: the stream's text is final
         self.pending.append(pcm)
-        self.client.newer_input.set()  # a preview running on older audio gives way (Work.newer)
         self.wake.set()
 
     def stop(self) -> None:
@@ -215,7 +214,7 @@ class Utterance:
         if self.one_pass:
             self.pending.clear()  # the stream need not catch up: the whole utterance is decoded at once
         self.stopped = True
-        self.client.newer_input.set()  # the final comes next: no more previews
+        self.client.ending.set()  # the final comes next: a running preview stops (Work.newer)
         self.wake.set()
 
     def audio(self) -> Optional[np.ndarray]:
@@ -246,8 +245,6 @@ class Utterance:
         audio-stop, the early final's pass when it is due."""
         pcm = np.concatenate(self.pending)
         self.pending.clear()
-        if not self.stopped:
-            self.client.newer_input.clear()  # all audio so far is in this feed
         await self._call(self._feed, pcm)
         await self._send_new(send_piece)
         if self.early is not None and not self.stopped and self.early.due():
