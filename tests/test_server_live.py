@@ -227,3 +227,32 @@ def test_a_long_upload_does_not_starve_a_live_stream(server, engine, tmp_path):
     assert upload_running_at_live_end, "the live stream waited for the whole upload"
     assert units_at_live_end < units_total  # upload units were still to run when the live stream ended
     assert upload["text"] == engine.transcribe(path).text
+
+
+def test_previews_show_first_words_before_the_first_chunk(server, engine):
+    """"partial_every" in the start message: the tail shows a preview of the open chunk before
+    the first chunk is complete; the final text is the one without previews."""
+    pcm, sr = load_clip("en_2.wav")
+    first = int(1.2 * sr)  # 1.2 s: no 2 s chunk is complete, two 0.5 s previews are due
+
+    async def run():
+        msgs = []
+        async with websockets.connect(server.ws_url + "/v1/stream") as ws:
+            await ws.send(json.dumps({"type": "start", "chunk_size": 2.0, "partial_every": 0.5}))
+            ready = json.loads(await ws.recv())
+            for f in _frames(pcm[:first], sr):
+                await ws.send(f)
+            while not (msgs and msgs[-1]["type"] == "tail" and msgs[-1]["text"]):
+                msgs.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+            for f in _frames(pcm[first:], sr):
+                await ws.send(f)
+            await ws.send(json.dumps({"type": "stop"}))
+            async for raw in ws:
+                msgs.append(json.loads(raw))
+            return ready, msgs, ws.close_code
+
+    ready, msgs, code = asyncio.run(run())
+    assert ready["partial_every"] == 0.5 and code == 1000
+    preview = next(m for m in msgs if m["type"] == "tail" and m["text"])
+    assert preview["received_seconds"] <= 1.2 and preview["chunks"] == 0
+    assert msgs[-1]["type"] == "final" and msgs[-1]["text"] == engine_stream(engine, pcm, 2.0)

@@ -5,7 +5,7 @@ Protocol (docs/serving.md has the full description):
 client -> server
   1. a JSON text message ``{"type": "start", "sample_rate": 16000, "format": "s16le"|"f32le",
      "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false, "words": false,
-     "final_pass": true}``
+     "final_pass": true, "partial_every": null|seconds}``
   2. binary messages: mono PCM in that format and rate (any length, whole samples)
   3. ``{"type": "stop"}``: no more audio
 server -> client (JSON text messages)
@@ -13,7 +13,9 @@ server -> client (JSON text messages)
   ``{"type": "committed", "text": piece}`` each newly committed piece (append it; never changes);
   ``{"type": "tail", "text": tail, "received_seconds": s, "chunks": n}`` after each decoded
   batch: the whole unstable tail (replace the previous one), ``received_seconds`` the audio
-  received when it was decoded (input seconds);
+  received when it was decoded (input seconds); with ``"partial_every": s`` the tail also shows a
+  preview of the open chunk every s seconds of audio (first words sooner, one decoder run each;
+  TranscribeOptions.partial_every);
   ``{"type": "segment", "start": s, "end": s, "text": ..., "language": ..., "words": [{"word",
   "start", "end"}]}``: each finished segment, in stream seconds. With ``"final_pass": true``
   (the default) a segment is a piece of speech that ended (at a pause, a VAD speech end or
@@ -44,7 +46,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from .. import checks
 from ..audio import SAMPLE_RATE, AudioError, PcmConverter, PcmFormat
 from ..languages import LanguageError, resolve_language
-from ..options import chunk_problems
+from ..options import MAX_CHUNK_SECONDS, MIN_CHUNK_SECONDS, chunk_problems
 from ..work import Cancelled
 from .errors import ApiError
 from .scheduler import LIVE
@@ -96,6 +98,7 @@ class StartMessage:
     vad: bool = False  # decode only speech (Silero VAD)
     words: bool = False  # word timestamps: a "segment" message per finished segment, words in "final"
     final_pass: bool = True  # each finished piece of speech decoded again in one pass (a "segment" message)
+    partial_every: Optional[float] = None  # seconds of audio between previews of the open chunk (None: none)
 
     @classmethod
     def parse(cls, text: str) -> "StartMessage":
@@ -103,7 +106,8 @@ class StartMessage:
         if msg.get("type") != "start":
             raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start", f"the first message must be "
                                     f"{{\"type\": \"start\", ...}}, got type {checks.show(msg.get('type'))}")
-        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words", "final_pass"}
+        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words", "final_pass",
+                 "partial_every"}
         unknown = sorted(set(msg) - known)
         if unknown:
             shown = ", ".join(checks.show(k) for k in unknown[:5]) + (", ..." if unknown[5:] else "")
@@ -132,7 +136,12 @@ class StartMessage:
         problems = chunk_problems(chunk, optional=False)  # the stream options' own check
         if problems:
             raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {problems[0]}")
-        flags = {}
+        every = msg.get("partial_every")
+        problem = checks.number("partial_every", every, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
+                                kind="a number of seconds", optional=True)  # the options' own bounds
+        if problem:
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_partial_every", problem)
+        flags = {"partial_every": None if every is None else float(every)}
         for name in ("vad", "words", "final_pass"):
             flags[name] = msg.get(name, getattr(cls, name))
             if not isinstance(flags[name], bool):
@@ -178,6 +187,7 @@ class LiveStream:
         self.finish_reason: Optional[str] = None  # set when the server asks the stream to finish
         self.client = None
         self.chunks_sent = 0  # chunks decoded when the last tail message was sent
+        self.partials_sent = 0  # previews made by then
         self.segments_sent = 0  # finished segments sent as "segment" messages
         self.words = False
         self.segment_messages = False  # with words or final passes
@@ -266,8 +276,8 @@ async def _serve(stream: LiveStream) -> None:
     try:
         session = await rt.run(engine.create_stream, language=start.language, context=start.context,
                                chunk_size=start.chunk_size, vad=True if start.vad else None,
-                               word_timestamps=start.words, final_pass=start.final_pass, on_text=pieces.append,
-                               work=stream.client.work)
+                               word_timestamps=start.words, final_pass=start.final_pass,
+                               partial_every=start.partial_every, on_text=pieces.append, work=stream.client.work)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
     width, encoding = FORMATS[start.format]
@@ -277,7 +287,7 @@ async def _serve(stream: LiveStream) -> None:
     stream.segment_messages = start.words or start.final_pass
     await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
                        "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad,
-                       "words": start.words, "final_pass": start.final_pass})
+                       "words": start.words, "final_pass": start.final_pass, "partial_every": start.partial_every})
     receiver = asyncio.ensure_future(_receive(stream, audio))
     try:
         await _decode(stream, session, audio, pieces)
@@ -387,10 +397,10 @@ def _raise_queued_error(stream: LiveStream) -> None:
 
 
 async def _send_update(stream: LiveStream, result, pieces: list, received: float) -> None:
-    """Committed pieces, then the tail, once per feed that decoded a chunk."""
-    if not pieces and result.stats.chunks == stream.chunks_sent:
+    """Committed pieces, then the tail, once per feed that decoded a chunk or made a preview."""
+    if not pieces and result.stats.chunks == stream.chunks_sent and result.stats.partials == stream.partials_sent:
         return
-    stream.chunks_sent = result.stats.chunks
+    stream.chunks_sent, stream.partials_sent = result.stats.chunks, result.stats.partials
     if not stream.first_text and (pieces or result.tail) and stream.first_audio is not None:
         stream.first_text = True
         stream.rt.metrics.first_text.labels(SURFACE).observe(time.perf_counter() - stream.first_audio)
