@@ -204,6 +204,15 @@ def test_final_pass_is_off_by_default_and_a_flag():
     assert build_parser().parse_args(["--final-pass", "--no-final-pass"]).final_pass is False
 
 
+def test_partial_every_is_off_by_default_and_checked(capsys):
+    from qwen3asr.cli.mic import build_parser, main
+
+    assert build_parser().parse_args([]).partial_every is None
+    assert build_parser().parse_args(["--partial-every", "0.5"]).partial_every == 0.5
+    assert main(["--partial-every", "0.01", "--list-devices"]) == 2  # refused before any device is opened
+    assert "partial_every" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_final_pass_replaces_the_streamed_text(pulse):
     """zh_2 at 1 s chunks on the bundled model: the streamed text is wrong, --final-pass prints

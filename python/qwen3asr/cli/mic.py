@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "streamed one (default off: at the default 4 s chunks the long test clips had the same "
                          "error rate with it for 1.8x the compute; with --chunk-size 1 or 2 it is worth it, "
                          "docs/streaming.md)")
+    ap.add_argument("--partial-every", type=float_arg, default=None, metavar="SECONDS",
+                    help="a preview of the open chunk every this many seconds of audio, shown greyed before the "
+                         "chunk is complete: first words sooner, one decoder run each (default: none; "
+                         "docs/streaming.md)")
     ap.add_argument("--stats", action="store_true", help="print the compute accounting at the end (stderr)")
     ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     return ap
@@ -117,7 +121,7 @@ class Line:
 
 def run(args) -> int:
     # flags first: a bad one is refused before any device
-    options = options_from_args(args, vad=bool(args.vad), final_pass=args.final_pass)
+    options = options_from_args(args, vad=bool(args.vad), final_pass=args.final_pass, partial_every=args.partial_every)
     problem = checks.number("--max-seconds", args.max_seconds, 0, MAX_STREAM_SECONDS, low_open=True, optional=True)
     if problem:
         raise ValueError(problem)
