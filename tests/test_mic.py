@@ -152,18 +152,25 @@ def test_missing_device_is_explained(pulse):
     assert "error: no capture device matches 'no-such-mic'; run with --list-devices" in p.stderr
 
 
-@pytest.mark.slow
-def test_captions_from_device_until_max_seconds(pulse, bundle_dir):
-    env, fifo = pulse
-    samples = _pcm16(os.path.join(ROOT, "audio", "en_2.wav"), 1.624)  # 4.0 s in all
-    args = ["--device", "pulse", "--model", bundle_dir, "--language", "English", "--chunk-size", "1.0",
-            "--max-new-tokens", "3", "--max-seconds", "4", "--stats"]
+def _captions(args, env, fifo, samples):
+    """Run qwen3asr-mic with ``args`` while ``samples`` play into the fifo device; (stdout, stderr
+    lines), the exit checked."""
     p, err = _start(args, env)
     feeder = Feeder(fifo, samples)
     feeder.start()
     out = _finish(p)
     feeder.stop.set()
     assert p.returncode == 0, "".join(err)
+    return out, err
+
+
+@pytest.mark.slow
+def test_captions_from_device_until_max_seconds(pulse, bundle_dir):
+    env, fifo = pulse
+    samples = _pcm16(os.path.join(ROOT, "audio", "en_2.wav"), 1.624)  # 4.0 s in all
+    args = ["--device", "pulse", "--model", bundle_dir, "--language", "English", "--chunk-size", "1.0",
+            "--max-new-tokens", "3", "--max-seconds", "4", "--stats"]
+    out, err = _captions(args, env, fifo, samples)
     final = _final_line(out)
     # the device delivered the WAV samples unchanged: same text as the session fed directly
     assert final == _reference(bundle_dir, samples, language="English", chunk_size=1.0, max_new_tokens=3,
@@ -221,12 +228,7 @@ def test_final_pass_replaces_the_streamed_text(pulse):
     samples = _pcm16(os.path.join(ROOT, "audio", "zh_2.wav"), 1.0)
     seconds = len(samples) / SR
     args = ["--device", "pulse", "--chunk-size", "1.0", "--final-pass", "--max-seconds", f"{seconds:.1f}", "--stats"]
-    p, err = _start(args, env)
-    feeder = Feeder(fifo, samples)
-    feeder.start()
-    out = _finish(p)
-    feeder.stop.set()
-    assert p.returncode == 0, "".join(err)
+    out, err = _captions(args, env, fifo, samples)
     model = os.path.join(ROOT, "models", "default")
     fed = samples[:int(round(_audio_seconds(err) * SR))]
     streamed = _reference(model, fed, chunk_size=1.0)
