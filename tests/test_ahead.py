@@ -140,3 +140,35 @@ def test_the_stream_counts_what_it_holds_ahead(split_engine):
     assert held > 3 * (128 * 100 * 12) and s.footprint() - before >= held
     s.finish()
     assert s._finals.footprint() == 0
+
+
+def test_only_a_split_encoder_takes_turns_of_the_model_ahead(default_engine, split_engine):
+    """The log-mel ahead is host work; the stems are model work, each in a unit (a turn of the
+    server's scheduler), as a chunk's encode is."""
+    import contextlib
+
+    from qwen3asr.work import Work
+
+    pcm = clip("zh_2.wav")
+
+    def turns(engine, ahead):
+        n = [0]
+
+        def gate():
+            n[0] += 1
+            return contextlib.nullcontext()
+
+        original = final.FinalPasses.advance
+        if not ahead:
+            final.FinalPasses.advance = lambda self, audio: None
+        try:
+            s = engine.create_stream(chunk_size=2.0, final_pass=True, work=Work(gate=gate))
+            for a in range(0, len(pcm), 1600):
+                s.feed_audio(pcm[a:a + 1600])
+            s.finish()
+        finally:
+            final.FinalPasses.advance = original
+        return n[0]
+
+    assert turns(default_engine, True) == turns(default_engine, False)
+    assert turns(split_engine, True) == turns(split_engine, False) + 3  # zh_2: 3 whole chunks, one turn each

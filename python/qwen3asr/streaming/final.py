@@ -55,6 +55,9 @@ class FinalPasses:
         """Work the open piece's final pass can do before its end, on the stream's kept ``audio``
         (a streaming.buffer.AudioBuffer): its whole chunks' log-mel and conv stems."""
         if self.ahead is not None and self.kept and self.start is not None and self.ahead.due(audio):
+            if not self.ahead.split:
+                self.ahead.advance(audio)  # the log-mel only: host work, no turn of the model
+                return
             with self._work.unit():  # model work (the stems), held like a chunk's
                 self.ahead.advance(audio)
 
