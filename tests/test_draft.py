@@ -200,3 +200,27 @@ def test_a_cancel_still_stops_the_stream_during_a_preview(default_engine):
     with pytest.raises(Cancelled):
         s.feed_audio(pcm[:9600])
     assert s._partials.dropped == 0
+
+
+def test_first_words_preview_only_until_the_segment_shows_text(default_engine):
+    """first_words: previews until the open segment shows words, then none until the next
+    segment; the committed text as without previews."""
+    pcm = np.concatenate([prepare_audio(os.path.join(ROOT, "audio", f"{c}.wav")) for c in ("en_2", "zh_2")])
+    _, plain, plain_seen = stream_all(default_engine, pcm, chunk_size=2.0)
+    _, every, _ = stream_all(default_engine, pcm, chunk_size=2.0, partial_every=0.5)
+    s, first, seen = stream_all(default_engine, pcm, chunk_size=2.0, first_words=0.5)
+    assert first.token_ids == plain.token_ids and [x[1] for x in seen] == [x[1] for x in plain_seen]
+    shown = next(t for t, _, tail in seen if tail)
+    assert shown < 2.0 * 16000  # words before the first chunk is complete
+    assert 1 <= first.stats.partials <= 3 < every.stats.partials  # 0.5 s previews up to the first words only
+    # no preview once the segment shows text: every preview was made before the first words
+    # plus at most the chunk boundary, and the stream's tail after that is the chunks' own
+    later = [(t, tail) for t, _, tail in seen if t >= 2.1 * 16000]
+    assert later == [(t, tail) for t, _, tail in plain_seen if t >= 2.1 * 16000]
+
+
+def test_first_words_and_partial_every_are_checked():
+    from qwen3asr import TranscribeOptions
+
+    with pytest.raises(ValueError, match="first_words must be a number of seconds"):
+        TranscribeOptions(first_words=0.05)

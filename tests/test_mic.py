@@ -218,6 +218,11 @@ def test_partial_every_is_off_by_default_and_checked(capsys):
     assert build_parser().parse_args(["--partial-every", "0.5"]).partial_every == 0.5
     assert main(["--partial-every", "0.01", "--list-devices"]) == 2  # refused before any device is opened
     assert "partial_every" in capsys.readouterr().err
+    # each segment's first words are previewed by default; 0 turns it off
+    assert build_parser().parse_args([]).first_words == 0.5
+    assert build_parser().parse_args(["--first-words", "0"]).first_words == 0
+    assert main(["--first-words", "0.1", "--list-devices"]) == 2
+    assert "first_words" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -256,3 +256,33 @@ def test_previews_show_first_words_before_the_first_chunk(server, engine):
     preview = next(m for m in msgs if m["type"] == "tail" and m["text"])
     assert preview["received_seconds"] <= 1.2 and preview["chunks"] == 0
     assert msgs[-1]["type"] == "final" and msgs[-1]["text"] == engine_stream(engine, pcm, 2.0)
+
+
+def test_first_words_by_default_and_off_with_null(server, engine):
+    """The caption surfaces preview each segment's first words by default ("first_words": 0.5):
+    text before the first chunk without asking; null turns it off (echoed in "ready")."""
+    pcm, sr = load_clip("en_2.wav")
+    first = int(1.2 * sr)
+
+    async def run(start, wait_for_words):
+        msgs = []
+        async with websockets.connect(server.ws_url + "/v1/stream") as ws:
+            await ws.send(json.dumps(start))
+            msgs.append(json.loads(await ws.recv()))
+            for f in _frames(pcm[:first], sr):
+                await ws.send(f)
+            while wait_for_words and not (msgs[-1]["type"] == "tail" and msgs[-1]["text"]):
+                msgs.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+            for f in _frames(pcm[first:], sr):
+                await ws.send(f)
+            await ws.send(json.dumps({"type": "stop"}))
+            async for raw in ws:
+                msgs.append(json.loads(raw))
+        return msgs
+
+    on = asyncio.run(run({"type": "start", "chunk_size": 2.0}, True))
+    off = asyncio.run(run({"type": "start", "chunk_size": 2.0, "first_words": None}, False))
+    assert on[0]["first_words"] == 0.5 and off[0]["first_words"] is None
+    early = next(m for m in on if m["type"] == "tail" and m["text"])
+    assert early["chunks"] == 0 and early["received_seconds"] <= 1.2
+    assert on[-1]["text"] == off[-1]["text"] == engine_stream(engine, pcm, 2.0)

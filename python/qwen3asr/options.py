@@ -117,6 +117,11 @@ class TranscribeOptions:
     # chunk's own decode, so first words show before a chunk is complete (each costs a decoder
     # run). None: off.
     partial_every: Optional[float] = None
+    # First words (streams): previews as above every this many seconds, but only until the open
+    # segment shows text (its first chunk decoded, or a preview with words): the first words of
+    # each segment come early for one or two decoder runs a segment, not one per interval all
+    # along. None: off. partial_every, when set, previews all along anyway.
+    first_words: Optional[float] = None
     # -- output
     # Inverse text normalisation of finished text (spoken numbers as digits, qwen3asr.itn). Off
     # by default everywhere (API, CLI, servers): the text stays the model's own, as the official
@@ -147,6 +152,8 @@ class TranscribeOptions:
             checks.integer("max_chunks", self.max_chunks, 1, optional=True),
             checks.number("pause_db", self.pause_db, 0, kind="a number of dB", low_open=True, optional=True),
             checks.number("partial_every", self.partial_every, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
+                          kind="a number of seconds", optional=True),
+            checks.number("first_words", self.first_words, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
                           kind="a number of seconds", optional=True)))
         problems += sampling_problems(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                       top_k=self.top_k, top_p=self.top_p,

@@ -19,7 +19,9 @@ when the backlog is done. Three finals per clip:
 - **verified**: the same pass with the streamed text as a draft checked in its prefill
   (qwen3asr.decoding.verify_draft): the same text, fewer decode steps;
 - **previews**: verified, and a preview of the open chunk every ``PREVIEW_S`` seconds
-  (``TranscribeOptions.partial_every``): first words before a chunk is complete.
+  (``TranscribeOptions.partial_every``): first words before a chunk is complete;
+- **first_words**: verified, and such previews only until the utterance shows text
+  (``TranscribeOptions.first_words``, the caption surfaces' default).
 
 The board figures come from the same runs' work (encoder graphs, prefill rows, decode steps) at
 each SoC's unit costs (qwen3asr_tools.board). On RKLLM a draft needs the logits of every draft row
@@ -51,7 +53,7 @@ log = logging.getLogger("bench_waits")
 FEED_S = 0.1  # seconds of audio per feed (what a client sends at a time)
 CHUNK_S = 2.0  # the Wyoming server's chunk
 CLIPS = ("en_1.wav", "en_2.wav", "en_3.wav", "zh_1.wav", "zh_2.wav", "zh_3.wav")
-MODES = ("stream", "pass", "verified", "previews")
+MODES = ("stream", "pass", "verified", "previews", "first_words")
 PREVIEW_S = 0.5  # the "previews" mode: the verified final, and a preview of the open chunk every this many seconds
 # Qwen3-0.6B: the output head (151936 x 1024) per row against the rest of a decoder step
 # (0.44 G non-embedding parameters): a draft row whose logits RKLLM returns costs this much more
@@ -96,6 +98,8 @@ def live_run(engine, pcm: np.ndarray, mode: str, stream_tokens: Optional[int] = 
     with draft_mode(mode, forced), graph_log(engine) as graphs:
         if mode == "previews":
             kw["partial_every"] = PREVIEW_S
+        elif mode == "first_words":
+            kw["first_words"] = PREVIEW_S
         s = engine.create_stream(chunk_size=CHUNK_S, final_pass=mode != "stream", **kw)
         if final_tokens:
             s._finals.options = dataclasses.replace(s._finals.options, max_new_tokens=final_tokens)
@@ -211,7 +215,7 @@ def waits(engine, clips: Sequence[str], stream_tokens=None, final_tokens=None, o
         pcm = prepare_audio(os.path.join(REPO_ROOT, "audio", clip))
         per = {}
         for mode in MODES:
-            forced = oracle.get(clip) if (oracle and mode in ("verified", "previews")) else None
+            forced = oracle.get(clip) if (oracle and mode in ("verified", "previews", "first_words")) else None
             per[mode] = live_run(engine, pcm, mode, stream_tokens, final_tokens.get(clip) if final_tokens else None,
                                  forced)
         for mode in MODES:

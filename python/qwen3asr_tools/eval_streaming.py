@@ -176,6 +176,41 @@ def final_pass_captions(engine, clips: list, sizes) -> dict:
     return out
 
 
+def first_words_captions(engine, clips: list, sizes, every: float = 0.5) -> dict:
+    """Per chunk size, VAD off / on (final passes on, as the caption surfaces run), previews of the
+    first words off / every ``every`` s: pooled MER, previews and chunks decoded, CPU seconds per
+    audio second, and the median first text (seconds from the clip's start to the first result
+    with text, in feeds of 0.1 s)."""
+    out = {}
+    seconds = sum(len(x) for x, _ in clips) / SR
+    for c in sizes:
+        for vad in (False, True):
+            for fw in (None, every):
+                n = {"previews": 0, "chunks": 0, "cpu": 0.0, "first": []}
+
+                def run(x, c=c, vad=vad, fw=fw, n=n):
+                    t0 = time.process_time()
+                    s = engine.create_stream(chunk_size=c, final_pass=True, vad=vad or None, first_words=fw)
+                    first = None
+                    for i in range(0, len(x), SR // 10):
+                        r = s.feed_audio(x[i:i + SR // 10])
+                        if first is None and r.text.strip():
+                            first = min(len(x), i + SR // 10) / SR
+                    r = s.finish()
+                    n["first"].append(first if first is not None else len(x) / SR)
+                    n["cpu"] += time.process_time() - t0
+                    n["previews"] += r.stats.partials
+                    n["chunks"] += r.stats.chunks
+                    return r
+
+                m, per = pooled(clips, run)
+                out[f"{c:g} s, VAD {'on' if vad else 'off'}, first words {'off' if fw is None else f'{fw:g} s'}"] = {
+                    "chunk_size": c, "vad": vad, "first_words": fw, "mer": m, "per_clip": per,
+                    "previews": n["previews"], "chunks": n["chunks"], "cpu_s_per_s": n["cpu"] / seconds,
+                    "first_text_s": float(np.median(n["first"])) if n["first"] else None}
+    return out
+
+
 def pooled(clips: list, run) -> tuple:
     """(pooled MER, per-clip MERs) of ``run(pcm) -> result`` over (pcm, reference) clips."""
     errs, per = 0.0, []
@@ -203,6 +238,9 @@ def main(argv=None) -> int:
     ap.add_argument("--final-pass", default=None, metavar="SIZES",
                     help="only compare final passes off / on at these chunk sizes (e.g. 1,2,4) over the clip and "
                          "the --more-clips clips")
+    ap.add_argument("--first-words", default=None, metavar="SIZES",
+                    help="only compare previews of each segment's first words off / 0.5 s at these chunk sizes "
+                         "(final passes on, VAD off and on) over the clip and the --more-clips clips")
     args = ap.parse_args(argv)
     from qwen3asr import Qwen3ASREngine
     from qwen3asr.audio import prepare_audio
@@ -216,6 +254,9 @@ def main(argv=None) -> int:
     if args.final_pass:
         clips = [(pcm, ref)] + more_clips(args.more_clips, os.path.join(ROOT, "build", "eval_clips"))
         return report_final_pass(engine, clips, [float(c) for c in args.final_pass.split(",")], args.json)
+    if args.first_words:
+        clips = [(pcm, ref)] + more_clips(args.more_clips, os.path.join(ROOT, "build", "eval_clips"))
+        return report_first_words(engine, clips, [float(c) for c in args.first_words.split(",")], args.json)
     out = {"model": os.path.basename(os.path.normpath(engine.bundle.path)), "audio_seconds": dur}
 
     t0 = time.perf_counter()
@@ -328,6 +369,21 @@ def report_final_pass(engine, clips, sizes, json_path) -> int:
         print(f"| {name} | {100 * r['mer']:.1f} % | {' / '.join(f'{100 * x:.1f}' for x in r['per_clip'])} | "
               f"{r['cpu_s_per_s']:.3f} | {r['encoded_s']:.2f} | {r['prefill_rows']:.0f} | {r['decode_steps']:.1f} | "
               f"{r['final_passes']} ({r['verified']}) |")
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def report_first_words(engine, clips, sizes, json_path) -> int:
+    out = first_words_captions(engine, clips, sizes)
+    seconds = sum(len(x) for x, _ in clips) / SR
+    print(f"{len(clips)} long clips, {seconds:.0f} s, final passes on\n")
+    print("| chunk, VAD, first words | pooled MER | previews | chunks | decoder runs / chunks | CPU s / audio s | "
+          "first text s (median) |\n|---|---|---|---|---|---|---|")
+    for name, r in out.items():
+        print(f"| {name} | {100 * r['mer']:.1f} % | {r['previews']} | {r['chunks']} | "
+              f"{(r['previews'] + r['chunks']) / max(1, r['chunks']):.2f} | {r['cpu_s_per_s']:.3f} | {r['first_text_s']} |")
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)

@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a preview of the open chunk every this many seconds of audio, shown greyed before the "
                          "chunk is complete: first words sooner, one decoder run each (default: none; "
                          "docs/streaming.md)")
+    ap.add_argument("--first-words", type=float_arg, default=0.5, metavar="SECONDS",
+                    help="previews as --partial-every, but only until each segment shows text: its first words "
+                         "early for one or two decoder runs a segment (default %(default)s; 0: none)")
     ap.add_argument("--stats", action="store_true", help="print the compute accounting at the end (stderr)")
     ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     return ap
@@ -121,7 +124,8 @@ class Line:
 
 def run(args) -> int:
     # flags first: a bad one is refused before any device
-    options = options_from_args(args, vad=bool(args.vad), final_pass=args.final_pass, partial_every=args.partial_every)
+    options = options_from_args(args, vad=bool(args.vad), final_pass=args.final_pass, partial_every=args.partial_every,
+                                first_words=args.first_words or None)
     problem = checks.number("--max-seconds", args.max_seconds, 0, MAX_STREAM_SECONDS, low_open=True, optional=True)
     if problem:
         raise ValueError(problem)

@@ -5,7 +5,7 @@ Protocol (docs/serving.md has the full description):
 client -> server
   1. a JSON text message ``{"type": "start", "sample_rate": 16000, "format": "s16le"|"f32le",
      "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false, "words": false,
-     "final_pass": true, "partial_every": null|seconds}``
+     "final_pass": true, "partial_every": null|seconds, "first_words": 0.5|null}``
   2. binary messages: mono PCM in that format and rate (any length, whole samples)
   3. ``{"type": "stop"}``: no more audio
 server -> client (JSON text messages)
@@ -14,8 +14,9 @@ server -> client (JSON text messages)
   ``{"type": "tail", "text": tail, "received_seconds": s, "chunks": n}`` after each decoded
   batch: the whole unstable tail (replace the previous one), ``received_seconds`` the audio
   received when it was decoded (input seconds); with ``"partial_every": s`` the tail also shows a
-  preview of the open chunk every s seconds of audio (first words sooner, one decoder run each;
-  TranscribeOptions.partial_every);
+  preview of the open chunk every s seconds of audio (one decoder run each;
+  TranscribeOptions.partial_every); ``"first_words"`` (default 0.5) makes such previews only
+  until each segment shows text (TranscribeOptions.first_words), null none;
   ``{"type": "segment", "start": s, "end": s, "text": ..., "language": ..., "words": [{"word",
   "start", "end"}]}``: each finished segment, in stream seconds. With ``"final_pass": true``
   (the default) a segment is a piece of speech that ended (at a pause, a VAD speech end or
@@ -99,6 +100,7 @@ class StartMessage:
     words: bool = False  # word timestamps: a "segment" message per finished segment, words in "final"
     final_pass: bool = True  # each finished piece of speech decoded again in one pass (a "segment" message)
     partial_every: Optional[float] = None  # seconds of audio between previews of the open chunk (None: none)
+    first_words: Optional[float] = 0.5  # the same until each segment shows text (None: none)
 
     @classmethod
     def parse(cls, text: str) -> "StartMessage":
@@ -107,7 +109,7 @@ class StartMessage:
             raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start", f"the first message must be "
                                     f"{{\"type\": \"start\", ...}}, got type {checks.show(msg.get('type'))}")
         known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words", "final_pass",
-                 "partial_every"}
+                 "partial_every", "first_words"}
         unknown = sorted(set(msg) - known)
         if unknown:
             shown = ", ".join(checks.show(k) for k in unknown[:5]) + (", ..." if unknown[5:] else "")
@@ -136,12 +138,14 @@ class StartMessage:
         problems = chunk_problems(chunk, optional=False)  # the stream options' own check
         if problems:
             raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {problems[0]}")
-        every = msg.get("partial_every")
-        problem = checks.number("partial_every", every, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
-                                kind="a number of seconds", optional=True)  # the options' own bounds
-        if problem:
-            raise LiveProtocolError(CLOSE_INVALID, "invalid_partial_every", problem)
-        flags = {"partial_every": None if every is None else float(every)}
+        flags = {}
+        for name in ("partial_every", "first_words"):
+            every = msg.get(name, getattr(cls, name))
+            problem = checks.number(name, every, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
+                                    kind="a number of seconds", optional=True)  # the options' own bounds
+            if problem:
+                raise LiveProtocolError(CLOSE_INVALID, f"invalid_{name}", problem)
+            flags[name] = None if every is None else float(every)
         for name in ("vad", "words", "final_pass"):
             flags[name] = msg.get(name, getattr(cls, name))
             if not isinstance(flags[name], bool):
@@ -277,7 +281,8 @@ async def _serve(stream: LiveStream) -> None:
         session = await rt.run(engine.create_stream, language=start.language, context=start.context,
                                chunk_size=start.chunk_size, vad=True if start.vad else None,
                                word_timestamps=start.words, final_pass=start.final_pass,
-                               partial_every=start.partial_every, on_text=pieces.append, work=stream.client.work)
+                               partial_every=start.partial_every, first_words=start.first_words,
+                               on_text=pieces.append, work=stream.client.work)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         raise LiveProtocolError(CLOSE_INVALID, "invalid_start", f"cannot start the stream: {exc}") from None
     width, encoding = FORMATS[start.format]
@@ -287,7 +292,8 @@ async def _serve(stream: LiveStream) -> None:
     stream.segment_messages = start.words or start.final_pass
     await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
                        "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad,
-                       "words": start.words, "final_pass": start.final_pass, "partial_every": start.partial_every})
+                       "words": start.words, "final_pass": start.final_pass, "partial_every": start.partial_every,
+                       "first_words": start.first_words})
     receiver = asyncio.ensure_future(_receive(stream, audio))
     try:
         await _decode(stream, session, audio, pieces)

@@ -5,7 +5,10 @@ chunk (and every P seconds after), the stream encodes the open chunk as it is so
 copy of the window with it as the newest chunk (``DecoderWindow.fork``): the result's unstable
 tail shows that text until the next preview, or the chunk's own decode, replaces it. Nothing is
 committed from a preview and the stream's state is left as it was, so the committed text is the
-same with or without previews; they cost one encoder call and one decoder run each.
+same with or without previews; they cost one encoder call and one decoder run each. With
+``first_words`` = F seconds (and no ``partial_every``) previews are made every F seconds only while
+the open segment shows no text (no decoder run of its window yet, no preview with words): the
+first words of each segment early, for one or two decoder runs a segment.
 
 A preview is optional work: with a ``Work.newer`` flag (the servers set it once the stream's end is
 queued and while other clients wait for the model) none is started while it is set, and one
@@ -34,6 +37,7 @@ class Partials:
     def __init__(self, engine, options: TranscribeOptions, front: ChunkFront, work: Work, prefix_len: int):
         self.engine, self.options, self.front, self.work, self.prefix_len = engine, options, front, work, prefix_len
         self.every = None if options.partial_every is None else int(options.partial_every * SAMPLE_RATE)
+        self.first = None if options.first_words is None else int(options.first_words * SAMPLE_RATE)
         self.reset()
 
     def reset(self) -> None:
@@ -51,7 +55,10 @@ class Partials:
         """Make a preview of the open chunk [start, limit) of ``audio`` (a streaming.buffer.AudioBuffer)
         when it is on and ``every`` samples came since the last one; ``left_edge``: the segment's
         start; ``run``: the stream's decoder runs so far. True when one was made."""
-        if self.every is None or limit - start < self.every or limit - self.upto < self.every or self.work.superseded:
+        every = self.every
+        if every is None and self.first is not None and window.steps == 0 and not window.tail_ids() and not self.ids:
+            every = self.first  # the open segment shows no text yet: first words
+        if every is None or limit - start < every or limit - self.upto < every or self.work.superseded:
             return False
         optional = Work(cancel=_Either(self.work.cancel, self.work.newer))  # stops for newer input too
         with self.work.unit():
