@@ -229,60 +229,47 @@ def test_a_long_upload_does_not_starve_a_live_stream(server, engine, tmp_path):
     assert upload["text"] == engine.transcribe(path).text
 
 
-def test_previews_show_first_words_before_the_first_chunk(server, engine):
-    """"partial_every" in the start message: the tail shows a preview of the open chunk before
-    the first chunk is complete; the final text is the one without previews."""
+async def _stream_waiting_for_words(url, start, pcm, sr, wait_for_words, first_s=1.2):
+    """Stream ``pcm`` (int16) with ``start``: the first ``first_s`` seconds, then (with
+    ``wait_for_words``) wait for a tail message with text, then the rest and stop; all messages
+    (the first is "ready")."""
+    first = int(first_s * sr)
+    msgs = []
+    async with websockets.connect(url + "/v1/stream") as ws:
+        await ws.send(json.dumps(start))
+        msgs.append(json.loads(await ws.recv()))
+        for f in _frames(pcm[:first], sr):
+            await ws.send(f)
+        while wait_for_words and not (msgs[-1]["type"] == "tail" and msgs[-1]["text"]):
+            msgs.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+        for f in _frames(pcm[first:], sr):
+            await ws.send(f)
+        await ws.send(json.dumps({"type": "stop"}))
+        async for raw in ws:
+            msgs.append(json.loads(raw))
+        assert ws.close_code == 1000
+    return msgs
+
+
+@pytest.mark.parametrize("start,echo", [
+    ({"partial_every": 0.5, "first_words": None}, ("partial_every", 0.5)),  # previews all along, asked for
+    ({}, ("first_words", 0.5)),  # the caption surfaces' default: the first words previewed
+])
+def test_previews_show_words_before_the_first_chunk(server, engine, start, echo):
+    """With 2 s chunks and 1.2 s of en_2 sent, a tail with words arrives before any chunk is
+    decoded; the final text is the one without previews."""
     pcm, sr = load_clip("en_2.wav")
-    first = int(1.2 * sr)  # 1.2 s: no 2 s chunk is complete, two 0.5 s previews are due
-
-    async def run():
-        msgs = []
-        async with websockets.connect(server.ws_url + "/v1/stream") as ws:
-            await ws.send(json.dumps({"type": "start", "chunk_size": 2.0, "partial_every": 0.5}))
-            ready = json.loads(await ws.recv())
-            for f in _frames(pcm[:first], sr):
-                await ws.send(f)
-            while not (msgs and msgs[-1]["type"] == "tail" and msgs[-1]["text"]):
-                msgs.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
-            for f in _frames(pcm[first:], sr):
-                await ws.send(f)
-            await ws.send(json.dumps({"type": "stop"}))
-            async for raw in ws:
-                msgs.append(json.loads(raw))
-            return ready, msgs, ws.close_code
-
-    ready, msgs, code = asyncio.run(run())
-    assert ready["partial_every"] == 0.5 and code == 1000
+    msgs = asyncio.run(_stream_waiting_for_words(server.ws_url, {"type": "start", "chunk_size": 2.0, **start},
+                                                 pcm, sr, True))
+    assert msgs[0][echo[0]] == echo[1]
     preview = next(m for m in msgs if m["type"] == "tail" and m["text"])
     assert preview["received_seconds"] <= 1.2 and preview["chunks"] == 0
     assert msgs[-1]["type"] == "final" and msgs[-1]["text"] == engine_stream(engine, pcm, 2.0)
 
 
-def test_first_words_by_default_and_off_with_null(server, engine):
-    """The caption surfaces preview each segment's first words by default ("first_words": 0.5):
-    text before the first chunk without asking; null turns it off (echoed in "ready")."""
+def test_first_words_off_with_null(server, engine):
     pcm, sr = load_clip("en_2.wav")
-    first = int(1.2 * sr)
-
-    async def run(start, wait_for_words):
-        msgs = []
-        async with websockets.connect(server.ws_url + "/v1/stream") as ws:
-            await ws.send(json.dumps(start))
-            msgs.append(json.loads(await ws.recv()))
-            for f in _frames(pcm[:first], sr):
-                await ws.send(f)
-            while wait_for_words and not (msgs[-1]["type"] == "tail" and msgs[-1]["text"]):
-                msgs.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
-            for f in _frames(pcm[first:], sr):
-                await ws.send(f)
-            await ws.send(json.dumps({"type": "stop"}))
-            async for raw in ws:
-                msgs.append(json.loads(raw))
-        return msgs
-
-    on = asyncio.run(run({"type": "start", "chunk_size": 2.0}, True))
-    off = asyncio.run(run({"type": "start", "chunk_size": 2.0, "first_words": None}, False))
-    assert on[0]["first_words"] == 0.5 and off[0]["first_words"] is None
-    early = next(m for m in on if m["type"] == "tail" and m["text"])
-    assert early["chunks"] == 0 and early["received_seconds"] <= 1.2
-    assert on[-1]["text"] == off[-1]["text"] == engine_stream(engine, pcm, 2.0)
+    msgs = asyncio.run(_stream_waiting_for_words(server.ws_url, {"type": "start", "chunk_size": 2.0,
+                                                                 "first_words": None}, pcm, sr, False))
+    assert msgs[0]["first_words"] is None and msgs[0]["partial_every"] is None
+    assert msgs[-1]["text"] == engine_stream(engine, pcm, 2.0)

@@ -186,7 +186,7 @@ def first_words_captions(engine, clips: list, sizes, every: float = 0.5) -> dict
     for c in sizes:
         for vad in (False, True):
             for fw in (None, every):
-                n = {"previews": 0, "chunks": 0, "cpu": 0.0, "first": []}
+                n = {"previews": 0, "chunks": 0, "passes": 0, "cpu": 0.0, "first": []}
 
                 def run(x, c=c, vad=vad, fw=fw, n=n):
                     t0 = time.process_time()
@@ -201,12 +201,14 @@ def first_words_captions(engine, clips: list, sizes, every: float = 0.5) -> dict
                     n["cpu"] += time.process_time() - t0
                     n["previews"] += r.stats.partials
                     n["chunks"] += r.stats.chunks
+                    n["passes"] += r.stats.final_passes
                     return r
 
                 m, per = pooled(clips, run)
                 out[f"{c:g} s, VAD {'on' if vad else 'off'}, first words {'off' if fw is None else f'{fw:g} s'}"] = {
                     "chunk_size": c, "vad": vad, "first_words": fw, "mer": m, "per_clip": per,
-                    "previews": n["previews"], "chunks": n["chunks"], "cpu_s_per_s": n["cpu"] / seconds,
+                    "previews": n["previews"], "chunks": n["chunks"], "final_passes": n["passes"],
+                    "cpu_s_per_s": n["cpu"] / seconds,
                     "first_text_s": float(np.median(n["first"])) if n["first"] else None}
     return out
 
@@ -359,35 +361,39 @@ def main(argv=None) -> int:
     return 0
 
 
-def report_final_pass(engine, clips, sizes, json_path) -> int:
-    out = final_pass_captions(engine, clips, sizes)
-    seconds = sum(len(x) for x, _ in clips) / SR
-    print(f"{len(clips)} long clips, {seconds:.0f} s, {sum(len(units(r)) for _, r in clips)} reference units\n")
-    print("| chunk, final pass | pooled MER | per clip | CPU s / audio s | encoded s / s | prefill rows / s | "
-          "decode steps / s | final passes (ids confirmed) |\n|---|---|---|---|---|---|---|---|")
+def _report(out: dict, title: str, header: str, row, json_path) -> int:
+    """Print ``title``, the table ``header`` and ``row(name, r)`` of every entry; write ``out`` as JSON."""
+    print(title + "\n")
+    print(header)
     for name, r in out.items():
-        print(f"| {name} | {100 * r['mer']:.1f} % | {' / '.join(f'{100 * x:.1f}' for x in r['per_clip'])} | "
-              f"{r['cpu_s_per_s']:.3f} | {r['encoded_s']:.2f} | {r['prefill_rows']:.0f} | {r['decode_steps']:.1f} | "
-              f"{r['final_passes']} ({r['verified']}) |")
+        print(row(name, r))
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
     return 0
+
+
+def report_final_pass(engine, clips, sizes, json_path) -> int:
+    seconds = sum(len(x) for x, _ in clips) / SR
+    return _report(
+        final_pass_captions(engine, clips, sizes),
+        f"{len(clips)} long clips, {seconds:.0f} s, {sum(len(units(r)) for _, r in clips)} reference units",
+        "| chunk, final pass | pooled MER | per clip | CPU s / audio s | encoded s / s | prefill rows / s | "
+        "decode steps / s | final passes (ids confirmed) |\n|---|---|---|---|---|---|---|---|",
+        lambda name, r: f"| {name} | {100 * r['mer']:.1f} % | {' / '.join(f'{100 * x:.1f}' for x in r['per_clip'])} | "
+                        f"{r['cpu_s_per_s']:.3f} | {r['encoded_s']:.2f} | {r['prefill_rows']:.0f} | "
+                        f"{r['decode_steps']:.1f} | {r['final_passes']} ({r['verified']}) |", json_path)
 
 
 def report_first_words(engine, clips, sizes, json_path) -> int:
-    out = first_words_captions(engine, clips, sizes)
     seconds = sum(len(x) for x, _ in clips) / SR
-    print(f"{len(clips)} long clips, {seconds:.0f} s, final passes on\n")
-    print("| chunk, VAD, first words | pooled MER | previews | chunks | decoder runs / chunks | CPU s / audio s | "
-          "first text s (median) |\n|---|---|---|---|---|---|---|")
-    for name, r in out.items():
-        print(f"| {name} | {100 * r['mer']:.1f} % | {r['previews']} | {r['chunks']} | "
-              f"{(r['previews'] + r['chunks']) / max(1, r['chunks']):.2f} | {r['cpu_s_per_s']:.3f} | {r['first_text_s']} |")
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
-    return 0
+    return _report(
+        first_words_captions(engine, clips, sizes), f"{len(clips)} long clips, {seconds:.0f} s, final passes on",
+        "| chunk, VAD, first words | pooled MER | previews | chunks + final passes | decoder runs added | "
+        "CPU s / audio s | first text s (median) |\n|---|---|---|---|---|---|---|",
+        lambda name, r: f"| {name} | {100 * r['mer']:.1f} % | {r['previews']} | {r['chunks']} + {r['final_passes']} | "
+                        f"{100 * r['previews'] / max(1, r['chunks'] + r['final_passes']):.0f} % | "
+                        f"{r['cpu_s_per_s']:.3f} | {r['first_text_s']} |", json_path)
 
 
 if __name__ == "__main__":
