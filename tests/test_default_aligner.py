@@ -201,3 +201,88 @@ def test_word_times_follow_the_audio_when_words_are_read_one_at_a_time(engine):
         assert [w.word for w in got] == align_words(text, language)
         shifts[text] = np.abs(np.array([(w.start, w.end) for w in got]) - np.array(ref)).mean() * 1000.0
     assert np.mean(list(shifts.values())) < MAX_PAUSED_SHIFT_MS, shifts
+
+
+def test_audio_row_times_are_the_middles_of_the_frames_each_token_covers():
+    """The position loss's targets: one time per encoder token (13 per 100-frame chunk, 80 ms
+    each but the 13th, 40 ms), chunk after chunk, the ragged tail's tokens likewise."""
+    from qwen3asr.encoder import tokens_for_frames
+    from qwen3asr_tools.train_aligner import audio_row_times_ms
+
+    for n in (1, 7, 8, 99, 100, 101, 250, 1234, 6000):
+        assert len(audio_row_times_ms(n)) == tokens_for_frames(n), n
+    t = audio_row_times_ms(230)
+    assert t[:13].tolist() == [40.0 + 80.0 * k for k in range(12)] + [980.0]
+    assert t[13:26].tolist() == (t[:13] + 1000.0).tolist()
+    assert np.all(np.diff(t) > 0) and t[-1] < 2300.0
+
+
+@pytest.mark.slow
+def test_a_deeper_decoder_starts_as_the_bundle_it_grows_from(tok_dir):
+    """--decoder-layers above the bundle's 3: the bundle's layers on top, the new ones below them
+    start as the identity, so the slot logits at step 0 are the committed model's, and the audio
+    rows' hidden at the last layer's input (the position loss) comes back with them."""
+    torch = pytest.importorskip("torch", reason="the official model needs torch")
+    from dataclasses import replace
+
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr.encoder import tokens_for_frames
+    from qwen3asr.mel import log_mel
+    from qwen3asr.tokenizer import Tokenizer
+    from qwen3asr_tools import train_tiny as tt
+    from qwen3asr_tools.train_aligner import (AlignerTrainConfig, aligner_config, build_input, init_from_asr,
+                                              model_dims, slot_logits)
+
+    tok = Tokenizer.from_dir(tok_dir)
+    mel = torch.from_numpy(log_mel(prepare_audio(EN), 128))
+    words = align_words("open the back door", "English")
+    x = build_input(tok, tokens_for_frames(mel.shape[1]), words, [0.0] * 4, [0.0] * 4)
+    out = {}
+    for layers in (0, 5):
+        cfg = aligner_config(tok, model_dims(replace(AlignerTrainConfig(), decoder_layers=layers)))
+        model = tt.build_model(cfg, seed=1)
+        init_from_asr(model, ALIGNER, cfg)
+        model.eval()
+        rows = []
+        with torch.no_grad():
+            out[layers] = slot_logits(model, [mel], [x], tok.endoftext, tok.audio_pad, rows)[0]
+        assert len(model.thinker.model.layers) == (layers or 3)
+        assert rows[0].shape == (tokens_for_frames(mel.shape[1]), cfg["thinker_config"]["text_config"]["hidden_size"])
+    torch.testing.assert_close(out[5], out[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_the_attention_loss_reads_the_official_attention_of_the_last_layer(tok_dir):
+    """The attention loss's weights (head 0 of the last layer at the slot rows) are the ones the
+    official eager attention computes, and its targets are the audio rows of each slot's word."""
+    torch = pytest.importorskip("torch", reason="the official model needs torch")
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr.encoder import tokens_for_frames
+    from qwen3asr.mel import log_mel
+    from qwen3asr.tokenizer import Tokenizer
+    from qwen3asr_tools import train_tiny as tt
+    from qwen3asr_tools.train_aligner import aligner_config, attention_targets, build_input, init_from_asr, slot_logits
+
+    tok = Tokenizer.from_dir(tok_dir)
+    cfg = aligner_config(tok)
+    model = tt.build_model(cfg, seed=1)
+    init_from_asr(model, ALIGNER, cfg)
+    model.eval()
+    layer = model.thinker.model.layers[-1].self_attn
+    layer.config._attn_implementation = "eager"  # the official weights come back from the eager path
+    seen = []
+    layer.register_forward_hook(lambda m, a, kw, out: seen.append(out[1]), with_kwargs=True)
+    mels = [torch.from_numpy(log_mel(prepare_audio(EN), 128))]
+    mels.append(mels[0][:, :150])  # a shorter second example: the batch is padded
+    words = align_words("open the back door", "English")
+    xs = [build_input(tok, tokens_for_frames(m.shape[1]), words, [0.1, 0.5, 0.7, 1.0], [0.4, 0.6, 0.9, 1.3])
+          for m in mels]
+    att = []
+    with torch.no_grad():
+        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att)
+    for b, (x, a) in enumerate(zip(xs, att)):
+        torch.testing.assert_close(a, seen[0][b, 0, torch.from_numpy(x.slots)], atol=1e-6, rtol=0)
+    target = attention_targets(xs[1], 150)
+    assert target.shape == (8, xs[1].ids.shape[0])
+    # "open" 0.1-0.4 s: rows whose middle is within 60-440 ms, i.e. 1 + rows 1..5 (120..440 ms)
+    assert np.flatnonzero(target[0]).tolist() == np.flatnonzero(target[1]).tolist() == [2, 3, 4, 5, 6]

@@ -27,6 +27,11 @@ interrupted run restarts cheaply; training itself resumes from its last snapshot
               utterances with gaps of 0-1.5 s, isolated words, silence around, joined inputs up
               to 55 s; WORK/paused_{train,dev}.npz/.pkl) to the clips; ``--init-from`` an aligner
               bundle (this script's output) continues from its weights, head included.
+              Experiments on paused speech (docs/training.md, "Fifth run"): ``--decoder-layers`` grows
+              the decoder (new identity layers below the bundle's), ``--position-weight`` a training-only
+              probe that makes the audio rows carry their own time class at the last layer's input,
+              ``--attention-weight`` a training-only loss that makes head 0 of the last layer attend
+              from each slot to its word's audio rows. The forward stays the official one.
 6. checkpoint: ``save_pretrained`` + side files + tokenizer, config.json patched back to the
               aligner type -> WORK/checkpoint/
 7. export:    export_onnx.export -> OUT (an aligner bundle, model.json "kind": "aligner")
@@ -106,6 +111,18 @@ class AlignerTrainConfig:
     paused: int = 0
     paused_dev: int = 60
     eval_every: int = 500           # steps between dev checks and snapshots
+    # Decoder depth (0 = the ASR demo's 3). More layers than the --init-from bundle has: its layers
+    # become the top ones and the new ones below them start as the identity (o_proj and down_proj
+    # zero), so step 0 is the bundle's model.
+    decoder_layers: int = 0
+    # Training-only position loss: a probe (Linear(hidden, classes)) on the audio rows at the input of
+    # the last decoder layer must tell each row's own time class, so the rows the slots read there
+    # carry their absolute time (the encoder's output knows its place only within each 1 s chunk).
+    position_weight: float = 0.0
+    # Training-only attention loss: head 0 of the last decoder layer, at each slot row, must put its
+    # weight on the audio rows of the slot's word (-log of the weight there), so the slots read
+    # the rows where their word sounds rather than count words.
+    attention_weight: float = 0.0
 
 
 # --------------------------------------------------------------------------- stages 2 and 4
@@ -327,10 +344,15 @@ def soft_targets(targets_ms, classes: int, sigma_ms: float):
     return p / p.sum(dim=1, keepdim=True)
 
 
-def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_pad_id: int):
+def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_pad_id: int, rows: Optional[list] = None,
+                attention: Optional[list] = None):
     """The thinker's head at every slot of a batch, ``(sum slots, classes)``, in example order,
     and the encoder output ``(sum audio tokens, hidden)``: the official forward (the audio
-    tower by train_tiny.encode_audio, which runs the official windows for several clips at once)."""
+    tower by train_tiny.encode_audio, which runs the official windows for several clips at once).
+    With ``rows`` (a list), the audio rows' hidden at the input of the last decoder layer,
+    ``(sum audio tokens, hidden)``, is appended to it (the position loss; the forward is unchanged).
+    With ``attention`` (a list), head 0 of the last layer's attention weights at each example's slot
+    rows, ``(slots, length)`` per example, are appended to it (recomputed beside the forward)."""
     import torch
 
     thinker = model.thinker
@@ -346,11 +368,81 @@ def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_
     audio = tt.encode_audio(thinker.audio_tower, mels).to(emb.dtype)
     emb = emb.masked_scatter((ids == audio_pad_id).unsqueeze(-1).expand_as(emb), audio)
     pos = torch.arange(length).view(1, 1, length).expand(3, len(inputs), length)
-    hidden = thinker.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=False)[0]
+    hook = None
+    if rows is not None:
+        audio_mask = ids == audio_pad_id
+        hook = thinker.model.layers[-1].register_forward_pre_hook(lambda _m, a: rows.append(a[0][audio_mask]))
+    hooks = [hook] if hook is not None else []
+    if attention is not None:
+        attn_mod = thinker.model.layers[-1].self_attn
+        hooks.append(attn_mod.register_forward_hook(
+            lambda m, a, kw, _out: attention.extend(_slot_attention(m, kw.get("hidden_states", a[0] if a else None),
+                                                                    kw["position_embeddings"], inputs)),
+            with_kwargs=True))
+    try:
+        hidden = thinker.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=False)[0]
+    finally:
+        for h in hooks:
+            h.remove()
     return thinker.lm_head(hidden[slot_mask]), audio
 
 
+def _slot_attention(attn_mod, hidden, position_embeddings, inputs: Sequence[AlignerInput]) -> list:
+    """Head 0's attention weights at the slot rows of each example (``(slots, length)`` each), as the
+    official attention computes them (q/k norms, RoPE, causal softmax, scaling)."""
+    import sys
+
+    import torch
+
+    rope = sys.modules[type(attn_mod).__module__].apply_rotary_pos_emb
+    b, length, _ = hidden.shape
+    d = attn_mod.head_dim
+    q = attn_mod.q_norm(attn_mod.q_proj(hidden).view(b, length, -1, d)[:, :, :1]).transpose(1, 2)
+    k = attn_mod.k_norm(attn_mod.k_proj(hidden).view(b, length, -1, d)[:, :, :1]).transpose(1, 2)
+    q, k = rope(q, k, *position_embeddings)
+    out = []
+    for i, x in enumerate(inputs):
+        slots = torch.from_numpy(x.slots)
+        scores = (q[i, 0, slots] @ k[i, 0].T) * attn_mod.scaling
+        scores = scores.masked_fill(torch.arange(length)[None, :] > slots[:, None], float("-inf"))
+        out.append(torch.softmax(scores, dim=-1))
+    return out
+
+
+def attention_targets(x: AlignerInput, n_frames: int) -> np.ndarray:
+    """(slots, length) bool: the audio rows of each slot's word (rows whose middle lies within the
+    word's start - 40 ms .. end + 40 ms; the nearest row when none does); audio row r is at
+    position 1 + r of the input."""
+    t = audio_row_times_ms(n_frames)
+    out = np.zeros((len(x.slots), x.ids.shape[0]), bool)
+    for s in range(0, len(x.slots), 2):
+        a, b = x.targets_ms[s], x.targets_ms[s + 1]
+        hit = np.flatnonzero((t >= a - 40.0) & (t <= b + 40.0))
+        if not len(hit):
+            hit = [int(np.argmin(np.abs(t - (a + b) / 2.0)))]
+        out[s:s + 2, 1 + np.asarray(hit)] = True
+    return out
+
+
+def audio_row_times_ms(n_frames: int) -> np.ndarray:
+    """(tokens,) float32: the middle (ms) of the mel frames each encoder token of ``n_frames``
+    frames covers: 13 tokens per 100-frame chunk, token k of a chunk frames 8k..8k+8 (the 13th
+    4 frames), the ragged tail's tokens likewise."""
+    out = []
+    for c0 in range(0, int(n_frames), 100):
+        f = min(100, int(n_frames) - c0)
+        for k in range(n_audio_tokens(f)):
+            a, b = 8 * k, min(8 * k + 8, f)
+            out.append((c0 + (a + max(b, a + 1)) / 2.0) * 10.0)
+    return np.asarray(out, np.float32)
+
+
 # --------------------------------------------------------------------------- model
+
+
+def model_dims(cfg: AlignerTrainConfig):
+    """The ASR demo's widths (train_tiny.MODEL) with ``cfg.decoder_layers`` decoder layers (0: its 3)."""
+    return replace(tt.MODEL, layers=cfg.decoder_layers) if cfg.decoder_layers else tt.MODEL
 
 
 def aligner_config(tok, dims=tt.MODEL, classes: int = CLASSIFY_NUM) -> dict:
@@ -425,6 +517,20 @@ def init_from_asr(model, bundle_dir: str, cfg_dict: dict) -> None:
     if os.path.isfile(head):  # an aligner bundle (this script's earlier run): its head too
         weights["thinker.lm_head.weight"] = np.load(head).astype(np.float32)
     state = model.state_dict()
+    have = len(model.thinker.model.layers)
+    given = 1 + max(int(k.split(".")[3]) for k in weights if k.startswith("thinker.model.layers."))
+    if have > given:  # the bundle's layers on top, new identity layers below them
+        shift = have - given
+        weights = {(f"thinker.model.layers.{int(k.split('.')[3]) + shift}." + k.split(".", 4)[4]
+                    if k.startswith("thinker.model.layers.") else k): a for k, a in weights.items()}
+        with torch.no_grad():
+            for layer in model.thinker.model.layers[:shift]:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+        new = {k: v for k, v in state.items() if k.startswith("thinker.model.layers.")
+               and int(k.split(".")[3]) < shift}
+        weights.update({k: v.numpy().copy() for k, v in new.items()})
+        log.info("decoder: %d new identity layers below the bundle's %d", shift, given)
     missing = sorted(k for k in state if k not in weights and not k.startswith("thinker.lm_head."))
     extra = sorted(k for k in weights if k not in state)
     if missing or extra:
@@ -470,7 +576,7 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     tok = Tokenizer.from_dir(tok_dir)
-    cfg_dict = aligner_config(tok)
+    cfg_dict = aligner_config(tok, model_dims(cfg))
     model = tt.build_model(cfg_dict, cfg.seed)
     tt.init_audio_stem(model, cfg.seed)
     if cfg.init_from:
@@ -503,6 +609,10 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
         log.info("training set: %d clips + %d paused examples", len(rows), len(pw))
     frames = [int(off[i + 1] - off[i]) for i in range(len(words))]
     frame_head = torch.nn.Linear(hidden, vocab_rows + 1)
+    pos_head = torch.nn.Linear(hidden, CLASSIFY_NUM)  # the position loss's probe (training only)
+    with torch.no_grad():  # zero: it first learns to read the rows, then starts to shape them
+        pos_head.weight.zero_()
+        pos_head.bias.zero_()
 
     # Phase 1: the encoder alone on the frame loss (train_tiny's, on its Sample objects).
     pre = os.path.join(work, "pretrain.pt")
@@ -522,6 +632,8 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
 
     # Phase 2: the whole model.
     named = list(model.named_parameters()) + [("frame_head." + n, q) for n, q in frame_head.named_parameters()]
+    if cfg.position_weight > 0:
+        named += [("pos_head." + n, q) for n, q in pos_head.named_parameters()]
     opt = torch.optim.AdamW(tt._param_groups(named, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
     snap_path = os.path.join(work, "snapshot.pt")
     step, epoch, elapsed0 = 0, 0, 0.0
@@ -529,6 +641,8 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
         snap = torch.load(snap_path, weights_only=False)
         model.load_state_dict(snap["model"])
         frame_head.load_state_dict(snap["frame_head"])
+        if "pos_head" in snap:
+            pos_head.load_state_dict(snap["pos_head"])
         opt.load_state_dict(snap["opt"])
         step, epoch, elapsed0 = snap["step"], snap["epoch"], snap["seconds"]
         log.info("phase 2: resuming from %s (step %d, %.0f s)", snap_path, step, elapsed0)
@@ -556,7 +670,8 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
         for name, (dm, dw) in (("dev", (dev_mel, dev_words)), ("paused dev", paused_dev)):
             shift = dev_shift(model, tok, dm, dw)
             log.info("step 0: %s mean shift start %.1f ms, end %.1f ms (raw argmax)", name, shift["start"], shift["end"])
-    sums = {"ce": 0.0, "slots": 0, "frame": 0.0, "batches": 0, "err": 0.0}
+    sums = {"ce": 0.0, "slots": 0, "frame": 0.0, "batches": 0, "err": 0.0, "pos": 0.0, "pos_err": 0.0, "rows": 0, "att": 0.0,
+            "att_on": 0.0}
     model.train()
     done = progress() >= 1.0
     while not done:
@@ -574,12 +689,32 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
             lr = tt._cosine(step, progress(), cfg.lr, bcfg)
             for g in opt.param_groups:
                 g["lr"] = lr
-            logits, audio = slot_logits(model, mels, inputs, tok.endoftext, tok.audio_pad)
+            rows = [] if cfg.position_weight > 0 else None
+            att = [] if cfg.attention_weight > 0 else None
+            logits, audio = slot_logits(model, mels, inputs, tok.endoftext, tok.audio_pad, rows, att)
             t_ms = np.concatenate([x.targets_ms for x in inputs])
             target = soft_targets(t_ms, CLASSIFY_NUM, cfg.target_sigma_ms)
             ce = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
             aux = tt.frame_loss(frame_head, audio, mels, spans, frame_head.out_features - 1)[0]
             loss = ce + cfg.frame_weight * aux
+            if rows is not None:
+                row_ms = np.concatenate([audio_row_times_ms(m.shape[1]) for m in mels])
+                pos_logits = pos_head(F.rms_norm(rows[0], (hidden,)))  # the residual stream's scale varies
+                pos = -(soft_targets(row_ms, CLASSIFY_NUM, cfg.target_sigma_ms)
+                        * F.log_softmax(pos_logits, dim=-1)).sum(-1).mean()
+                loss = loss + cfg.position_weight * pos
+                with torch.no_grad():
+                    sums["pos"] += pos.item() * len(row_ms)
+                    sums["pos_err"] += float((pos_logits.argmax(-1).float() * TIMESTAMP_SEGMENT_TIME
+                                              - torch.from_numpy(row_ms)).abs().sum())
+                    sums["rows"] += len(row_ms)
+            if att is not None:
+                on = torch.cat([(a[:, :x.ids.shape[0]] * torch.from_numpy(attention_targets(x, m.shape[1]))).sum(-1)
+                                for a, x, m in zip(att, inputs, mels)])
+                att_loss = -torch.log(on + 1e-6).mean()
+                loss = loss + cfg.attention_weight * att_loss
+                sums["att"] += att_loss.item()
+                sums["att_on"] += float(on.mean())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_([q for _, q in named], cfg.clip_norm)
@@ -596,6 +731,12 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                 log.info("step %d epoch %d progress %.3f slot loss %.4f train shift %.1f ms frame %.3f lr %.2e  %.0f s",
                          step, epoch, progress(), sums["ce"] / sums["slots"], sums["err"] / sums["slots"],
                          sums["frame"] / sums["batches"], lr, elapsed())
+                if sums["rows"]:
+                    log.info("step %d position loss %.4f probe shift %.1f ms", step, sums["pos"] / sums["rows"],
+                             sums["pos_err"] / sums["rows"])
+                if cfg.attention_weight > 0:
+                    log.info("step %d attention loss %.4f weight on the word's rows %.3f", step,
+                             sums["att"] / sums["batches"], sums["att_on"] / sums["batches"])
                 sums = {k: 0 * v for k, v in sums.items()}
             if step % cfg.eval_every == 0:
                 model.eval()
@@ -607,7 +748,7 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                     log.info("step %d: paused dev mean shift start %.1f ms, end %.1f ms (raw argmax)", step,
                              shift["start"], shift["end"])
                 model.train()
-                save(snap_path, frame_head=frame_head.state_dict(), opt=opt.state_dict())
+                save(snap_path, frame_head=frame_head.state_dict(), pos_head=pos_head.state_dict(), opt=opt.state_dict())
     model.eval()
     shift = dev_shift(model, tok, dev_mel, dev_words, limit=len(dev_words))
     log.info("phase 2 done: %d steps, %d epochs, %.0f s; dev mean shift start %.1f ms, end %.1f ms", step, epoch,
@@ -660,6 +801,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="extra paused-speech training examples (paused_speech.py); 0 = none")
     ap.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
     ap.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
+    ap.add_argument("--decoder-layers", type=int, default=d.decoder_layers,
+                    help="decoder layers (0 = the ASR demo's 3); more than --init-from's: new identity layers below")
+    ap.add_argument("--position-weight", type=float, default=d.position_weight,
+                    help="weight of the training-only loss on the audio rows' own time class (0 = none)")
+    ap.add_argument("--attention-weight", type=float, default=d.attention_weight,
+                    help="weight of the training-only loss on the last layer's head 0 attending to each slot's word")
     ap.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between dev checks and snapshots")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--from-snapshot", action="store_true",
@@ -667,7 +814,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "snapshot of a run)")
     ap.add_argument("--no-export", action="store_true", help="stop after writing the checkpoint")
     args = ap.parse_args(argv)
-    for name in ("pretrain_minutes", "minutes", "concat_share", "long_share", "paused", "lr", "warmup"):
+    for name in ("pretrain_minutes", "minutes", "concat_share", "long_share", "paused", "lr", "warmup",
+                 "decoder_layers", "position_weight", "attention_weight"):
         if not getattr(args, name) >= 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
     if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
@@ -681,7 +829,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = replace(d, seed=args.seed, init_from=args.init_from, n_train=args.n_train, n_dev=args.n_dev,
                   n_test=args.n_test, pretrain_minutes=args.pretrain_minutes, minutes=args.minutes, steps=args.steps, concat_share=args.concat_share,
                   long_share=args.long_share, threads=args.threads,
-                  paused=args.paused, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every)
+                  paused=args.paused, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
+                  decoder_layers=args.decoder_layers, position_weight=args.position_weight,
+                  attention_weight=args.attention_weight)
     t0 = time.time()
     data = tt.make_data(args.work, tt.TrainConfig(seed=cfg.seed, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                   n_test=cfg.n_test))
@@ -700,7 +850,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     settings = asdict(cfg)
     if cfg.init_from:  # no machine's path in the checkpoint
         settings["init_from"] = os.path.relpath(cfg.init_from, ROOT).replace(os.sep, "/")
-    info = {"train_config": settings, "dims": asdict(tt.MODEL), "classify_num": CLASSIFY_NUM,
+    info = {"train_config": settings, "dims": asdict(model_dims(cfg)), "classify_num": CLASSIFY_NUM,
             "steps_done": steps, "train_seconds": round(seconds)}
     ckpt = save_checkpoint(model, tok_dir, os.path.join(args.work, "checkpoint"), info)
     if not args.no_export:
