@@ -22,8 +22,8 @@ DYNAMIC_RANGE = 8.0  # log10 units kept below the clip maximum (80 dB)
 # when its frames see their real neighbours (piece_log_mel_power):
 LEFT_CONTEXT = 2 * HOP_LENGTH  # 320 samples before the piece: its first frame needs n_fft/2 = 200
 LOOKAHEAD = N_FFT // 2 - HOP_LENGTH  # 40 samples after the piece, needed by its last frame (2.5 ms)
-# Frames transformed at a time: the STFT's working arrays (windowed frames, spectrum, power) stay
-# about 10 MB however long the clip; only the (n_mels, frames) result grows with it.
+# Frames transformed at a time: the working arrays (windowed frames, spectrum, power, filter bands) stay
+# under 20 MB however long the clip; only the (n_mels, frames) result grows with it.
 BLOCK_FRAMES = 1000  # 10 s
 
 
@@ -116,7 +116,9 @@ def log_mel_power(audio: np.ndarray, n_mels: int = 128) -> np.ndarray:
         # the filterbank product band by band, not as a matrix product: a BLAS matrix product
         # wakes numpy's BLAS threads, which then spin and slow the encoder run that follows
         # (docs/benchmarks.md "The wait before the first call"); the sums are the same to 1e-15
-        mel = (power[:, columns] * weights).sum(axis=-1).T  # (n_mels, frames)
+        bands = power[:, columns]  # (frames, n_mels, width)
+        bands *= weights
+        mel = bands.sum(axis=-1).T  # (n_mels, frames)
         out[:, i:i + BLOCK_FRAMES] = np.log10(np.maximum(mel, 1e-10))
     return out
 
