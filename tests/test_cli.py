@@ -174,3 +174,16 @@ def test_the_cli_opens_the_file_first_and_preloads_its_length(bundle_dir, monkey
     assert cli.main(base + ["--start", "9"]) == 2
     assert len(seen) == 3  # neither reached the engine
     assert "past the end of the audio" in capsys.readouterr().err
+
+
+def test_a_decoder_that_cannot_load_is_one_line_error(bundle_dir, tmp_path):
+    """The one-shot CLI loads the decoder in a thread while the file is encoded (backends/pending.py):
+    a decoder that ONNX Runtime cannot load is still a one-line error, now raised by the request."""
+    import shutil
+
+    broken = tmp_path / "model"
+    shutil.copytree(bundle_dir, broken)
+    for name in os.listdir(broken / "decoder"):
+        if name.endswith(".onnx"):
+            (broken / "decoder" / name).write_bytes(b"not an onnx model")
+    _one_line_error(run("--audio", CLIP, "--model", str(broken), "--backend", "onnx"), "ONNX Runtime cannot load")

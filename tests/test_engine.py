@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -380,6 +381,41 @@ def test_a_preload_that_fails_fails_the_load_and_frees_the_decoder(bundle_dir, m
     with pytest.raises(RuntimeError, match="cannot load .*merged_2s.onnx: bad"):
         Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8", preload_seconds=1.5)
     assert len(closed) == 1
+
+
+def test_with_preload_the_decoder_loads_during_the_first_call(bundle_dir, monkeypatch):
+    """preload_seconds: the engine is ready once the encoder's graphs are; the decoder loads in a
+    thread (backends/pending.py) and the first request waits for it where it first decodes."""
+    from qwen3asr.backends import onnx as onnx_backend
+    from qwen3asr.backends.pending import PendingDecoder
+
+    real = onnx_backend.create_onnx_decoder
+    release = threading.Event()
+    monkeypatch.setattr(onnx_backend, "create_onnx_decoder", lambda *a, **k: (release.wait(60), real(*a, **k))[1])
+    with Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8", preload_seconds=1.78175) as e:
+        assert isinstance(e.decoder, PendingDecoder) and not e.decoder.loaded
+        assert e.decoder_dtype == "int8" and e.max_context == e.bundle.max_context
+        mel = e.features(prepare_audio(CLIP))
+        e.encode(mel)  # the encoder runs while the decoder is still loading
+        assert not e.decoder.loaded
+        release.set()
+        got = e.transcribe(CLIP, max_new_tokens=6)
+        assert e.decoder.loaded and e.decoder.kv is e.decoder.result().kv
+    with Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8") as plain:
+        assert not isinstance(plain.decoder, PendingDecoder)
+        assert got.token_ids == plain.transcribe(CLIP, max_new_tokens=6).token_ids
+
+
+def test_a_decoder_that_fails_to_load_fails_the_first_request(bundle_dir, monkeypatch):
+    from qwen3asr.backends import onnx as onnx_backend
+
+    def broken(*a, **k):
+        raise RuntimeError("ONNX Runtime cannot load decoder_int8.onnx: bad")
+
+    monkeypatch.setattr(onnx_backend, "create_onnx_decoder", broken)
+    with Qwen3ASREngine(bundle_dir, backend="onnx", decoder_dtype="int8", preload_seconds=1.5) as e:
+        with pytest.raises(RuntimeError, match="cannot load decoder_int8.onnx: bad"):
+            e.transcribe(CLIP, max_new_tokens=4)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "3", True, 1e9])

@@ -96,6 +96,24 @@ def test_mel_matches_official(speech, seconds):
     assert np.abs(ours - ref).max() <= 1e-4
 
 
+def test_mel_bands_are_the_filterbank(speech):
+    """log_mel_power sums each triangular filter over its few bins (mel_bands) instead of a BLAS
+    matrix product, which woke numpy's BLAS threads: the same filters, and sums equal to the
+    matrix product's to rounding (the float32 features compared bitwise on audio/ and random
+    clips when it changed: identical)."""
+    from qwen3asr import mel as melmod
+
+    columns, weights = melmod.mel_bands(128)
+    rebuilt = np.zeros((128, melmod.N_FREQ))
+    np.add.at(rebuilt, (np.arange(128)[:, None], columns), weights)
+    assert np.array_equal(rebuilt, melmod.mel_filters(128))
+    x = clip(speech, 3.0).astype(np.float64)
+    frames = np.lib.stride_tricks.sliding_window_view(np.pad(x, 200, mode="reflect"), 400)[::160][:len(x) // 160]
+    spec = np.fft.rfft(frames * melmod._hann(400), axis=-1)
+    product = melmod.mel_filters(128) @ (spec.real**2 + spec.imag**2).T
+    np.testing.assert_allclose(melmod.log_mel_power(x), np.log10(np.maximum(product, 1e-10)), rtol=0, atol=1e-12)
+
+
 def test_mel_odd_lengths_and_global_clamp(speech):
     # the official extractor's reflect padding needs > 200 samples; ours also takes 160..200
     assert log_mel(speech[40000:40160]).shape == (128, 1)

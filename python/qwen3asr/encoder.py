@@ -187,7 +187,7 @@ class AudioEncoder:
 
     def preload(self, seconds: float) -> list[EncoderVariant]:
         """Load the graphs ``encode`` needs for ``seconds`` of audio now instead of on first use
-        (the engine does it beside the decoder's load: Qwen3ASREngine's ``preload_seconds``).
+        (the engine does it while the decoder loads: Qwen3ASREngine's ``preload_seconds``).
         Returns those variants."""
         from .mel import SAMPLE_RATE, n_frames
 

@@ -69,10 +69,10 @@ class Qwen3ASREngine:
       memory: the ONNX Runtime memory profile: "default", or "lean" for small machines and one-shot
         runs (int4 decoder, smaller KV steps, with ``--memory lean`` bundles int8 encoder weights and
         mapped decoder weights; docs/benchmarks.md "Lean profile"); the aligner's too.
-      preload_seconds: the length of the first request's audio (a one-shot CLI passes its file's):
-        when the plan would decode it in one pass with ``options`` (qwen3asr.plan.preload_seconds),
-        its encoder graphs load beside the decoder's (ONNX Runtime, in a thread). Default None: each
-        graph on first use. The rk backend loads every graph at start anyway.
+      preload_seconds: the first request's audio length (a one-shot CLI passes its file's): if the
+        plan decodes it in one pass (qwen3asr.plan.preload_seconds) its encoder graphs load now and
+        the ONNX decoder in a thread, which that request waits for (and raises the error of) only
+        when it decodes. Default None: graphs on first use. The rk backend loads all at start.
       aligner: a forced-aligner bundle for word timestamps (docs/aligner.md); default
         ``$QWEN3ASR_ALIGNER``, else, with the bundled default model, the bundled demo aligner.
         Loaded on the first request that asks for words, with this engine's backend settings.

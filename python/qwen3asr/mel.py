@@ -22,8 +22,8 @@ DYNAMIC_RANGE = 8.0  # log10 units kept below the clip maximum (80 dB)
 # when its frames see their real neighbours (piece_log_mel_power):
 LEFT_CONTEXT = 2 * HOP_LENGTH  # 320 samples before the piece: its first frame needs n_fft/2 = 200
 LOOKAHEAD = N_FFT // 2 - HOP_LENGTH  # 40 samples after the piece, needed by its last frame (2.5 ms)
-# Frames transformed at a time: the STFT's working arrays (windowed frames, spectrum, power) stay
-# about 10 MB however long the clip; only the (n_mels, frames) result grows with it.
+# Frames transformed at a time: the working arrays (windowed frames, spectrum, power, filter bands) stay
+# under 20 MB however long the clip; only the (n_mels, frames) result grows with it.
 BLOCK_FRAMES = 1000  # 10 s
 
 
@@ -62,6 +62,26 @@ def mel_filters(n_mels: int = 128, sample_rate: int = SAMPLE_RATE, n_fft: int = 
     return weights
 
 
+@functools.lru_cache(maxsize=4)
+def mel_bands(n_mels: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """``mel_filters(n_mels)`` as bands: ``(columns, weights)``, both ``(n_mels, width)`` (int64
+    frequency bins, float64), a band's nonzero weights padded with zero weights on its last bin.
+    Each triangular filter covers a few bins (at most 9 of 201 at 128 mels), so the filterbank
+    product is a short sum per band (log_mel_power)."""
+    w = mel_filters(n_mels)
+    nonzero = [np.flatnonzero(row) for row in w]
+    width = max(1, max(len(c) for c in nonzero))
+    columns = np.zeros((n_mels, width), np.int64)
+    weights = np.zeros((n_mels, width), np.float64)
+    for m, c in enumerate(nonzero):
+        if len(c):
+            columns[m] = np.concatenate([c, np.full(width - len(c), c[-1])])
+            weights[m, :len(c)] = w[m, c]
+    columns.setflags(write=False)
+    weights.setflags(write=False)
+    return columns, weights
+
+
 @functools.lru_cache(maxsize=2)
 def _hann(n_fft: int) -> np.ndarray:
     w = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n_fft) / n_fft)  # periodic Hann
@@ -89,10 +109,16 @@ def log_mel_power(audio: np.ndarray, n_mels: int = 128) -> np.ndarray:
     t = n_frames(x.shape[0])
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:t]
     out = np.empty((n_mels, t), np.float64)
+    columns, weights = mel_bands(n_mels)
     for i in range(0, t, BLOCK_FRAMES):  # in blocks: the working arrays stay small (BLOCK_FRAMES)
         spec = np.fft.rfft(frames[i:i + BLOCK_FRAMES] * _hann(N_FFT), axis=-1)
         power = spec.real**2 + spec.imag**2  # (frames, 201)
-        mel = mel_filters(n_mels) @ power.T  # (n_mels, frames)
+        # the filterbank product band by band, not as a matrix product: a BLAS matrix product
+        # wakes numpy's BLAS threads, which then spin and slow the encoder run that follows
+        # (docs/benchmarks.md "The wait before the first call"); the sums are the same to 1e-15
+        bands = power[:, columns]  # (frames, n_mels, width)
+        bands *= weights
+        mel = bands.sum(axis=-1).T  # (n_mels, frames)
         out[:, i:i + BLOCK_FRAMES] = np.log10(np.maximum(mel, 1e-10))
     return out
 

@@ -17,7 +17,6 @@ Hardware SDKs are imported only inside ``rk``'s creation; the stages never impor
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import importlib.util
 import logging
@@ -60,8 +59,9 @@ class BackendOptions:
     prefix_cache: PrefixCacheOptions = PrefixCacheOptions()  # the ONNX decoder's prompt-prefix KV reuse
     rk: RKOptions = RKOptions()  # board settings of the rk backend
     memory: str = "default"  # ONNX memory profile: "default" or "lean" (MEMORY_PROFILES)
-    # audio length (s) whose ASR encoder graphs load beside the decoder (ONNX: in a thread) instead
-    # of on first use; None: on first use (Qwen3ASREngine's preload_seconds)
+    # audio length (s) whose ASR encoder graphs load with the backend instead of on first use, the
+    # ONNX decoder then loading in a thread (backends/pending.py); None: on first use
+    # (Qwen3ASREngine's preload_seconds)
     preload_seconds: Optional[float] = None
 
     def __post_init__(self):
@@ -149,22 +149,34 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
     chosen = _choose("the ASR model", name, bundle, o, lambda rk_o: _create_rk(bundle, rk_o, decoding))
     if chosen is not None:
         return chosen
-    from .onnx import create_onnx_decoder, create_onnx_encoder
+    from .onnx import create_onnx_decoder, create_onnx_encoder, pick_dtype
 
     encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
-    # preload: the encoder sessions are made in a thread while this one makes the decoder's (ONNX
-    # Runtime releases the interpreter lock while it loads): a one-shot run's first call no longer
-    # makes them after the decoder's (docs/benchmarks.md "Lean profile")
+
+    def make_decoder():
+        return create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
+                                   eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache,
+                                   spin_wait=o.spin_wait, memory=o.memory)
+
+    if o.preload_seconds is None:
+        try:
+            return Backend("onnx", encoder, make_decoder())
+        except BaseException:
+            encoder.close()
+            raise
+    # preload (a one-shot run): the decoder's session is made in a thread (ONNX Runtime releases
+    # the interpreter lock while it loads) while this one makes the encoder's; the engine is ready
+    # when the encoder is, so the first request's log-mel and encoder run while the decoder, the
+    # longer load, finishes (backends/pending.py; docs/benchmarks.md "The wait before the first call")
+    from .pending import PendingDecoder
+
+    dtype = pick_dtype(bundle, o.decoder_dtype, o.memory)
+    bundle.decoder_path(dtype)  # a missing file is the engine's error, not its first request's
+    decoder = PendingDecoder(make_decoder, "onnx", bundle.max_context, dtype)
     try:
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen3asr-preload") as pool:  # joins
-            preload = pool.submit(encoder.preload, o.preload_seconds) if o.preload_seconds is not None else None
-            decoder = create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
-                                          eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache,
-                                          spin_wait=o.spin_wait, memory=o.memory)
-        if preload is not None and preload.exception() is not None:
-            decoder.close()
-            raise preload.exception()
+        encoder.preload(o.preload_seconds)
     except BaseException:
+        decoder.close()
         encoder.close()
         raise
     return Backend("onnx", encoder, decoder)

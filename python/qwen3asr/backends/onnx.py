@@ -379,7 +379,7 @@ def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, 
     """The ONNX slot scorer of an aligner ``bundle``: its decoder graph of ``dtype`` ("auto": int8
     if present, else fp32, in either memory profile: the time classes of an int4 scorer are not
     measured against the official aligner), whose logits are the aligner's time classes."""
-    dtype = _pick_dtype(bundle, dtype)
+    dtype = pick_dtype(bundle, dtype)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
                      threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)
@@ -388,7 +388,7 @@ def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, 
     return scorer
 
 
-def _pick_dtype(bundle, dtype: str, memory: str = "default") -> str:
+def pick_dtype(bundle, dtype: str, memory: str = "default") -> str:
     """``dtype``, or for "auto" the bundle's int8 decoder (default memory profile) or int4 (lean)
     if it has one, else the next wider one it has (int8, then fp32)."""
     dtypes = bundle.decoder_dtypes()
@@ -407,7 +407,7 @@ def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None,
     ``memory="lean"`` int4 first), "fp32", "int8" or "int4"; ``embed`` the bundle's embedding row
     function; ``eos_ids`` the ids that end; ``prefix_cache`` the prompt-prefix reuse (default
     PrefixCacheOptions()); ``memory`` the profile (MEMORY_PROFILES, Qwen3ASREngine)."""
-    dtype = _pick_dtype(bundle, dtype, memory)
+    dtype = pick_dtype(bundle, dtype, memory)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
                      threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         options = options_from_args(args, vad=args.vad, itn=args.itn and not (args.no_itn or args.stream),
                                     word_timestamps=args.word_timestamps)
         # the file first: a bad one is reported before any model loads, and its length tells the
-        # engine which encoder graphs to load beside the decoder (preload_seconds)
+        # engine which encoder graphs to load first, the decoder loading while they encode (preload_seconds)
         with AudioFile(args.audio) as audio:
             engine = engine_from_args(args, preload_seconds=_selected_seconds(audio, args), options=options)
             on_text = _write_piece if args.stream and args.format == "text" else None
