@@ -82,7 +82,7 @@ def test_chunk_mel_equals_offline_frames(engine, pcm, monkeypatch):
     x = pcm[:int(SR * 5.55)]
     seen = []
     real = engine.encoder.encode
-    monkeypatch.setattr(engine.encoder, "encode", lambda m: (seen.append(m), real(m))[1])
+    monkeypatch.setattr(engine.encoder, "encode", lambda m, stems=None: (seen.append(m), real(m, stems))[1])
     full_power = melmod.log_mel_power(x, engine.n_mels)
     top = float(full_power.max())
     s = StreamSession(engine, StreamOptions(chunk_size=1.5, max_new_tokens=2), mel_ceiling=top)  # as long files
@@ -97,7 +97,7 @@ def test_running_ceiling_without_future(engine, pcm, monkeypatch):
     x = pcm[:SR * 4]
     seen = []
     real = engine.encoder.encode
-    monkeypatch.setattr(engine.encoder, "encode", lambda m: (seen.append(m), real(m))[1])
+    monkeypatch.setattr(engine.encoder, "encode", lambda m, stems=None: (seen.append(m), real(m, stems))[1])
     s = engine.create_stream(chunk_size=2.0, max_new_tokens=2)
     s.feed_audio(x)
     s.finish()

@@ -118,7 +118,6 @@ class StemMemo:
     def __init__(self, limit: int):
         self.limit = int(limit)
         self._kept: collections.OrderedDict = collections.OrderedDict()
-        self.hits = 0  # front-end calls saved
 
     def clear(self) -> None:
         self._kept.clear()
@@ -255,14 +254,13 @@ class AudioEncoder:
             parts = []
             for c in range(n_real_chunks):
                 sl = slice(c * CHUNK_FRAMES, (c + 1) * CHUNK_FRAMES)
-                whole = stems is not None and (c + 1) * CHUNK_FRAMES <= n and (clip_frames or n) >= CHUNK_FRAMES
+                # a whole chunk (all its frames real, so its masks are all ones) may have its stem kept
+                whole = stems is not None and (c + 1) * CHUNK_FRAMES <= n
                 kept = stems.get(padded[:, :, sl].tobytes()) if whole else None
                 if kept is None:
-                    parts.append(self.runner.run_frontend(padded[:, :, sl], m1[c:c + 1], m2[c:c + 1]))
+                    kept = self.runner.run_frontend(padded[:, :, sl], m1[c:c + 1], m2[c:c + 1])
                     self.calls += 1
-                else:
-                    parts.append(kept)
-                    stems.hits += 1
+                parts.append(kept)
             hidden = np.concatenate(parts, axis=1)
             d = hidden.shape[2]
             full = np.zeros((1, v.tokens, d), np.float32)

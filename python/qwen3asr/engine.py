@@ -193,7 +193,7 @@ class Qwen3ASREngine:
         self.check_open()
         t0 = time.perf_counter()
         calls0, secs0 = self.encoder.calls, self.encoder.seconds_encoded
-        emb = self.encoder.encode(mel) if stems is None else self.encoder.encode(mel, stems)
+        emb = self.encoder.encode(mel, stems)
         return emb, EncodeStats(self.encoder.calls - calls0, self.encoder.seconds_encoded - secs0,
                                 (time.perf_counter() - t0) * 1000)
 

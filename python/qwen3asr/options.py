@@ -58,6 +58,13 @@ MAX_ROLLBACK_TOKENS = MAX_CONTEXT  # a window's text never holds more tokens tha
 # max_chunks has none either: a cap beyond the audio's chunks caps nothing.
 
 
+def interval_problem(name: str, seconds) -> Optional[str]:
+    """The check of a preview interval in seconds (partial_every, first_words; TranscribeOptions
+    and the WebSocket start message): None, or a number of seconds a chunk may last."""
+    return checks.number(name, seconds, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS, kind="a number of seconds",
+                         optional=True)
+
+
 def chunk_problems(chunk_size, name: str = "chunk_size", optional: bool = True) -> list[str]:
     """The check of a chunk length in seconds (every surface that takes one: TranscribeOptions,
     the WebSocket start message, the Wyoming options): a number of seconds in
@@ -151,10 +158,8 @@ class TranscribeOptions:
             checks.integer("rollback_tokens", self.rollback_tokens, 0, MAX_ROLLBACK_TOKENS, optional=True),
             checks.integer("max_chunks", self.max_chunks, 1, optional=True),
             checks.number("pause_db", self.pause_db, 0, kind="a number of dB", low_open=True, optional=True),
-            checks.number("partial_every", self.partial_every, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
-                          kind="a number of seconds", optional=True),
-            checks.number("first_words", self.first_words, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
-                          kind="a number of seconds", optional=True)))
+            interval_problem("partial_every", self.partial_every),
+            interval_problem("first_words", self.first_words)))
         problems += sampling_problems(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                       top_k=self.top_k, top_p=self.top_p,
                                       repetition_penalty=self.repetition_penalty, seed=self.seed)

@@ -264,7 +264,7 @@ def ahead_ratio(engine, clips: Sequence[str], rounds: int, stream_tokens=None, f
                 raise AssertionError(f"{clip}: the final pass's ids differ with the work done ahead")
             pairs.append({"clip": clip, "ahead": {k: on[k] for k in ("final_s", "encoder_ms", "prefill_ms", "decode_ms")},
                           "none": {k: off[k] for k in ("final_s", "encoder_ms", "prefill_ms", "decode_ms")},
-                          "ahead_calls": sum(1 for g in on["final_graphs"]), "none_calls": sum(1 for g in off["final_graphs"])})
+                          "ahead_calls": len(on["final_graphs"]), "none_calls": len(off["final_graphs"])})
     med = lambda key, side: statistics.median(p[side][key] for p in pairs)  # noqa: E731
     return {"pairs": pairs, "rounds": rounds,
             "median": {side: {k: med(k, side) for k in ("final_s", "encoder_ms")} for side in ("ahead", "none")},

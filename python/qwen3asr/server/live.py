@@ -47,7 +47,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from .. import checks
 from ..audio import SAMPLE_RATE, AudioError, PcmConverter, PcmFormat
 from ..languages import LanguageError, resolve_language
-from ..options import MAX_CHUNK_SECONDS, MIN_CHUNK_SECONDS, chunk_problems
+from ..options import chunk_problems, interval_problem
 from ..work import Cancelled
 from .errors import ApiError
 from .scheduler import LIVE
@@ -141,8 +141,7 @@ class StartMessage:
         flags = {}
         for name in ("partial_every", "first_words"):
             every = msg.get(name, getattr(cls, name))
-            problem = checks.number(name, every, MIN_CHUNK_SECONDS, MAX_CHUNK_SECONDS,
-                                    kind="a number of seconds", optional=True)  # the options' own bounds
+            problem = interval_problem(name, every)  # the options' own check
             if problem:
                 raise LiveProtocolError(CLOSE_INVALID, f"invalid_{name}", problem)
             flags[name] = None if every is None else float(every)

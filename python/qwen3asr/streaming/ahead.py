@@ -60,18 +60,19 @@ class PieceAhead:
         stems at the piece's maximum so far (again for an earlier chunk whose clamp it moved)."""
         if self.start is None:
             return
-        b0, grew = audio.start, False
+        b0, old, first_new = audio.start, self.ceiling, len(self.powers)
         while self.due(audio):
             lo = self.start + len(self.powers) * CHUNK_SAMPLES
             p = melmod.piece_log_mel_power(audio.samples, lo - b0, lo + CHUNK_SAMPLES - b0, self.engine.n_mels,
                                            left_edge=self.start - b0)
             self.powers.append(p)
             self.keys.append(None)
-            self.ceiling, grew = max(self.ceiling, float(p.max())), True
-        if not (grew and self.split):
+            self.ceiling = max(self.ceiling, float(p.max()))
+        if not self.split:
             return
-        for k, p in enumerate(self.powers):
-            chunk = melmod.normalize_log_mel(p, self.ceiling)
+        # the new chunks, and the earlier ones too when the maximum moved (it may move their clamp)
+        for k in range(0 if self.ceiling != old else first_new, len(self.powers)):
+            chunk = melmod.normalize_log_mel(self.powers[k], self.ceiling)
             key = chunk.tobytes()
             if key != self.keys[k]:  # new, or the maximum moved its clamp: the stem is computed (again)
                 if self.keys[k] is not None:

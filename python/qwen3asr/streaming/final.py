@@ -118,12 +118,11 @@ class FinalPasses:
         pass's own, each confirmed id a decode step saved after the stop. One unit of model work
         unless the caller is inside one (``in_unit``)."""
         self.engine.check_open()
-        front = self.ahead if self.ahead is not None and self.ahead.start == self.start else None
         if in_unit:
-            r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft, front=front)
+            r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft, front=self.ahead)
         else:
             with self._work.unit():
-                r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft, front=front)
+                r = transcribe_one_pass(self.engine, pcm, self.options, work=NO_WORK, draft=draft, front=self.ahead)
         self.last = r
         self._work.check()
         t0 = self.start / SAMPLE_RATE
