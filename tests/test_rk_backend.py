@@ -35,7 +35,7 @@ from qwen3asr.bundle import BundleError  # noqa: E402
 from qwen3asr.encoder import tokens_for_frames  # noqa: E402
 from doubles import rkllm_c  # noqa: E402
 from doubles import rknnlite  # noqa: E402
-from doubles.rkllm_c import F, N, Shim, W  # noqa: E402
+from doubles.rkllm_c import Shim, runtime_script  # noqa: E402
 from doubles.rknnlite import BoardRKNNLite, add_rk_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,22 +79,6 @@ def shim(request, build_lib, monkeypatch):
     s = Shim(path, hidden=96)
     s.abi = request.param
     return s
-
-
-def runtime_script(tokenizer, ids, finish=F(12.5, 40, 250.25, 9, 512.75)):
-    """What the runtime sends for ``ids``: NORMAL with complete text, WAITING while a character is split."""
-    items, pending = [], b""
-    for t in ids:
-        buf = pending + tokenizer.token_bytes(t, True)
-        try:
-            text = buf.decode("utf-8")
-        except UnicodeDecodeError:
-            items.append(W(t, buf))
-            pending = buf
-            continue
-        items.append(N(t, text))
-        pending = b""
-    return items + [finish]
 
 
 def expect_init(shim, decoder_file, max_context=1024, max_new=256, top_k=1, top_p=1.0, temperature=1.0,

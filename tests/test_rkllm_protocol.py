@@ -250,6 +250,19 @@ def test_repetition_guard_same_token(fake, build_fake, abi):
     assert fake.violations == []
 
 
+def test_the_guard_sees_the_ids_before_the_run(fake, build_fake, abi):
+    """``history`` (a verified draft fed with the prompt) comes before the run's ids in the
+    guard's view: three 7s before the run and two in it make the five of max_same_token."""
+    rt = make_runtime(fake, build_fake(abi), repetition=RepetitionGuard(max_same_token=5))
+    fake.script(*[N(7, " la")] * 30, F())
+    res = rt.run_embed(pattern(2, 4, 0), history=[8, 7, 7, 7])
+    assert res.finish_reason == "repetition" and res.token_ids == (7, 7)
+    fake.script(*[N(7, " la")] * 30, F())
+    assert rt.run_embed(pattern(2, 4, 0)).token_ids == (7,) * 5  # without: five of its own
+    rt.close()
+    assert fake.violations == []
+
+
 def test_repetition_guard_pattern(fake, build_fake, abi):
     guard = RepetitionGuard(max_same_token=0, max_pattern_len=4, min_pattern_repeats=3)
     rt = make_runtime(fake, build_fake(abi), repetition=guard)
@@ -431,6 +444,130 @@ def test_the_double_checks_the_hidden_mode(fake, build_fake, abi):
     rt.run_hidden(pattern(3, 16, 0))
     rt.close()
     assert fake.violations[1:] == ["GET_LAST_HIDDEN_LAYER run on a KV cache not cleared since the previous run "
+                                   "(rknn-llm issue #278)"]
+
+
+# ------------------------------------------------------------------ GET_LOGITS (run_logits)
+
+def logits_runtime(fake_obj, path, abi, hidden=16, **opts) -> RKLLMRuntime:
+    """A runtime for draft verification: GENERATE and GET_LOGITS runs on one handle, each with
+    keep_history 0 (the double also checks the cache is cleared before a GET_LOGITS run)."""
+    rt = make_runtime(fake_obj, path, hidden_size=hidden, **opts)
+    fake_obj.expect(mode_mask=0b101, keep_history=0, keep_system_prompt=0)
+    return rt
+
+
+def vocab_rows(n: int, vocab: int, seed: int) -> np.ndarray:
+    return pattern(n, vocab, seed) * np.float32(3)
+
+
+def test_run_logits_returns_the_last_rows(fake, build_fake, abi):
+    """The last ``rows`` rows of the num_tokens x vocab buffer come back, copied and in order;
+    the runs before and after on the same handle are unaffected."""
+    rt = logits_runtime(fake, build_fake(abi), abi)
+    want = vocab_rows(4, 50, 3)
+    fake.logits(want)
+    x = pattern(9, 16, 4)
+    fake.expect_embed(9, 16, 4)
+    if abi == "1.3":
+        fake.expect(run_max_new_tokens=1)
+    got = rt.run_logits(x, 4, 50)
+    assert got.dtype == np.float32 and got.shape == (4, 50) and got.flags.c_contiguous
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert rt.last_perf == RKLLMPerf(prefill_time_ms=2.25, prefill_tokens=9, generate_time_ms=0.0,
+                                     generate_tokens=1, memory_usage_mb=100.5)
+    # fewer rows than the test gave: the last of them; then a GENERATE run on the same handle
+    assert np.array_equal(rt.run_logits(x, 2, 50), want[2:])
+    rt.close()
+    assert fake.violations == []
+    assert "logits rows=9 vocab=50" in fake.lines("EVENT")
+    assert fake.calls[4:] == ["rkllm_clear_kv_cache keep_system_prompt=0", "rkllm_run"] * 2 + ["rkllm_destroy"]
+
+
+def test_a_binding_reading_the_wrong_rows_or_keeping_the_pointer_gets_other_logits(fake, build_fake, abi,
+                                                                                   monkeypatch):
+    """The rows before the test's point elsewhere, and the buffer is scribbled after the callback:
+    reading the first rows, or keeping the pointer, would not give the test's logits."""
+    rt = logits_runtime(fake, build_fake(abi), abi)
+    want = vocab_rows(2, 40, 1)
+    fake.logits(want)
+    x = pattern(6, 16, 2)
+    first = rkllm._copy_last_logits
+
+    def first_rows(result, rows):  # rows from the start of the buffer
+        flat = np.ctypeslib.as_array(result.logits, shape=(result.num_tokens * result.vocab_size,))
+        return flat[:rows * result.vocab_size].reshape(rows, result.vocab_size).copy()
+
+    monkeypatch.setattr(rkllm, "_copy_last_logits", first_rows)
+    got = rt.run_logits(x, 2, 40)
+    assert list(got.argmax(axis=1)) == [0, 7919 % 40] and not np.array_equal(got, want)
+
+    def keep_pointer(result, rows):
+        flat = np.ctypeslib.as_array(result.logits, shape=(result.num_tokens * result.vocab_size,))
+        return flat[-rows * result.vocab_size:].reshape(rows, result.vocab_size)
+
+    monkeypatch.setattr(rkllm, "_copy_last_logits", keep_pointer)
+    assert np.all(rt.run_logits(x, 2, 40) == np.float32(SCRIBBLE))
+    monkeypatch.setattr(rkllm, "_copy_last_logits", first)
+    assert np.array_equal(rt.run_logits(x, 2, 40), want)
+    rt.close()
+
+
+@pytest.mark.parametrize("options, rows, vocab, message", [
+    ({"logits_rows": 1}, 3, 30, r"did not return logits for the last 3 input rows \(30 values each\); it returned: "
+                                r"1 x 30"),
+    ({"logits_rows": 0}, 3, 30, r"did not return logits for the last 3 input rows.*it returned: none"),
+    ({}, 3, 31, r"did not return logits for the last 3 input rows \(31 values each\); it returned: 5 x 30"),
+])
+def test_run_logits_without_the_rows_is_unavailable(fake, build_fake, abi, options, rows, vocab, message):
+    """A runtime that returns only the last row (or another width) raises RKLLMLogitsUnavailable,
+    which the decoder takes as "no verification here"; the handle stays usable."""
+    rt = logits_runtime(fake, build_fake(abi), abi)
+    fake.logits(vocab_rows(3, 30, 0))
+    fake.option(**options)
+    with pytest.raises(rkllm.RKLLMLogitsUnavailable, match=message):
+        rt.run_logits(pattern(5, 16, 0), rows, vocab)
+    fake.option(logits_rows=-1)
+    assert rt.run_logits(pattern(5, 16, 0), 3, 30).shape == (3, 30)
+    rt.close()
+    assert fake.violations == []
+
+
+def test_run_logits_errors_and_bad_arguments(fake, build_fake, abi):
+    rt = logits_runtime(fake, build_fake(abi), abi, max_context_len=8, max_new_tokens=4)
+    fake.logits(vocab_rows(2, 30, 0))
+    with pytest.raises(ValueError, match=r"rows must be 1\.\.3 \(the input rows\), got 4"):
+        rt.run_logits(pattern(3, 16, 0), 4, 30)
+    with pytest.raises(ValueError, match=r"1\.\.7"):
+        rt.run_logits(pattern(8, 16, 0), 2, 30)
+    assert "rkllm_run" not in fake.calls
+    fake.option(run_rc=-9)
+    with pytest.raises(RKLLMRunError, match=r"^rkllm_run \(GET_LOGITS\) failed with code -9$"):
+        rt.run_logits(pattern(3, 16, 0), 2, 30)
+    fake.option(run_rc=0)
+    bad = vocab_rows(2, 30, 0)
+    bad[1, 4] = np.nan
+    fake.logits(bad)
+    with pytest.raises(RKLLMRunError, match="logits contain NaN or inf"):
+        rt.run_logits(pattern(3, 16, 0), 2, 30)
+    rt.close()
+    assert fake.violations == []
+
+
+def test_the_double_checks_the_logits_mode(fake, build_fake, abi):
+    """The double's checks can fail: mode 2 outside the allowed modes, the cache not cleared."""
+    rt = make_runtime(fake, build_fake(abi), hidden_size=16)
+    fake.logits(vocab_rows(1, 30, 0))
+    rt.run_logits(pattern(3, 16, 0), 1, 30)
+    assert fake.violations == ["infer mode = 2, expected 0 (GENERATE)"]
+    fake.expect(mode_mask=0b011)
+    rt.run_logits(pattern(3, 16, 0), 1, 30)
+    assert fake.violations[1:] == ["infer mode = 2 (GET_LOGITS), not one of the mask 3"]
+    fake.expect(mode_mask=0b101)
+    rt._fn = dict(rt._fn, rkllm_clear_kv_cache=lambda *a: 0)  # a binding that forgets to clear
+    rt.run_logits(pattern(3, 16, 0), 1, 30)
+    rt.close()
+    assert fake.violations[2:] == ["GET_LOGITS run on a KV cache not cleared since the previous run "
                                    "(rknn-llm issue #278)"]
 
 

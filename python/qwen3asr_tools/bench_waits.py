@@ -25,8 +25,9 @@ when the backlog is done. Three finals per clip:
 
 The board figures come from the same runs' work (encoder graphs, prefill rows, decode steps) at
 each SoC's unit costs (qwen3asr_tools.board). On RKLLM a draft needs the logits of every draft row
-(GET_LOGITS, unverified on a board): the prediction charges the head on those rows and, when the
-draft is not confirmed to its end, a second run (prefill of the kept part, then the rest decoded).
+(a GET_LOGITS run, as the rk backend makes it; its rows are unverified on a board): the
+prediction charges the head on those rows and, when the pass has ids past the confirmed ones, a
+second run (prefill of the prompt and the kept ids, then the rest decoded).
 
 ``--steps``: the cost of each streaming step against how long the speaker has been talking
 (continuous speech, 0-60 s): it must stay flat.
@@ -173,8 +174,9 @@ def board_final(run: dict, stream_run: dict, mode: str, soc: str) -> dict:
     rows, steps, draft, kept = run["prefill_rows"], run["decode_steps"], run["draft"], run["verified"]
     prefill = (rows + draft * HEAD_PER_ROW) / costs.prefill_tok_s
     runs = 1
-    if draft and (kept < draft or steps > 0):
-        # RKLLM: the logits run ends at the draft; the rest is a second run from the kept ids
+    if draft and (steps > 0 or len(run.get("ids", ())) > kept):
+        # RKLLM (RKLLMTextDecoder.generate): the logits run ends at the draft; ids past the kept
+        # ones take a GENERATE run on prompt + kept ids (none when the text ends after them)
         prefill += (rows - draft + kept) / costs.prefill_tok_s
         runs = 2
     decode = steps / costs.decode_tok_s

@@ -23,7 +23,8 @@
  *   fake_reset()                        forget everything (handles, expectations, script, options)
  *   fake_expect(name, value)            expected value of a param/run field, see field_value();
  *                                       run fields: keep_history, run_max_new_tokens,
- *                                       keep_system_prompt, mode (infer mode; default 0)
+ *                                       keep_system_prompt, mode (infer mode; default 0),
+ *                                       mode_mask (bit m set: mode m allowed; over "mode")
  *   fake_expect_for(model_path, name, value)  the same, only for handles of that model file
  *                                       (overrides a global expectation of the same name)
  *   fake_expect_model_path(path)        every rkllm_init must name this model file
@@ -34,6 +35,8 @@
  *                                       GET_LAST_HIDDEN_LAYER: embd_size hidden_empty_first
  *                                       hidden_rows(-1) hidden_embd hidden_token_after hidden_error
  *   fake_set_hidden_norm(weight, n, eps) return post-norm rows (n = 0: pre-norm, the default)
+ *   fake_set_logits(rows, n_rows, vocab) the logits a GET_LOGITS run returns for its last n_rows
+ *                                       input rows (row-major n_rows x vocab floats, copied)
  *   fake_get_report()                   "CALL ...", "EVENT ...", "VIOLATION ..." lines
  *
  * Abort: rkllm_abort only sets a flag; the replay checks it after each callback, sends
@@ -65,6 +68,16 @@
  * After every callback the buffer is overwritten with -7.5 (and the text with 'X'): the
  * runtime frees it at the next callback, so a binding that keeps the pointer instead of
  * copying the rows reads -7.5. The buffer stays allocated until fake_reset.
+ *
+ * GET_LOGITS (infer mode 2), for draft verification: expected mode, keep_history 0 and a
+ * cleared cache as above; the test must have given the logits of the last input rows
+ * (fake_set_logits; the input must have at least that many rows). The run sends one NORMAL
+ * result (token 9707 "Hello", to be ignored) with logits = {buffer, vocab, R} where R is the
+ * number of input rows (option logits_rows = k >= 0: k rows, the last k, as a runtime that
+ * returns only the last row would), then FINISH with perf {prefill 0.25 ms per token, n_tokens,
+ * 0 ms, 1 token, 100.5 MB}. In the buffer the last rows are the test's; every earlier row i
+ * is 0 but 100 at column (7919 i) % vocab, so a binding that reads the wrong rows picks other
+ * ids. Scribbled after the callback like the hidden states.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -135,7 +148,9 @@ static struct {
     int opt_init_rc, opt_template_rc, opt_run_rc, opt_abort_rc, opt_clear_rc, opt_destroy_rc;
     int opt_abort_run_rc, opt_abort_sends_finish;
     int opt_embd_size, opt_hidden_empty_first, opt_hidden_rows, opt_hidden_embd;
-    int opt_hidden_token_after, opt_hidden_error;
+    int opt_hidden_token_after, opt_hidden_error, opt_logits_rows;
+    float *logits;               /* fake_set_logits: the last rows' logits */
+    size_t logits_rows, logits_vocab;
     float *norm;                 /* fake_set_hidden_norm: post-norm rows */
     size_t norm_n;
     float norm_eps;
@@ -172,10 +187,24 @@ EXPORT void fake_reset(void) {
     free(S.report);
     free(S.norm);
     free(S.hidden);
+    free(S.logits);
     memset(&S, 0, sizeof S);
     memset(H, 0, sizeof H);
     S.opt_abort_sends_finish = 1;
     S.opt_hidden_rows = -1;
+    S.opt_logits_rows = -1;
+}
+
+EXPORT void fake_set_logits(const float *rows, size_t n_rows, size_t vocab) {
+    free(S.logits);
+    S.logits = NULL;
+    S.logits_rows = S.logits_vocab = 0;
+    if (rows && n_rows && vocab) {
+        S.logits = malloc(n_rows * vocab * sizeof(float));
+        memcpy(S.logits, rows, n_rows * vocab * sizeof(float));
+        S.logits_rows = n_rows;
+        S.logits_vocab = vocab;
+    }
 }
 
 EXPORT const char *fake_get_report(void) { return S.report ? S.report : ""; }
@@ -245,6 +274,7 @@ EXPORT void fake_set_option(const char *name, int value) {
     else if (!strcmp(name, "hidden_embd")) S.opt_hidden_embd = value;
     else if (!strcmp(name, "hidden_token_after")) S.opt_hidden_token_after = value;
     else if (!strcmp(name, "hidden_error")) S.opt_hidden_error = value;
+    else if (!strcmp(name, "logits_rows")) S.opt_logits_rows = value;
     else VIOLATION("fake_set_option: unknown option %s", name);
 }
 
@@ -332,7 +362,7 @@ static int field_value(const RKLLMParam *p, const char *name, double *out) {
 
 static int is_run_expectation(const char *name) {
     return !strcmp(name, "keep_history") || !strcmp(name, "run_max_new_tokens") ||
-           !strcmp(name, "keep_system_prompt") || !strcmp(name, "mode");
+           !strcmp(name, "keep_system_prompt") || !strcmp(name, "mode") || !strcmp(name, "mode_mask");
 }
 
 /* the expectation of ``name`` for handle hd: one scoped to its model file, else a global one */
@@ -488,10 +518,15 @@ static void check_run_input(Handle *hd, const RKLLMInput *in, const RKLLMInferPa
     if (!hd->template_set) VIOLATION("rkllm_run before rkllm_set_chat_template(\"\", \"\", \"\")");
     if (!in->role || in->role[0]) VIOLATION("role is not \"\"");
     if (in->enable_thinking) VIOLATION("enable_thinking is true");
+    const Expect *mm = find_expect(hd, "mode_mask");
     const Expect *md = find_expect(hd, "mode");
     int want_mode = md ? (int)md->value : 0;
-    if (ip->mode != want_mode)
+    if (mm) {
+        if (ip->mode < 0 || ip->mode > 2 || !(((int)mm->value >> ip->mode) & 1))
+            VIOLATION("infer mode = %d (%s), not one of the mask %d", ip->mode, mode_name(ip->mode), (int)mm->value);
+    } else if (ip->mode != want_mode) {
         VIOLATION("infer mode = %d, expected %d (%s)", ip->mode, want_mode, mode_name(want_mode));
+    }
     if (in->input_type != 2) { VIOLATION("input_type = %d, expected 2 (EMBED)", in->input_type); return; }
     const float *x = in->embed_input.embed;
     size_t n = in->embed_input.n_tokens;
@@ -655,6 +690,72 @@ paused:
     return 0;
 }
 
+/* GET_LOGITS: the protocol in the header comment */
+static int run_logits(Handle *hd, const RKLLMInput *in, const RKLLMInferParam *ip, void *userdata) {
+    size_t n = in->embed_input.n_tokens;
+    if (!in->embed_input.embed || !n) return -1;  /* reported by check_run_input */
+    if (ip->keep_history != 0)
+        VIOLATION("GET_LOGITS run with keep_history = %d (a verification run is independent)", ip->keep_history);
+    if (hd->cache_dirty)
+        VIOLATION("GET_LOGITS run on a KV cache not cleared since the previous run (rknn-llm issue #278)");
+    if (!S.logits) {
+        VIOLATION("GET_LOGITS run but the test gave no logits (fake_set_logits)");
+        return -1;
+    }
+    if (n < S.logits_rows) {
+        VIOLATION("GET_LOGITS run of %zu rows, the test gave logits for the last %zu", n, S.logits_rows);
+        return -1;
+    }
+    size_t V = S.logits_vocab;
+    size_t rows = S.opt_logits_rows < 0 ? n : ((size_t)S.opt_logits_rows < n ? (size_t)S.opt_logits_rows : n);
+    size_t need = n * V + 1;
+    if (need > S.hidden_cap) {
+        S.hidden = realloc(S.hidden, need * sizeof(float));
+        S.hidden_cap = need;
+    }
+    float *buf = S.hidden;
+    memset(buf, 0, need * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {  /* row r of the result is input row n - rows + r */
+        size_t i = n - rows + r;
+        float *out = buf + r * V;
+        if (i >= n - S.logits_rows) memcpy(out, S.logits + (i - (n - S.logits_rows)) * V, V * sizeof(float));
+        else out[(7919u * i) % V] = 100.0f;
+    }
+    hd->running = 1;
+    hd->abort_requested = 0;
+    hd->generated = 0;
+    RKLLMResult res;
+    char text[MAX_TEXT + 1];
+    memset(&res, 0, sizeof res);
+    strcpy(text, "Hello");
+    res.text = text;
+    res.token_id = 9707;
+    if (rows > 0) {
+        res.logits.logits = buf;
+        res.logits.vocab_size = (int)V;
+        res.logits.num_tokens = (int)rows;
+    }
+    say("EVENT logits rows=%zu vocab=%zu", rows, V);
+    int ret = call_back(hd, &res, userdata, 0);
+    hd->generated++;
+    scribble(buf, need, text);
+    if (ret == 1) {
+        say("EVENT paused after %d tokens", hd->generated);
+        hd->running = 0;
+        hd->cache_dirty = 1;
+        return 0;
+    }
+    memset(&res, 0, sizeof res);
+    res.perf.prefill_time_ms = 0.25f * (float)n;
+    res.perf.prefill_tokens = (int)n;
+    res.perf.generate_tokens = 1;
+    res.perf.memory_usage_mb = 100.5f;
+    call_back(hd, &res, userdata, 2);
+    hd->running = 0;
+    hd->cache_dirty = 1;
+    return S.opt_run_rc;
+}
+
 EXPORT int rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *userdata) {
     say("CALL rkllm_run");
     Handle *hd = valid_handle("rkllm_run", h);
@@ -663,6 +764,7 @@ EXPORT int rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *use
     if (hd->running) { VIOLATION("rkllm_run re-entered"); return -1; }
     check_run_input(hd, in, ip);
     if (ip->mode == 1 && in->input_type == 2) return run_hidden(hd, in, ip, userdata);
+    if (ip->mode == 2 && in->input_type == 2) return run_logits(hd, in, ip, userdata);
 
     int limit = hd->param.max_new_tokens;
 #ifdef ABI_1_3

@@ -5,8 +5,9 @@ through the runtime's C ABI 1.2 / 1.3: params, chat template, EMBED input and it
 call order, a cleared KV cache before each hidden-state run, destroy once, several handles at once
 (docs/rkllm_abi.md, "The test double"). The double records every call and every violation in a
 text report (``Fake.calls``, ``Fake.violations``), replays a token script (``N``/``W``/``F``
-items) through the result callback in GENERATE mode, and in GET_LAST_HIDDEN_LAYER mode returns
-``hidden_of(embeds)`` (pre-norm) or ``rms_norm(hidden_of(embeds), w, eps)`` (post-norm) rows.
+items) through the result callback in GENERATE mode, in GET_LAST_HIDDEN_LAYER mode returns
+``hidden_of(embeds)`` (pre-norm) or ``rms_norm(hidden_of(embeds), w, eps)`` (post-norm) rows, and in
+GET_LOGITS mode the logits the test gave for the last input rows (``Fake.logits``).
 
 ``Builds.capturing`` links the double with tests/c/fake_rkllm_capture.c, whose ``rkllm_run``
 keeps a copy of the embeddings it is handed (``Shim.embeds()``), so the engine's spliced prompt
@@ -85,6 +86,7 @@ class Fake:
         self.lib.fake_expect.argtypes = [ctypes.c_char_p, ctypes.c_double]
         self.lib.fake_expect_for.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_double]
         self.lib.fake_set_hidden_norm.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_float]
+        self.lib.fake_set_logits.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_size_t]
         self.lib.fake_expect_model_path.argtypes = [ctypes.c_char_p]
         self.lib.fake_expect_embed.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint]
         self.lib.fake_set_script.argtypes = [ctypes.c_char_p]
@@ -110,6 +112,14 @@ class Fake:
             return
         w = np.ascontiguousarray(weight, dtype=np.float32)
         self.lib.fake_set_hidden_norm(w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), w.size, eps)
+
+    def logits(self, rows: np.ndarray | None):
+        """The logits (n_rows, vocab) a GET_LOGITS run returns for its last n_rows input rows; None: none."""
+        if rows is None:
+            self.lib.fake_set_logits(None, 0, 0)
+            return
+        r = np.ascontiguousarray(rows, dtype=np.float32)
+        self.lib.fake_set_logits(r.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), r.shape[0], r.shape[1])
 
     def expect_options(self, o: RKLLMOptions, model=MODEL):
         self.lib.fake_expect_model_path(model.encode())
@@ -159,10 +169,19 @@ class Shim(Fake):
         self.lib.shim_set_hidden(hidden)
         self.lib.shim_set_delay_ms.argtypes = [ctypes.c_long]
         self.lib.shim_set_delay_ms(0)
+        self.lib.shim_run_n_tokens.argtypes = [ctypes.c_int]
+        self.lib.shim_run_n_tokens.restype = ctypes.c_size_t
+        self.lib.shim_run_embeds.argtypes = [ctypes.c_int]
+        self.lib.shim_run_embeds.restype = ctypes.POINTER(ctypes.c_float)
 
     def embeds(self) -> np.ndarray:
         n = self.lib.shim_n_tokens()
         return np.ctypeslib.as_array(self.lib.shim_embeds(), shape=(n, self.hidden)).copy()
+
+    def runs(self) -> list[np.ndarray]:
+        """The EMBED inputs of the runs since the Shim was made, in order (at most 8)."""
+        return [np.ctypeslib.as_array(self.lib.shim_run_embeds(k), shape=(self.lib.shim_run_n_tokens(k), self.hidden))
+                .copy() for k in range(self.lib.shim_n_runs())]
 
 
 # Token script items (parse_script() in fake_rkllm.c)
@@ -180,6 +199,22 @@ def W(token_id: int, raw: bytes) -> str:
 def F(prefill_ms=12.5, prefill_tokens=40, gen_ms=250.25, gen_tokens=5, mem_mb=512.75) -> str:
     """The FINISH callback with its perf figures."""
     return f"F {prefill_ms} {prefill_tokens} {gen_ms} {gen_tokens} {mem_mb}"
+
+
+def runtime_script(tokenizer, ids, finish=F(12.5, 40, 250.25, 9, 512.75)) -> list[str]:
+    """What the runtime sends for ``ids``: NORMAL with complete text, WAITING while a character is split."""
+    items, pending = [], b""
+    for t in ids:
+        buf = pending + tokenizer.token_bytes(t, True)
+        try:
+            text = buf.decode("utf-8")
+        except UnicodeDecodeError:
+            items.append(W(t, buf))
+            pending = buf
+            continue
+        items.append(N(t, text))
+        pending = b""
+    return items + [finish]
 
 
 def pattern(n: int, hidden: int, seed: int) -> np.ndarray:

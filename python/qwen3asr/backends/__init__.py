@@ -146,7 +146,7 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
     CPU with that error as a warning.
     """
     o = _checked(name, options)
-    chosen = _choose("the ASR model", name, bundle, o, lambda rk_o: _create_rk(bundle, rk_o, decoding))
+    chosen = _choose("the ASR model", name, bundle, o, lambda rk_o: _create_rk(bundle, rk_o, decoding, embeddings.row))
     if chosen is not None:
         return chosen
     from .onnx import create_onnx_decoder, create_onnx_encoder, pick_dtype
@@ -256,11 +256,11 @@ def _create_rk_aligner(bundle: Bundle, o: BackendOptions) -> AlignerBackend:
     return AlignerBackend("rk", encoder, scorer, scorer.soc)
 
 
-def _create_rk(bundle: Bundle, o: BackendOptions, decoding: Optional[DecodingOptions]) -> Backend:
+def _create_rk(bundle: Bundle, o: BackendOptions, decoding: Optional[DecodingOptions], embed) -> Backend:
     from .rk.backend import create_rk_backend
 
     encoder, decoder = create_rk_backend(bundle, o.encoder_form, o.encoder_sizes, o.rk,
-                                         options=decoding or DecodingOptions())
+                                         options=decoding or DecodingOptions(), embed=embed)
     return Backend("rk", encoder, decoder, decoder.soc)
 
 

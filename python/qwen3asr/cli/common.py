@@ -77,6 +77,9 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     rk.add_argument("--max-context", type=int_arg, default=None,
                     help="RKLLM KV-cache length (<= the converted model's; default: the model's)")
     rk.add_argument("--no-embed-flash", action="store_true", help="keep the RKLLM embedding table in RAM")
+    rk.add_argument("--no-rk-drafts", action="store_true",
+                    help="final passes decode every id on the RKLLM decoder instead of verifying the streamed "
+                         "text in one GET_LOGITS run first (docs/rkllm_abi.md, \"Draft verification\")")
 
 
 def add_decoding_args(ap: argparse.ArgumentParser) -> None:
@@ -112,7 +115,8 @@ def backend_options_from_args(args):
     from ..backends import BackendOptions, RKOptions
 
     rk = RKOptions(soc=args.soc, npu_cores=args.npu_cores, cpus=args.cpus, lib_path=args.rkllm_lib,
-                   abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash)
+                   abi=args.rkllm_abi, max_context=args.max_context, embed_flash=not args.no_embed_flash,
+                   drafts=not args.no_rk_drafts)
     return BackendOptions(encoder_form=args.encoder_form,
                           decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,  # mic: none
                           spin_wait=args.spin_wait, rk=rk, memory=args.memory)

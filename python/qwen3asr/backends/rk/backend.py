@@ -21,6 +21,14 @@ Mapping of DecodingOptions to the runtime:
 ``seed``               not supported by the runtime (a warning when sampling)
 =====================  =====================================================================
 
+A draft (the streamed text of a final pass, ``generate(draft=...)``) is verified as on the CPU
+(qwen3asr.decoding.verify_draft): one GET_LOGITS run on prompt + draft gives the logits after the
+prompt and after each draft id; the ids greedy decoding confirms are kept and, unless the next
+choice ends the text, a GENERATE run on prompt + kept ids decodes the rest. Only greedy runs
+without a repetition penalty verify (the runtime's penalty is not the host's); a runtime whose
+GET_LOGITS run does not return those rows turns verification off for the decoder, with a warning
+(docs/rkllm_abi.md, "Draft verification").
+
 Independent runs: the KV cache is cleared before each run (``rkllm_clear_kv_cache``) and the
 run uses ``keep_history = 0``. Runaway repetition is stopped with ``rkllm_abort`` by the
 engine's loop guard of the run (:class:`~qwen3asr.decoding.RepetitionGuard`, as on the CPU;
@@ -116,8 +124,11 @@ class RKLLMTextDecoder:
     name = "rk"
 
     def __init__(self, decoder_file: str, soc: str, quant: str, max_context: int, vocab_size: int,
-                 hidden_size: int, eos_ids: frozenset, rk: RKOptions = RKOptions(), repetition=None):
+                 hidden_size: int, eos_ids: frozenset, rk: RKOptions = RKOptions(), repetition=None,
+                 embed: Optional[Callable[[int], np.ndarray]] = None):
         self.decoder_file, self.soc, self.quant = decoder_file, soc, quant
+        self.embed = embed  # token id -> (hidden,) float32 (the engine's table); None: drafts are ignored
+        self.drafts = rk.drafts and embed is not None  # turned off when the runtime gives no per-row logits
         self.max_context, self.vocab_size, self.hidden_size = int(max_context), int(vocab_size), int(hidden_size)
         self.eos_ids = frozenset(eos_ids)
         self.rk = rk
@@ -152,37 +163,105 @@ class RKLLMTextDecoder:
         without end-of-sequence, DecodeStats with the runtime's own timings and figures).
         ``prefix_len`` is ignored: the whole prompt is prefilled every run, because the runtime's
         prefix reuse with EMBED input is reported broken on 1.2.3 and unverified on 1.3
-        (docs/rkllm_abi.md, "Prefix KV reuse"). ``draft`` is ignored: verifying it needs the
-        logits of every draft row, which GENERATE mode does not return (docs/rkllm_abi.md).
+        (docs/rkllm_abi.md, "Prefix KV reuse"). ``draft``: ids verified in a GET_LOGITS run
+        first (the module docstring); the result is the one without it.
         """
         if len(prompt_embeds) + options.max_new_tokens > self.max_context:
             raise ValueError(f"prompt of {len(prompt_embeds)} tokens + max_new_tokens={options.max_new_tokens} "
                              f"exceeds the RKLLM decoder's context of {self.max_context} tokens")
         self.load(options)
+        prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
+        t0 = time.perf_counter()
+        draft = self._usable_draft(draft, options)
+        kept, first = [], None
+        if draft:
+            checked = self._verify(prompt, draft, options, guard)
+            if checked is not None:
+                kept, next_id, first = checked
+                for i, t in enumerate(kept if on_token is not None else ()):
+                    if on_token(t) is False:
+                        return self._stats_only(kept[:i + 1], first, "stopped", t0)
+                if next_id in self.eos_ids:
+                    return self._stats_only(kept, first, "eos", t0)
         on_id = None
         if on_token is not None:
             def on_id(token_id: int) -> Optional[bool]:
                 return None if token_id in self.eos_ids else on_token(token_id)
-        t0 = time.perf_counter()
+        if kept:
+            rows = np.stack([self.embed(t) for t in kept]).astype(np.float32)
+            prompt = np.ascontiguousarray(np.concatenate([prompt, rows]))
         self.runtime.clear_kv_cache()
-        res = self.runtime.run_embed(np.ascontiguousarray(prompt_embeds, dtype=np.float32), keep_history=False,
-                                     on_id=on_id, repetition=guard)
+        res = self.runtime.run_embed(prompt, keep_history=False, on_id=on_id, repetition=guard,
+                                     max_new_tokens=options.max_new_tokens - len(kept) if kept else None,
+                                     history=kept)
         wall_ms = (time.perf_counter() - t0) * 1000
-        tokens = [t for t in res.token_ids if t not in self.eos_ids]
+        tokens = kept + [t for t in res.token_ids if t not in self.eos_ids]
         if res.finish_reason == "repetition":
             logger.warning("the RKLLM decoder looped (runaway repetition) and was stopped after %d tokens",
-                           len(res.token_ids))
+                           len(tokens))
         perf = res.perf
         runtime_perf = dataclasses.asdict(perf) if perf else {}
         runtime_perf.update({"finish_reason": res.finish_reason, "abi": self.runtime.abi, "soc": self.soc,
                              "quant": self.quant, "wall_ms": wall_ms})
         reason = {"length": "length", "aborted": "stopped", "repetition": "repetition"}.get(res.finish_reason, "eos")
-        return tokens, DecodeStats(
-            prefill_tokens=perf.prefill_tokens if perf else len(prompt_embeds),
+        stats = DecodeStats(
+            prefill_tokens=perf.prefill_tokens if perf else len(prompt),
             prefill_ms=perf.prefill_time_ms if perf else 0.0,
             decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
             decode_ms=perf.generate_time_ms if perf else wall_ms,
             finish_reason=reason, runtime_perf=runtime_perf)
+        return tokens, self._with_logits_run(stats, first, len(kept))
+
+    def _usable_draft(self, draft, options: DecodingOptions) -> list:
+        """The ids of ``draft`` worth verifying: none unless greedy without a repetition penalty
+        (the runtime's penalty is applied to its own window of ids, which the host does not know),
+        and never up to the budget's last token (as on the CPU)."""
+        if not self.drafts or not len(draft) or options.temperature != 0.0 or options.repetition_penalty != 1.0:
+            return []
+        return [int(t) for t in draft][:max(0, options.max_new_tokens - 1)]
+
+    def _verify(self, prompt: np.ndarray, draft: list, options: DecodingOptions, guard):
+        """One GET_LOGITS run on prompt + draft: (the kept ids, the greedy choice after them, the
+        run's perf and wall ms), or None when this runtime gives no such logits (verification is
+        then off for this decoder)."""
+        from ...decoding import verify_draft
+        from .rkllm import RKLLMLogitsUnavailable
+
+        rows = np.stack([self.embed(t) for t in draft]).astype(np.float32)
+        t0 = time.perf_counter()
+        try:
+            logits = self.runtime.run_logits(np.ascontiguousarray(np.concatenate([prompt, rows])), len(draft) + 1,
+                                             self.vocab_size)
+        except RKLLMLogitsUnavailable as exc:
+            self.drafts = False
+            logger.warning("draft verification is off for this decoder: %s. Final passes decode every id "
+                           "(docs/rkllm_abi.md, \"Draft verification\")", exc)
+            return None
+        n = verify_draft(logits, draft, options, [], sorted(self.eos_ids), guard)
+        first = {"perf": self.runtime.last_perf, "wall_ms": (time.perf_counter() - t0) * 1000,
+                 "draft": len(draft), "kept": n}
+        return draft[:n], int(np.argmax(logits[n])), first
+
+    def _with_logits_run(self, stats: DecodeStats, first: Optional[dict], kept: int) -> DecodeStats:
+        """``stats`` of the GENERATE run with the GET_LOGITS run's rows and time added (if there was one)."""
+        if first is None:
+            return stats
+        perf = first["perf"]
+        rows = perf.prefill_tokens if perf else 0
+        ms = perf.prefill_time_ms if perf else first["wall_ms"]
+        runtime_perf = dict(stats.runtime_perf, logits_run={**(dataclasses.asdict(perf) if perf else {}),
+                                                            "wall_ms": first["wall_ms"]})
+        return dataclasses.replace(stats, prefill_tokens=stats.prefill_tokens + rows,
+                                   prefill_ms=stats.prefill_ms + ms, draft_tokens=first["draft"],
+                                   verified_tokens=kept, runtime_perf=runtime_perf)
+
+    def _stats_only(self, kept: list, first: dict, reason: str, t0: float):
+        """The result when the GET_LOGITS run settled it (the draft confirmed up to the end of the
+        text or the budget, or ``on_token`` stopped): no GENERATE run."""
+        stats = DecodeStats(prefill_tokens=0, prefill_ms=0.0, decode_tokens=0, decode_ms=0.0, finish_reason=reason,
+                            runtime_perf={"finish_reason": reason, "abi": self.runtime.abi, "soc": self.soc,
+                                          "quant": self.quant, "wall_ms": (time.perf_counter() - t0) * 1000})
+        return kept, self._with_logits_run(stats, first, len(kept))
 
     def close(self) -> None:
         """Destroy the RKLLM handle (safe to call twice)."""
@@ -245,7 +324,8 @@ def resolve_rkllm(bundle: Bundle, rk: RKOptions, what: str):
 
 def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_sizes: Optional[Sequence[int]] = None,
                       rk: RKOptions = RKOptions(), *, repetition=None,
-                      options: DecodingOptions = DecodingOptions()) -> tuple[AudioEncoder, RKLLMTextDecoder]:
+                      options: DecodingOptions = DecodingOptions(),
+                      embed: Optional[Callable[[int], np.ndarray]] = None) -> tuple[AudioEncoder, RKLLMTextDecoder]:
     """The rk backend for ``bundle``: (RKNN encoder on the NPU, RKLLM text decoder), loaded.
 
     Args:
@@ -253,6 +333,8 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
       rk: board settings (SoC, NPU cores, decoder CPUs, library, ABI, context, embed_flash).
       repetition: the binding's default :class:`~qwen3asr.decoding.RepetitionGuard` (runs without a guard of their own).
       options: decoding settings the runtime is first initialised with (greedy by default).
+      embed: token id -> (hidden,) float32 row of the engine's embedding table, for drafts
+        (``RKLLMTextDecoder.generate``); None: drafts are ignored.
 
     Raises RKBackendError / BundleError / RKLLMError with what to do: not a board, no ``rk``
     section, wrong SoC, missing file or Git LFS pointer, missing rknnlite or librkllmrt.so.
@@ -261,7 +343,7 @@ def create_rk_backend(bundle: Bundle, encoder_form: str = "merged", encoder_size
     from .rknn import create_rknn_encoder
     t = bundle.text_config
     decoder = RKLLMTextDecoder(decoder_file, soc, str(entry["quant"]), context,
-                               int(t["vocab_size"]), int(t["hidden_size"]), bundle.eos_token_ids, rk, repetition)
+                               int(t["vocab_size"]), int(t["hidden_size"]), bundle.eos_token_ids, rk, repetition, embed)
     encoder = create_rknn_encoder(bundle, encoder_form, encoder_sizes, soc=soc, core_mask=rk.npu_cores)
     try:
         decoder.load(options)

@@ -28,6 +28,8 @@ class RKOptions:
       / ``$QWEN3ASR_RKLLM_ABI``, else searched and detected (docs/rkllm_abi.md).
     max_context: KV-cache length given to rkllm_init (<= the converted model's); None: the model's.
     embed_flash: keep the embedding table in flash (RKLLMExtendParam.embed_flash).
+    drafts: verify a final pass's draft (the streamed text) in one GET_LOGITS run before
+      decoding the rest (docs/rkllm_abi.md, "Draft verification"); False: one GENERATE run always.
     """
 
     soc: Optional[str] = None
@@ -37,6 +39,7 @@ class RKOptions:
     abi: Optional[str] = None
     max_context: Optional[int] = None
     embed_flash: bool = True
+    drafts: bool = True
 
     def __post_init__(self):
         problems = []
@@ -56,7 +59,8 @@ class RKOptions:
             problems.append(f"abi must be \"1.2\", \"1.3\" or None (got {checks.show(self.abi)})")
         problems += filter(None, (checks.integer("max_context", self.max_context, MIN_CONTEXT, MAX_CONTEXT,
                                                  optional=True),
-                                  checks.flag("embed_flash", self.embed_flash)))
+                                  checks.flag("embed_flash", self.embed_flash),
+                                  checks.flag("drafts", self.drafts)))
         if self.lib_path is not None and not isinstance(self.lib_path, (str, os.PathLike)):
             problems.append(f"lib_path must be a path or None (got {type(self.lib_path).__name__})")
         if problems:

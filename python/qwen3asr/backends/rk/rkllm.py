@@ -67,6 +67,11 @@ class RKLLMRunError(RKLLMError):
 
 # ---------------------------------------------------------------------------- enums
 
+class RKLLMLogitsUnavailable(RKLLMRunError):
+    """A GET_LOGITS run gave no logits for the rows asked (this runtime returns fewer rows, or
+    another width): the caller can decode without them (``run_embed``)."""
+
+
 class LLMCallState(enum.IntEnum):
     NORMAL = 0   # a token with complete UTF-8 text
     WAITING = 1  # a token whose text ends inside a multi-byte UTF-8 character
@@ -556,6 +561,7 @@ class _RunState:
     limit: int                      # generation limit of this run
     enforce_limit: bool             # True when the runtime cannot apply the limit itself
     guard: RepetitionGuard = field(default_factory=RepetitionGuard)  # stops a runaway repetition
+    history: list = field(default_factory=list)  # ids before this run's (the guard's view starts with them)
     token_ids: list = field(default_factory=list)
     texts: list = field(default_factory=list)
     stop_reason: Optional[str] = None
@@ -567,6 +573,8 @@ class _RunState:
     hidden_shape: Optional[tuple[int, int]] = None  # GET_LAST_HIDDEN_LAYER: the rows wanted
     hidden: Optional[np.ndarray] = None             # ... the copy of the first matching result
     hidden_seen: list = field(default_factory=list)  # (num_tokens, embd_size) of every result with states
+    logits_want: Optional[tuple[int, int]] = None  # GET_LOGITS: (the last rows wanted, vocabulary size)
+    logits: Optional[np.ndarray] = None             # ... their copy, from the first result that has them
 
 
 # ---------------------------------------------------------------------- runtime
@@ -578,6 +586,14 @@ def _copy_hidden(layer: RKLLMResultLastHiddenLayer) -> np.ndarray:
     """
     n, width = int(layer.num_tokens), int(layer.embd_size)
     return np.ctypeslib.as_array(layer.hidden_states, shape=(n * width,)).reshape(n, width).copy()
+
+
+def _copy_last_logits(result: RKLLMResultLogits, rows: int) -> np.ndarray:
+    """The last ``rows`` rows of a result's logits as a new (rows, vocab_size) float32 array
+    (copied inside the callback, as the hidden states; only those rows are read)."""
+    n, vocab = int(result.num_tokens), int(result.vocab_size)
+    flat = np.ctypeslib.as_array(result.logits, shape=(n * vocab,))
+    return flat[(n - rows) * vocab:].reshape(rows, vocab).copy()
 
 
 def _bind(lib: ctypes.CDLL, layout: AbiLayout) -> dict:
@@ -632,7 +648,7 @@ class RKLLMRuntime:
         self.options = options if options is not None else RKLLMOptions()
         self._handle: Optional[c_void_p] = None
         self._run: Optional[_RunState] = None
-        self.last_perf: Optional[RKLLMPerf] = None  # of the last run_hidden
+        self.last_perf: Optional[RKLLMPerf] = None  # of the last run_hidden or run_logits
         self._lock = threading.Lock()
         if abi is not None:
             abi = normalize_abi(abi)
@@ -701,7 +717,7 @@ class RKLLMRuntime:
                   on_token: Optional[Callable[[int, str], Optional[bool]]] = None,
                   max_new_tokens: Optional[int] = None,
                   on_id: Optional[Callable[[int], Optional[bool]]] = None,
-                  repetition: Optional[RepetitionGuard] = None) -> GenerationResult:
+                  repetition: Optional[RepetitionGuard] = None, history=()) -> GenerationResult:
         """Generate from input embeddings, synchronously (greedy with the default options).
 
         Args:
@@ -717,6 +733,8 @@ class RKLLMRuntime:
                 (runtime 1.2.x cannot go above it).
             repetition: the loop guard of this run (host side, rkllm_abort when it fires);
                 default ``options.repetition``.
+            history: ids generated before this run (a verified draft fed with the prompt): the
+                loop guard sees them before this run's ids.
 
         Raises:
             ValueError: bad ``embeds`` or limit.
@@ -744,7 +762,7 @@ class RKLLMRuntime:
             self._run = run = _RunState(
                 on_token=on_token, on_id=on_id, limit=limit,
                 enforce_limit=self.abi == "1.2" and limit < self.options.max_new_tokens,
-                guard=self.options.repetition if repetition is None else repetition)
+                guard=self.options.repetition if repetition is None else repetition, history=[int(t) for t in history])
             try:
                 rc = self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
             finally:
@@ -802,6 +820,65 @@ class RKLLMRuntime:
         finally:
             self._lock.release()
 
+    def run_logits(self, embeds: np.ndarray, rows: int, vocab_size: int) -> np.ndarray:
+        """The logits after each of the last ``rows`` input rows: one EMBED prefill in
+        ``RKLLM_INFER_GET_LOGITS`` mode on an emptied KV cache (as ``run_hidden``), for greedy
+        verification of a draft (docs/rkllm_abi.md, "Draft verification").
+
+        Returns ``(rows, vocab_size)`` float32, copied inside the callback from the end of the
+        result's ``num_tokens x vocab_size`` buffer (the rows before them are not read).
+
+        Raises:
+            ValueError: bad ``embeds`` or ``rows``.
+            RKLLMLogitsUnavailable: no result had at least ``rows`` rows of ``vocab_size`` logits
+                (a runtime that returns only the last row, say): decode without them.
+            RKLLMRunError: the run failed, or the logits hold NaN/inf.
+        """
+        self._check_embeds(embeds)
+        if not 1 <= rows <= embeds.shape[0]:
+            raise ValueError(f"rows must be 1..{embeds.shape[0]} (the input rows), got {rows}")
+        handle = self._require_handle()
+        if not self._lock.acquire(blocking=False):
+            raise RKLLMError("run_logits called while another run is in progress")
+        try:
+            _check("rkllm_clear_kv_cache", self._fn["rkllm_clear_kv_cache"](handle, 0, None, None))
+            inp = self._embed_input(embeds)
+            infer = self._layout.infer_param()
+            infer.mode = RKLLMInferMode.GET_LOGITS
+            infer.keep_history = 0
+            if self.abi == "1.3":
+                infer.max_new_tokens = 1  # the logits come from the prefill
+            self._run = run = _RunState(on_token=None, on_id=None, limit=1, enforce_limit=False,
+                                        logits_want=(int(rows), int(vocab_size)))
+            try:
+                rc = self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
+            finally:
+                self._run = None
+            return self._finish_logits(run, rc)
+        finally:
+            self._lock.release()
+
+    def _finish_logits(self, run: _RunState, rc: int) -> np.ndarray:
+        self.last_perf = run.perf
+        partial = GenerationResult(tuple(run.token_ids), "", "error", run.perf)
+        rows, vocab = run.logits_want
+        if run.exception is not None:
+            raise run.exception
+        if rc != 0:
+            raise RKLLMRunError(f"rkllm_run (GET_LOGITS) failed with code {rc}", partial)
+        if run.error_state:
+            raise RKLLMRunError("rkllm_run (GET_LOGITS) reported RKLLM_RUN_ERROR through the result callback", partial)
+        if run.logits is None:
+            seen = ", ".join(f"{t} x {w}" for t, w in run.hidden_seen) or "none"
+            raise RKLLMLogitsUnavailable(
+                f"rkllm_run in GET_LOGITS mode did not return logits for the last {rows} input rows ({vocab} "
+                f"values each); it returned: {seen} (rows x vocabulary)", partial)
+        if not np.isfinite(run.logits).all():
+            raise RKLLMRunError("the runtime's logits contain NaN or inf (fp16 overflow on the NPU?)", partial)
+        if run.perf is None:
+            logger.warning("rkllm_run (GET_LOGITS) returned without a FINISH state")
+        return run.logits
+
     def _finish_hidden(self, run: _RunState, rc: int) -> np.ndarray:
         self.last_perf = run.perf
         partial = GenerationResult(tuple(run.token_ids), "", "error", run.perf)
@@ -838,13 +915,22 @@ class RKLLMRuntime:
         return run.hidden
 
     def _on_hidden_result(self, run: _RunState, result, state: int) -> None:
-        """Result callback of a GET_LAST_HIDDEN_LAYER run: copy the first states of the wanted
-        shape, note the others, ignore tokens."""
+        """Result callback of a GET_LAST_HIDDEN_LAYER or GET_LOGITS run: copy the first states
+        (logits) of the wanted shape, note the others, ignore tokens."""
         if state in (LLMCallState.NORMAL, LLMCallState.WAITING):
             if not result:
                 return
             res = result.contents
             run.token_ids.append(int(res.token_id))  # a generated token, if any: only reported in errors
+            if run.logits_want is not None:
+                lg = res.logits
+                if not lg.logits or lg.num_tokens <= 0 or lg.vocab_size <= 0:
+                    return
+                run.hidden_seen.append((int(lg.num_tokens), int(lg.vocab_size)))
+                rows, vocab = run.logits_want
+                if run.logits is None and lg.num_tokens >= rows and lg.vocab_size == vocab:
+                    run.logits = _copy_last_logits(lg, rows)
+                return
             layer = res.last_hidden_layer
             if not layer.hidden_states or layer.num_tokens <= 0 or layer.embd_size <= 0:
                 return  # issue #278: a result without valid states before the real one
@@ -906,7 +992,7 @@ class RKLLMRuntime:
             logger.warning("RKLLM callback (state %d) outside a run ignored", state)
             return 0
         try:
-            if run.hidden_shape is not None:
+            if run.hidden_shape is not None or run.logits_want is not None:
                 self._on_hidden_result(run, result, state)
                 return 0
             if state in (LLMCallState.NORMAL, LLMCallState.WAITING):
@@ -924,7 +1010,7 @@ class RKLLMRuntime:
                     if run.on_token is not None and run.on_token(token_id, text) is False:
                         self._stop(run, "aborted")
                         return 0
-                if run.guard.triggered(run.token_ids):
+                if run.guard.triggered(run.history + run.token_ids if run.history else run.token_ids):
                     logger.warning("runaway repetition after %d tokens: aborting",
                                    len(run.token_ids))
                     self._stop(run, "repetition")
@@ -1009,6 +1095,6 @@ class RKLLMRuntime:
 
 __all__ = [
     "AbiLayout", "FINISH_REASONS", "GenerationResult", "LAYOUTS", "LLMCallState", "RKLLMError",
-    "RKLLMInferMode", "RKLLMInputType", "RKLLMOptions", "RKLLMPerf", "RKLLMRunError",
+    "RKLLMInferMode", "RKLLMInputType", "RKLLMLogitsUnavailable", "RKLLMOptions", "RKLLMPerf", "RKLLMRunError",
     "RKLLMRuntime", "RepetitionGuard", "SUPPORTED_ABIS", "load_library", "resolve_abi",
 ]
