@@ -229,10 +229,10 @@ def test_a_long_upload_does_not_starve_a_live_stream(server, engine, tmp_path):
     assert upload["text"] == engine.transcribe(path).text
 
 
-async def _stream_waiting_for_words(url, start, pcm, sr, wait_for_words, first_s=1.2):
+async def _stream_waiting_for_words(url, start, pcm, sr, wait_for_words, first_s=1.2, pause_s=0.0):
     """Stream ``pcm`` (int16) with ``start``: the first ``first_s`` seconds, then (with
-    ``wait_for_words``) wait for a tail message with text, then the rest and stop; all messages
-    (the first is "ready")."""
+    ``wait_for_words``) wait for a tail message with text, or else read what comes for
+    ``pause_s`` seconds, then the rest and stop; all messages (the first is "ready")."""
     first = int(first_s * sr)
     msgs = []
     async with websockets.connect(url + "/v1/stream") as ws:
@@ -242,6 +242,12 @@ async def _stream_waiting_for_words(url, start, pcm, sr, wait_for_words, first_s
             await ws.send(f)
         while wait_for_words and not (msgs[-1]["type"] == "tail" and msgs[-1]["text"]):
             msgs.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+        deadline = asyncio.get_running_loop().time() + pause_s
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            try:
+                msgs.append(json.loads(await asyncio.wait_for(ws.recv(), left)))
+            except asyncio.TimeoutError:
+                break
         for f in _frames(pcm[first:], sr):
             await ws.send(f)
         await ws.send(json.dumps({"type": "stop"}))
@@ -267,9 +273,15 @@ def test_previews_show_words_before_the_first_chunk(server, engine, start, echo)
     assert msgs[-1]["type"] == "final" and msgs[-1]["text"] == engine_stream(engine, pcm, 2.0)
 
 
-def test_first_words_off_with_null(server, engine):
+@pytest.mark.parametrize("first_words", [None, 0.5])
+def test_first_words_off_with_null(server, engine, first_words):
+    """1.2 s of en_2 sent, then 3 s of waiting: with first_words null no text comes before the
+    first 2 s chunk; with 0.5 (the check that this wait lets a preview come) it does."""
     pcm, sr = load_clip("en_2.wav")
     msgs = asyncio.run(_stream_waiting_for_words(server.ws_url, {"type": "start", "chunk_size": 2.0,
-                                                                 "first_words": None}, pcm, sr, False))
-    assert msgs[0]["first_words"] is None and msgs[0]["partial_every"] is None
+                                                                 "first_words": first_words}, pcm, sr, False,
+                                                 pause_s=3.0))
+    assert msgs[0]["first_words"] == first_words and msgs[0]["partial_every"] is None
+    early = [m for m in msgs if m["type"] == "tail" and m["text"] and m["chunks"] == 0]
+    assert bool(early) == (first_words is not None), early
     assert msgs[-1]["text"] == engine_stream(engine, pcm, 2.0)
