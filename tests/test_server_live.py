@@ -285,3 +285,52 @@ def test_first_words_off_with_null(server, engine, first_words):
     early = [m for m in msgs if m["type"] == "tail" and m["text"] and m["chunks"] == 0]
     assert bool(early) == (first_words is not None), early
     assert msgs[-1]["text"] == engine_stream(engine, pcm, 2.0)
+
+
+def test_stop_tells_the_scheduler_the_final_comes_next():
+    """The stop message sets the stream's scheduler client ``ending`` (its previews give way from
+    then: Work.newer, tests/test_scheduler.py). The app in this process, so the test sees the
+    client; a real websockets client drives it."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.server.app import create_app
+    from qwen3asr.server.scheduler import Scheduler
+    from server_proc import MODEL, free_port
+
+    engine = Qwen3ASREngine(MODEL, backend="onnx")  # the app closes it
+    sched = Scheduler(4)
+    clients, admit = [], sched.admit
+    sched.admit = lambda *a, **k: clients.append(admit(*a, **k)) or clients[-1]
+    app = create_app(engine, sched)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        end = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < end
+            time.sleep(0.02)
+        pcm, sr = load_clip("en_1.wav")
+
+        async def go():
+            async with websockets.connect(f"ws://127.0.0.1:{port}/v1/stream") as ws:
+                await ws.send(json.dumps({"type": "start", "chunk_size": 2.0}))
+                assert json.loads(await ws.recv())["type"] == "ready"
+                for f in _frames(pcm, sr):
+                    await ws.send(f)
+                assert len(clients) == 1 and not clients[0].ending.is_set()
+                await ws.send(json.dumps({"type": "stop"}))
+                return [json.loads(raw) async for raw in ws]
+
+        msgs = asyncio.run(go())
+        assert msgs[-1]["type"] == "final" and msgs[-1]["text"] == "open the back door"
+        assert clients[0].ending.is_set()
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        app.state.runtime.close()

@@ -122,6 +122,22 @@ def test_audio_stop_right_after_speech_takes_todays_path(engine):
     assert (text, lang) == drive(engine, pcm, early_final=False)[0]
 
 
+def test_audio_stop_tells_the_scheduler_the_final_comes_next(engine):
+    """Utterance.stop sets the client's ``ending``: its optional work (a preview) gives way from
+    then (Work.newer, tested with the scheduler in tests/test_scheduler.py)."""
+    from qwen3asr.audio import PcmFormat
+    from qwen3asr.server.scheduler import LIVE, Scheduler
+    from qwen3asr.server.wyoming.utterance import Utterance, UtteranceOptions, WyomingOptions
+
+    client = Scheduler().admit("test", LIVE)
+    utt = Utterance(engine, client, PcmFormat(16000, 2, 1), UtteranceOptions(), WyomingOptions())
+    utt.add(np.zeros(1600, "<i2").tobytes())
+    assert not client.ending.is_set() and not client.work.newer.is_set()
+    utt.stop()
+    assert client.ending.is_set() and client.work.newer.is_set()
+    client.close()
+
+
 def test_silence_only_has_no_early_pass(engine):
     (text, _), utt = drive(engine, silence(2.0), early_final=True)
     assert text == "" and utt.early.passes == 0 and utt.early.last_speech is None
