@@ -137,7 +137,8 @@ def test_a_draft_wrong_from_one_id_is_kept_up_to_it_and_the_rest_generated(board
     draft = ids[:wrong_at] + [other] + ids[wrong_at + 1:] + ids[:2]  # wrong at one id, and too long
     shim.logits(logits(prompt, draft))
     tok = ref.tokenizer
-    shim.script(*runtime_script(tok, ids[wrong_at:] + [tok.im_end]))  # the one-pass decode after the kept ids
+    # the one-pass decode after the kept ids and the next one (known from the logits run)
+    shim.script(*runtime_script(tok, ids[wrong_at + 1:] + [tok.im_end]))
     engine = Qwen3ASREngine(board, backend="rk")
     pieces = []
     got = transcribe_one_pass(engine, pcm, TranscribeOptions(), work=NO_WORK, draft=draft, on_text=pieces.append)
@@ -146,10 +147,31 @@ def test_a_draft_wrong_from_one_id_is_kept_up_to_it_and_the_rest_generated(board
     runs = shim.runs()
     assert len(runs) == 2
     assert same_bits(runs[0], rows_of(ref, prompt, draft))
-    assert same_bits(runs[1], rows_of(ref, prompt, ids[:wrong_at]))  # prompt + the kept ids, then GENERATE
+    assert same_bits(runs[1], rows_of(ref, prompt, ids[:wrong_at + 1]))  # prompt + kept + next, then GENERATE
     assert runs_of_mode(shim, 2) == [f"run handle=0 mode=2 n_tokens={len(prompt) + len(draft)}"]
-    assert runs_of_mode(shim, 0) == [f"run handle=0 mode=0 n_tokens={len(prompt) + wrong_at}"]
+    assert runs_of_mode(shim, 0) == [f"run handle=0 mode=0 n_tokens={len(prompt) + wrong_at + 1}"]
     assert shim.calls.count("rkllm_clear_kv_cache keep_system_prompt=0") == 2  # before each run
+    engine.close()
+    assert shim.violations == []
+
+
+def test_the_budget_ending_after_the_kept_ids_needs_no_generate_run(board, shim, oracle):
+    """max_new_tokens 4 and a draft wrong at id 3: the draft is verified up to the budget's last
+    id (3 ids), the fourth is the logits run's choice, and the budget ends there ("length"),
+    as the step-by-step decode ends."""
+    cases, logits, ref = oracle
+    pcm, prompt, want = cases["en"]
+    ids = list(want.token_ids)
+    draft = ids[:3] + [ids[3] + 1] + ids[4:]
+    shim.logits(logits(prompt, draft[:3]))
+    shim.script(N(5, "x"))
+    engine = Qwen3ASREngine(board, backend="rk")
+    tokens, stats = engine.generate(prompt, DecodingOptions(max_new_tokens=4), draft=draft)
+    assert tokens == ids[:4] and stats.finish_reason == "length"
+    assert (stats.draft_tokens, stats.verified_tokens) == (3, 3)
+    assert runs_of_mode(shim, 0) == [] and len(runs_of_mode(shim, 2)) == 1
+    ref_tokens, ref_stats = ref.generate(prompt, DecodingOptions(max_new_tokens=4))
+    assert ref_tokens == tokens and ref_stats.finish_reason == "length"
     engine.close()
     assert shim.violations == []
 

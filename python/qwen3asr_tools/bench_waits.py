@@ -27,7 +27,8 @@ The board figures come from the same runs' work (encoder graphs, prefill rows, d
 each SoC's unit costs (qwen3asr_tools.board). On RKLLM a draft needs the logits of every draft row
 (a GET_LOGITS run, as the rk backend makes it; its rows are unverified on a board): the
 prediction charges the head on those rows and, when the pass has ids past the confirmed ones, a
-second run (prefill of the prompt and the kept ids, then the rest decoded).
+second run (prefill of the prompt, the kept ids and the next id, which the logits run gave, then
+the rest decoded).
 
 ``--steps``: the cost of each streaming step against how long the speaker has been talking
 (continuous speech, 0-60 s): it must stay flat.
@@ -174,10 +175,12 @@ def board_final(run: dict, stream_run: dict, mode: str, soc: str) -> dict:
     rows, steps, draft, kept = run["prefill_rows"], run["decode_steps"], run["draft"], run["verified"]
     prefill = (rows + draft * HEAD_PER_ROW) / costs.prefill_tok_s
     runs = 1
-    if draft and (steps > 0 or len(run.get("ids", ())) > kept):
-        # RKLLM (RKLLMTextDecoder.generate): the logits run ends at the draft; ids past the kept
-        # ones take a GENERATE run on prompt + kept ids (none when the text ends after them)
-        prefill += (rows - draft + kept) / costs.prefill_tok_s
+    if draft and len(run.get("ids", ())) > kept:
+        # RKLLM (RKLLMTextDecoder.generate): the logits run ends at the draft and gives the first
+        # id past the kept ones; the rest take a GENERATE run on prompt + kept ids + that id, one
+        # decode step fewer than the CPU's (none when the text ends after the kept ids)
+        prefill += (rows - draft + kept + 1) / costs.prefill_tok_s
+        steps = max(0, steps - 1)
         runs = 2
     decode = steps / costs.decode_tok_s
     overhead = runs * costs.decoder_run_ms / 1000

@@ -23,8 +23,9 @@ Mapping of DecodingOptions to the runtime:
 
 A draft (the streamed text of a final pass, ``generate(draft=...)``) is verified as on the CPU
 (qwen3asr.decoding.verify_draft): one GET_LOGITS run on prompt + draft gives the logits after the
-prompt and after each draft id; the ids greedy decoding confirms are kept and, unless the next
-choice ends the text, a GENERATE run on prompt + kept ids decodes the rest. Only greedy runs
+prompt and after each draft id; the ids greedy decoding confirms are kept, and so is the choice
+after them (its logits came with the run); unless that choice ends the text, a GENERATE run on
+prompt + those ids decodes the rest. Only greedy runs
 without a repetition penalty verify (the runtime's penalty is not the host's); a runtime whose
 GET_LOGITS run does not return those rows turns verification off for the decoder, with a warning
 (docs/rkllm_abi.md, "Draft verification").
@@ -173,29 +174,37 @@ class RKLLMTextDecoder:
         prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
         t0 = time.perf_counter()
         draft = self._usable_draft(draft, options)
-        kept, first = [], None
+        known, kept, first = [], 0, None  # ids settled by the logits run, of which ``kept`` from the draft
         if draft:
-            checked = self._verify(prompt, draft, options, guard)
+            loop = guard if guard is not None else self.runtime.options.repetition  # run_embed's guard
+            checked = self._verify(prompt, draft, options, loop)
             if checked is not None:
-                kept, next_id, first = checked
-                for i, t in enumerate(kept if on_token is not None else ()):
+                known, next_id, first = checked
+                kept = len(known)
+                if next_id not in self.eos_ids:
+                    known = known + [next_id]  # its logits came with the run: fed with the prompt below
+                for i, t in enumerate(known if on_token is not None else ()):
                     if on_token(t) is False:
-                        return self._stats_only(kept[:i + 1], first, "stopped", t0)
+                        return self._stats_only(known[:i + 1], first, "stopped", t0)
                 if next_id in self.eos_ids:
-                    return self._stats_only(kept, first, "eos", t0)
+                    return self._stats_only(known, first, "eos", t0)
+                if loop.triggered(known):  # as a step-by-step decode: the loop's last id kept, then stop
+                    return self._stats_only(known, first, "repetition", t0)
+                if len(known) >= options.max_new_tokens:
+                    return self._stats_only(known, first, "length", t0)
         on_id = None
         if on_token is not None:
             def on_id(token_id: int) -> Optional[bool]:
                 return None if token_id in self.eos_ids else on_token(token_id)
-        if kept:
-            rows = np.stack([self.embed(t) for t in kept]).astype(np.float32)
+        if known:
+            rows = np.stack([self.embed(t) for t in known]).astype(np.float32)
             prompt = np.ascontiguousarray(np.concatenate([prompt, rows]))
         self.runtime.clear_kv_cache()
         res = self.runtime.run_embed(prompt, keep_history=False, on_id=on_id, repetition=guard,
-                                     max_new_tokens=options.max_new_tokens - len(kept) if kept else None,
-                                     history=kept)
+                                     max_new_tokens=options.max_new_tokens - len(known) if known else None,
+                                     history=known)
         wall_ms = (time.perf_counter() - t0) * 1000
-        tokens = kept + [t for t in res.token_ids if t not in self.eos_ids]
+        tokens = known + [t for t in res.token_ids if t not in self.eos_ids]
         if res.finish_reason == "repetition":
             logger.warning("the RKLLM decoder looped (runaway repetition) and was stopped after %d tokens",
                            len(tokens))
@@ -210,7 +219,7 @@ class RKLLMTextDecoder:
             decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
             decode_ms=perf.generate_time_ms if perf else wall_ms,
             finish_reason=reason, runtime_perf=runtime_perf)
-        return tokens, self._with_logits_run(stats, first, len(kept))
+        return tokens, self._with_logits_run(stats, first, kept)
 
     def _usable_draft(self, draft, options: DecodingOptions) -> list:
         """The ids of ``draft`` worth verifying: none unless greedy without a repetition penalty
@@ -255,13 +264,13 @@ class RKLLMTextDecoder:
                                    prefill_ms=stats.prefill_ms + ms, draft_tokens=first["draft"],
                                    verified_tokens=kept, runtime_perf=runtime_perf)
 
-    def _stats_only(self, kept: list, first: dict, reason: str, t0: float):
-        """The result when the GET_LOGITS run settled it (the draft confirmed up to the end of the
-        text or the budget, or ``on_token`` stopped): no GENERATE run."""
+    def _stats_only(self, known: list, first: dict, reason: str, t0: float):
+        """The result when the GET_LOGITS run settled it (the text ended after the confirmed ids,
+        the id after them ends a loop or the budget, or ``on_token`` stopped): no GENERATE run."""
         stats = DecodeStats(prefill_tokens=0, prefill_ms=0.0, decode_tokens=0, decode_ms=0.0, finish_reason=reason,
                             runtime_perf={"finish_reason": reason, "abi": self.runtime.abi, "soc": self.soc,
                                           "quant": self.quant, "wall_ms": (time.perf_counter() - t0) * 1000})
-        return kept, self._with_logits_run(stats, first, len(kept))
+        return known, self._with_logits_run(stats, first, first["kept"])
 
     def close(self) -> None:
         """Destroy the RKLLM handle (safe to call twice)."""
