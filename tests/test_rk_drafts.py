@@ -176,14 +176,16 @@ def test_the_budget_ending_after_the_kept_ids_needs_no_generate_run(board, shim,
     assert shim.violations == []
 
 
-def test_a_runtime_without_per_row_logits_turns_verification_off(board, shim, oracle, caplog):
-    """A runtime whose GET_LOGITS run returns only the last row: one warning, the decode made
-    without the draft (the same ids), and no GET_LOGITS run after that."""
+@pytest.mark.parametrize("fault, says", [({"logits_rows": 1}, "did not return logits for the last 8 input rows"),
+                                         ({"logits_error": 1}, "GET_LOGITS) reported RKLLM_RUN_ERROR")])
+def test_a_runtime_without_per_row_logits_turns_verification_off(board, shim, oracle, caplog, fault, says):
+    """A runtime whose GET_LOGITS run returns only the last row, or fails: one warning, the
+    decode made without the draft (the same ids), and no GET_LOGITS run after that."""
     cases, logits, ref = oracle
     pcm, prompt, want = cases["en"]
     draft = list(want.token_ids)
     shim.logits(logits(prompt, draft))
-    shim.option(logits_rows=1)
+    shim.option(**fault)
     tok = ref.tokenizer
     engine = Qwen3ASREngine(board, backend="rk")
     for _ in range(2):
@@ -192,7 +194,7 @@ def test_a_runtime_without_per_row_logits_turns_verification_off(board, shim, or
             got = transcribe_one_pass(engine, pcm, TranscribeOptions(), work=NO_WORK, draft=draft)
         assert got.token_ids == want.token_ids and got.stats.verified_tokens == 0
     warned = [r.getMessage() for r in caplog.records if "draft verification is off" in r.getMessage()]
-    assert len(warned) == 1 and "did not return logits for the last 8 input rows" in warned[0]
+    assert len(warned) == 1 and says in warned[0]
     assert len(runs_of_mode(shim, 2)) == 1 and len(runs_of_mode(shim, 0)) == 2
     assert engine.decoder.drafts is False
     engine.close()

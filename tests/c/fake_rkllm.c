@@ -75,7 +75,7 @@
  * result (token 9707 "Hello", to be ignored) with logits = {buffer, vocab, R} where R is the
  * number of input rows (option logits_rows = k >= 0: k rows, the last k, as a runtime that
  * returns only the last row would), then FINISH with perf {prefill 0.25 ms per token, n_tokens,
- * 0 ms, 1 token, 100.5 MB}. In the buffer the last rows are the test's; every earlier row i
+ * 0 ms, 1 token, 100.5 MB} (ERROR instead with option logits_error = 1). In the buffer the last rows are the test's; every earlier row i
  * is 0 but 100 at column (7919 i) % vocab, so a binding that reads the wrong rows picks other
  * ids. Scribbled after the callback like the hidden states.
  */
@@ -148,7 +148,7 @@ static struct {
     int opt_init_rc, opt_template_rc, opt_run_rc, opt_abort_rc, opt_clear_rc, opt_destroy_rc;
     int opt_abort_run_rc, opt_abort_sends_finish;
     int opt_embd_size, opt_hidden_empty_first, opt_hidden_rows, opt_hidden_embd;
-    int opt_hidden_token_after, opt_hidden_error, opt_logits_rows;
+    int opt_hidden_token_after, opt_hidden_error, opt_logits_rows, opt_logits_error;
     float *logits;               /* fake_set_logits: the last rows' logits */
     size_t logits_rows, logits_vocab;
     float *norm;                 /* fake_set_hidden_norm: post-norm rows */
@@ -275,6 +275,7 @@ EXPORT void fake_set_option(const char *name, int value) {
     else if (!strcmp(name, "hidden_token_after")) S.opt_hidden_token_after = value;
     else if (!strcmp(name, "hidden_error")) S.opt_hidden_error = value;
     else if (!strcmp(name, "logits_rows")) S.opt_logits_rows = value;
+    else if (!strcmp(name, "logits_error")) S.opt_logits_error = value;
     else VIOLATION("fake_set_option: unknown option %s", name);
 }
 
@@ -746,11 +747,15 @@ static int run_logits(Handle *hd, const RKLLMInput *in, const RKLLMInferParam *i
         return 0;
     }
     memset(&res, 0, sizeof res);
-    res.perf.prefill_time_ms = 0.25f * (float)n;
-    res.perf.prefill_tokens = (int)n;
-    res.perf.generate_tokens = 1;
-    res.perf.memory_usage_mb = 100.5f;
-    call_back(hd, &res, userdata, 2);
+    if (S.opt_logits_error) {
+        call_back(hd, &res, userdata, 3);
+    } else {
+        res.perf.prefill_time_ms = 0.25f * (float)n;
+        res.perf.prefill_tokens = (int)n;
+        res.perf.generate_tokens = 1;
+        res.perf.memory_usage_mb = 100.5f;
+        call_back(hd, &res, userdata, 2);
+    }
     hd->running = 0;
     hd->cache_dirty = 1;
     return S.opt_run_rc;

@@ -27,7 +27,7 @@ prompt and after each draft id; the ids greedy decoding confirms are kept, and s
 after them (its logits came with the run); unless that choice ends the text, a GENERATE run on
 prompt + those ids decodes the rest. Only greedy runs
 without a repetition penalty verify (the runtime's penalty is not the host's); a runtime whose
-GET_LOGITS run does not return those rows turns verification off for the decoder, with a warning
+GET_LOGITS run does not return those rows, or fails, turns verification off for the decoder, with a warning
 (docs/rkllm_abi.md, "Draft verification").
 
 Independent runs: the KV cache is cleared before each run (``rkllm_clear_kv_cache``) and the
@@ -231,17 +231,17 @@ class RKLLMTextDecoder:
 
     def _verify(self, prompt: np.ndarray, draft: list, options: DecodingOptions, guard):
         """One GET_LOGITS run on prompt + draft: (the kept ids, the greedy choice after them, the
-        run's perf and wall ms), or None when this runtime gives no such logits (verification is
-        then off for this decoder)."""
+        run's perf and wall ms), or None when this runtime gives no such logits or the run fails
+        (verification is then off for this decoder; the request decodes without the draft)."""
         from ...decoding import verify_draft
-        from .rkllm import RKLLMLogitsUnavailable
+        from .rkllm import RKLLMRunError
 
         rows = np.stack([self.embed(t) for t in draft]).astype(np.float32)
         t0 = time.perf_counter()
         try:
             logits = self.runtime.run_logits(np.ascontiguousarray(np.concatenate([prompt, rows])), len(draft) + 1,
                                              self.vocab_size)
-        except RKLLMLogitsUnavailable as exc:
+        except RKLLMRunError as exc:  # no such rows here (RKLLMLogitsUnavailable), or the mode failed
             self.drafts = False
             logger.warning("draft verification is off for this decoder: %s. Final passes decode every id "
                            "(docs/rkllm_abi.md, \"Draft verification\")", exc)
