@@ -244,3 +244,51 @@ def test_on_token_stopping_inside_the_confirmed_ids(board, shim, oracle):
     assert runs_of_mode(shim, 0) == [] and len(runs_of_mode(shim, 2)) == 1
     engine.close()
     assert shim.violations == []
+
+
+@pytest.mark.parametrize("clip", ["zh_3.wav", "zh_2.wav"])
+def test_a_stream_final_pass_on_the_rk_backend_verifies_its_streamed_draft(board, shim, oracle, clip):
+    """A command streamed in 2 s chunks with final passes, as Wyoming streams it: the ONNX
+    engine's stream is recorded (its chunk's ids, its final pass's prompt and draft), the rk
+    engine's chunk is scripted with the same ids, and its final pass (a GET_LOGITS run on the
+    ONNX logits of the same rows, then a GENERATE run for the rest unless the draft was the whole
+    text) gives the same final text. zh_3's draft is confirmed in part, zh_2's to its end."""
+    cases, logits, ref = oracle
+    pcm = prepare_audio(str(ROOT / "audio" / clip))
+    runs, generate = [], ref.decoder.generate
+
+    def spy(prompt_embeds, options, on_token=None, prefix_len=None, guard=None, **kw):
+        out = generate(prompt_embeds, options, on_token, prefix_len=prefix_len, guard=guard, **kw)
+        runs.append((np.array(prompt_embeds), list(kw.get("draft", ())), list(out[0]), out[1]))
+        return out
+
+    ref.decoder.generate = spy
+    try:
+        s = ref.create_stream(chunk_size=2.0, final_pass=True)
+        s.feed_audio(pcm)
+        want = s.finish()
+    finally:
+        del ref.decoder.generate
+    assert len(runs) == 2 and runs[0][1] == [] and runs[1][1], [len(r[1]) for r in runs]
+    chunk_ids, (prompt, draft, final_ids, final_stats) = runs[0][2], runs[1]
+    kept = final_stats.verified_tokens
+    whole = kept == len(final_ids)  # the draft was the whole text: no GENERATE run after the logits run
+    assert whole == (clip == "zh_2.wav") and kept > 0
+
+    tok = ref.tokenizer
+    engine = Qwen3ASREngine(board, backend="rk")
+    s = engine.create_stream(chunk_size=2.0, final_pass=True)
+    shim.script(*runtime_script(tok, chunk_ids + [tok.im_end]))
+    s.feed_audio(pcm)
+    shim.logits(logits(prompt, draft))
+    shim.script(*runtime_script(tok, (tok.encode("not this") if whole else final_ids[kept + 1:]) + [tok.im_end]))
+    got = s.finish()
+    assert got.text == want.text and got.text
+    runs_rk = shim.runs()
+    assert len(runs_rk) == (2 if whole else 3)  # the chunk, the logits run, the rest
+    assert same_bits(runs_rk[1], rows_of(ref, prompt, draft))
+    if not whole:
+        assert same_bits(runs_rk[2], rows_of(ref, prompt, final_ids[:kept + 1]))
+    assert len(runs_of_mode(shim, 2)) == 1 and len(runs_of_mode(shim, 0)) == (1 if whole else 2)
+    engine.close()
+    assert shim.violations == []
