@@ -157,7 +157,9 @@ class RKLLMTextDecoder:
     def generate(self, prompt_embeds: np.ndarray, options: DecodingOptions = DecodingOptions(),
                  on_token: Optional[Callable[[int], Optional[bool]]] = None,
                  prefix_len: Optional[int] = None, guard=None, draft=()) -> tuple[list[int], DecodeStats]:
-        """One EMBED run on the whole embedded prompt ``(L, hidden) float32`` with a cleared cache.
+        """Generate from the whole embedded prompt ``(L, hidden) float32``: one EMBED run with a
+        cleared cache (with a usable ``draft``, a GET_LOGITS run first, and the EMBED run only for
+        the ids past the confirmed ones).
 
         ``on_token`` gets every generated id (the runtime's WAITING ones too), end-of-sequence
         ids excluded; returning False stops the run (finish_reason "stopped"). Returns (ids
