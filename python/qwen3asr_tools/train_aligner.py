@@ -25,8 +25,10 @@ interrupted run restarts cheaply; training itself resumes from its last snapshot
               A share of the clips is joined into multi-utterance examples (up to 60 s).
               ``--paused N`` adds N paused-speech examples (paused_speech.py: words and
               utterances with gaps of 0-1.5 s, isolated words, silence around, joined inputs up
-              to 55 s; WORK/paused_{train,dev}.npz/.pkl) to the clips; ``--init-from`` an aligner
-              bundle (this script's output) continues from its weights, head included.
+              to 55 s; WORK/paused_{train,dev}.npz/.pkl) to the clips, ``--paused-long N`` N more of
+              at least 10 s (the plan's next ones, shorter ones skipped; WORK/paused_long_train.*);
+              ``--init-from`` an aligner bundle (this script's output) continues from its weights,
+              head included.
               Experiments on paused speech (docs/training.md, "Fifth run"): ``--decoder-layers`` grows
               the decoder (new identity layers below the bundle's), ``--position-weight`` a training-only
               probe that makes the audio rows carry their own time class at the last layer's input,
@@ -110,6 +112,10 @@ class AlignerTrainConfig:
     # gaps, isolated words, silence around, joined inputs up to 55 s), and dev examples to watch.
     paused: int = 0
     paused_dev: int = 60
+    # More long paused examples: this many of at least paused_long_seconds, taken in order from the
+    # paused_speech plan after the first ``paused`` ones (the shorter ones skipped).
+    paused_long: int = 0
+    paused_long_seconds: float = 10.0
     eval_every: int = 500           # steps between dev checks and snapshots
     # Decoder depth (0 = the ASR demo's 3). More layers than the --init-from bundle has: its layers
     # become the top ones and the new ones below them start as the identity (o_proj and down_proj
@@ -215,35 +221,44 @@ def make_words(work: str, data: str, split: str, n: int, seed: int, tok_dir: str
     return out
 
 
-def make_paused(work: str, split: str, n: int, seed: int, tok_dir: str):
+def make_paused(work: str, split: str, n: int, seed: int, tok_dir: str, first: int = 0, min_seconds: float = 0.0,
+                jobs: int = 2):
     """({"mel", "offsets"} as make_features gives them, [ClipWords]) of paused_speech examples
-    0..n-1 of ``split``, cached in WORK/paused_{split}.npz / .pkl (with the seed and count)."""
+    0..n-1 of ``split``, cached in WORK/paused_{split}.npz / .pkl (with the seed and count).
+    With ``min_seconds``: the first ``n`` examples of at least that length from example ``first``
+    on (the shorter ones skipped), cached in WORK/paused_long_{split}.npz / .pkl."""
     from qwen3asr.mel import log_mel
     from qwen3asr.tokenizer import Tokenizer
 
     from . import espeak_align, paused_speech
 
-    path = os.path.join(work, f"paused_{split}")
+    path = os.path.join(work, f"paused_long_{split}" if min_seconds > 0 else f"paused_{split}")
+    key = (seed, n, first, min_seconds) if min_seconds > 0 else (seed, n)
     if os.path.isfile(path + ".pkl") and os.path.isfile(path + ".npz"):
         with open(path + ".pkl", "rb") as f:
             cached = pickle.load(f)
-        if (cached["seed"], cached["n"]) == (seed, n):
+        if (cached["seed"], cached["n"], cached.get("first", 0), cached.get("min_seconds", 0.0))[:len(key)] == key:
             with np.load(path + ".npz") as z:
                 return {"mel": z["mel"], "offsets": z["offsets"]}, cached["words"]
     tok = Tokenizer.from_dir(tok_dir)
     t0 = time.time()
     mels, words = [], []
-    for start in range(0, n, 200):  # in slices: the audio of all of them at once is large
-        for ex in paused_speech.make_set(split, min(200, n - start), seed, jobs=2, start=start):
+    start = first
+    while len(words) < n:  # in slices: the audio of all of them at once is large
+        size = min(200, n - len(words)) if min_seconds <= 0 else 200
+        for ex in paused_speech.make_set(split, size, seed, jobs=jobs, start=start):
+            if len(words) == n or len(ex.audio) < min_seconds * paused_speech.md.SAMPLE_RATE:
+                continue
             units, starts, ends = paused_speech.aligner_units(ex)
             mels.append(log_mel(ex.audio, tt.N_MELS).astype(np.float16))
             words.append(ClipWords(units, starts, ends, tuple(espeak_align.token_spans(tok, ex.text, ex.words))))
-        log.info("paused %s: %d/%d examples, %.0f s", split, len(words), n, time.time() - t0)
+        start += size
+        log.info("paused %s: %d/%d examples (%d drawn), %.0f s", split, len(words), n, start - first, time.time() - t0)
     offsets = np.cumsum([0] + [m.shape[1] for m in mels]).astype(np.int64)
     np.savez(path + ".tmp.npz", mel=np.concatenate(mels, axis=1), offsets=offsets)
     os.replace(path + ".tmp.npz", path + ".npz")
     with open(path + ".tmp", "wb") as f:
-        pickle.dump({"seed": seed, "n": n, "words": words}, f)
+        pickle.dump({"seed": seed, "n": n, "first": first, "min_seconds": min_seconds, "words": words}, f)
     os.replace(path + ".tmp", path + ".pkl")
     log.info("paused %s: %d examples, %.0f s of audio, in %.0f s", split, n, offsets[-1] / 100.0, time.time() - t0)
     return {"mel": np.concatenate(mels, axis=1), "offsets": offsets}, words
@@ -605,6 +620,14 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
         mel_all = np.concatenate([mel_all, pf["mel"]], axis=1)
         off = np.concatenate([off, off[-1] + pf["offsets"][1:]])
         words = list(words) + list(pw)
+        if cfg.paused_long > 0:
+            lf, lw = make_paused(work, "train", cfg.paused_long, cfg.seed, tok_dir, first=cfg.paused,
+                                 min_seconds=cfg.paused_long_seconds, jobs=min(2, cfg.threads))
+            mel_all = np.concatenate([mel_all, lf["mel"]], axis=1)
+            off = np.concatenate([off, off[-1] + lf["offsets"][1:]])
+            words = words + list(lw)
+            log.info("training set: %d more paused examples of at least %.0f s (%.0f s of audio)", len(lw),
+                     cfg.paused_long_seconds, lf["offsets"][-1] / 100.0)
         paused_dev = make_paused(work, "dev", cfg.paused_dev, cfg.seed, tok_dir)
         log.info("training set: %d clips + %d paused examples", len(rows), len(pw))
     frames = [int(off[i + 1] - off[i]) for i in range(len(words))]
@@ -799,6 +822,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
     ap.add_argument("--paused", type=int, default=d.paused,
                     help="extra paused-speech training examples (paused_speech.py); 0 = none")
+    ap.add_argument("--paused-long", type=int, default=d.paused_long,
+                    help="more paused-speech training examples of at least --paused-long-seconds (the plan's "
+                         "examples after the first --paused ones); 0 = none")
+    ap.add_argument("--paused-long-seconds", type=float, default=d.paused_long_seconds,
+                    help="shortest --paused-long example (s)")
     ap.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
     ap.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
     ap.add_argument("--decoder-layers", type=int, default=d.decoder_layers,
@@ -814,7 +842,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "snapshot of a run)")
     ap.add_argument("--no-export", action="store_true", help="stop after writing the checkpoint")
     args = ap.parse_args(argv)
-    for name in ("pretrain_minutes", "minutes", "concat_share", "long_share", "paused", "lr", "warmup",
+    for name in ("pretrain_minutes", "minutes", "concat_share", "long_share", "paused", "paused_long",
+                 "paused_long_seconds", "lr", "warmup",
                  "decoder_layers", "position_weight", "attention_weight"):
         if not getattr(args, name) >= 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
@@ -829,7 +858,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = replace(d, seed=args.seed, init_from=args.init_from, n_train=args.n_train, n_dev=args.n_dev,
                   n_test=args.n_test, pretrain_minutes=args.pretrain_minutes, minutes=args.minutes, steps=args.steps, concat_share=args.concat_share,
                   long_share=args.long_share, threads=args.threads,
-                  paused=args.paused, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
+                  paused=args.paused, paused_long=args.paused_long,
+                  paused_long_seconds=args.paused_long_seconds, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
                   decoder_layers=args.decoder_layers, position_weight=args.position_weight,
                   attention_weight=args.attention_weight)
     t0 = time.time()
