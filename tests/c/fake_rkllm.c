@@ -598,6 +598,35 @@ static void fill_hidden(float *buf, size_t cap, const float *x, size_t n, size_t
     }
 }
 
+/* a GET_LAST_HIDDEN_LAYER or GET_LOGITS run is independent: keep_history 0, the cache cleared since
+ * the handle's previous run (rknn-llm issue #278: without it only the first EMBED run was right) */
+static void check_prefill(const Handle *hd, const RKLLMInferParam *ip) {
+    const char *mode = mode_name(ip->mode);
+    if (ip->keep_history != 0)
+        VIOLATION("%s run with keep_history = %d (these runs are independent)", mode, ip->keep_history);
+    if (hd->cache_dirty)
+        VIOLATION("%s run on a KV cache not cleared since the previous run (rknn-llm issue #278)", mode);
+}
+
+/* the end of such a run: FINISH with perf {0.25 ms per token, n tokens, 0 ms, 1 token, 100.5 MB},
+ * or ERROR (error != 0); rkllm_run's code */
+static int end_prefill(Handle *hd, void *userdata, size_t n, int error) {
+    RKLLMResult res;
+    memset(&res, 0, sizeof res);
+    if (error) {
+        call_back(hd, &res, userdata, 3);
+    } else {
+        res.perf.prefill_time_ms = 0.25f * (float)n;
+        res.perf.prefill_tokens = (int)n;
+        res.perf.generate_tokens = 1;
+        res.perf.memory_usage_mb = 100.5f;
+        call_back(hd, &res, userdata, 2);
+    }
+    hd->running = 0;
+    hd->cache_dirty = 1;
+    return S.opt_run_rc;
+}
+
 /* GET_LAST_HIDDEN_LAYER: the hidden-state protocol in the header comment */
 static int run_hidden(Handle *hd, const RKLLMInput *in, const RKLLMInferParam *ip, void *userdata) {
     const float *x = in->embed_input.embed;
@@ -608,12 +637,7 @@ static int run_hidden(Handle *hd, const RKLLMInput *in, const RKLLMInferParam *i
         return -1;
     }
     if (!x || !n) return -1;  /* reported by check_run_input */
-    if (ip->keep_history != 0)
-        VIOLATION("GET_LAST_HIDDEN_LAYER run with keep_history = %d (the alignment runs are independent)",
-                  ip->keep_history);
-    if (hd->cache_dirty)
-        VIOLATION("GET_LAST_HIDDEN_LAYER run on a KV cache not cleared since the previous run "
-                  "(rknn-llm issue #278)");
+    check_prefill(hd, ip);
     if (S.norm_n && S.norm_n != (size_t)E)
         VIOLATION("fake_set_hidden_norm got %zu weights, embd_size is %d", S.norm_n, E);
     size_t rows = S.opt_hidden_rows < 0 ? n : (size_t)S.opt_hidden_rows;
@@ -671,19 +695,7 @@ static int run_hidden(Handle *hd, const RKLLMInput *in, const RKLLMInferParam *i
         if (ret == 1) goto paused;
         if (hd->abort_requested) return end_aborted(hd, userdata);
     }
-    memset(&res, 0, sizeof res);
-    if (S.opt_hidden_error) {
-        call_back(hd, &res, userdata, 3);
-    } else {
-        res.perf.prefill_time_ms = 0.25f * (float)n;
-        res.perf.prefill_tokens = (int)n;
-        res.perf.generate_tokens = 1;
-        res.perf.memory_usage_mb = 100.5f;
-        call_back(hd, &res, userdata, 2);
-    }
-    hd->running = 0;
-    hd->cache_dirty = 1;
-    return S.opt_run_rc;
+    return end_prefill(hd, userdata, n, S.opt_hidden_error);
 paused:
     say("EVENT paused after %d tokens", hd->generated);
     hd->running = 0;
@@ -695,10 +707,7 @@ paused:
 static int run_logits(Handle *hd, const RKLLMInput *in, const RKLLMInferParam *ip, void *userdata) {
     size_t n = in->embed_input.n_tokens;
     if (!in->embed_input.embed || !n) return -1;  /* reported by check_run_input */
-    if (ip->keep_history != 0)
-        VIOLATION("GET_LOGITS run with keep_history = %d (a verification run is independent)", ip->keep_history);
-    if (hd->cache_dirty)
-        VIOLATION("GET_LOGITS run on a KV cache not cleared since the previous run (rknn-llm issue #278)");
+    check_prefill(hd, ip);
     if (!S.logits) {
         VIOLATION("GET_LOGITS run but the test gave no logits (fake_set_logits)");
         return -1;
@@ -746,19 +755,7 @@ static int run_logits(Handle *hd, const RKLLMInput *in, const RKLLMInferParam *i
         hd->cache_dirty = 1;
         return 0;
     }
-    memset(&res, 0, sizeof res);
-    if (S.opt_logits_error) {
-        call_back(hd, &res, userdata, 3);
-    } else {
-        res.perf.prefill_time_ms = 0.25f * (float)n;
-        res.perf.prefill_tokens = (int)n;
-        res.perf.generate_tokens = 1;
-        res.perf.memory_usage_mb = 100.5f;
-        call_back(hd, &res, userdata, 2);
-    }
-    hd->running = 0;
-    hd->cache_dirty = 1;
-    return S.opt_run_rc;
+    return end_prefill(hd, userdata, n, S.opt_logits_error);
 }
 
 EXPORT int rkllm_run(LLMHandle h, RKLLMInput *in, RKLLMInferParam *ip, void *userdata) {

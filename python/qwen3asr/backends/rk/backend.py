@@ -176,13 +176,12 @@ class RKLLMTextDecoder:
         prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
         t0 = time.perf_counter()
         draft = self._usable_draft(draft, options)
-        known, kept, first = [], 0, None  # ids settled by the logits run, of which ``kept`` from the draft
+        known, first = [], None  # ids settled by the logits run (the kept draft ids, then its next choice)
         if draft:
             loop = guard if guard is not None else self.runtime.options.repetition  # run_embed's guard
             checked = self._verify(prompt, draft, options, loop)
             if checked is not None:
                 known, next_id, first = checked
-                kept = len(known)
                 if next_id not in self.eos_ids:
                     known = known + [next_id]  # its logits came with the run: fed with the prompt below
                 for i, t in enumerate(known if on_token is not None else ()):
@@ -221,7 +220,7 @@ class RKLLMTextDecoder:
             decode_tokens=perf.generate_tokens if perf else len(res.token_ids),
             decode_ms=perf.generate_time_ms if perf else wall_ms,
             finish_reason=reason, runtime_perf=runtime_perf)
-        return tokens, self._with_logits_run(stats, first, kept)
+        return tokens, self._with_logits_run(stats, first)
 
     def _usable_draft(self, draft, options: DecodingOptions) -> list:
         """The ids of ``draft`` worth verifying: none unless greedy without a repetition penalty
@@ -253,7 +252,7 @@ class RKLLMTextDecoder:
                  "draft": len(draft), "kept": n}
         return draft[:n], int(np.argmax(logits[n])), first
 
-    def _with_logits_run(self, stats: DecodeStats, first: Optional[dict], kept: int) -> DecodeStats:
+    def _with_logits_run(self, stats: DecodeStats, first: Optional[dict]) -> DecodeStats:
         """``stats`` of the GENERATE run with the GET_LOGITS run's rows and time added (if there was one)."""
         if first is None:
             return stats
@@ -264,7 +263,7 @@ class RKLLMTextDecoder:
                                                             "wall_ms": first["wall_ms"]})
         return dataclasses.replace(stats, prefill_tokens=stats.prefill_tokens + rows,
                                    prefill_ms=stats.prefill_ms + ms, draft_tokens=first["draft"],
-                                   verified_tokens=kept, runtime_perf=runtime_perf)
+                                   verified_tokens=first["kept"], runtime_perf=runtime_perf)
 
     def _stats_only(self, known: list, first: dict, reason: str, t0: float):
         """The result when the GET_LOGITS run settled it (the text ended after the confirmed ids,
@@ -272,7 +271,7 @@ class RKLLMTextDecoder:
         stats = DecodeStats(prefill_tokens=0, prefill_ms=0.0, decode_tokens=0, decode_ms=0.0, finish_reason=reason,
                             runtime_perf={"finish_reason": reason, "abi": self.runtime.abi, "soc": self.soc,
                                           "quant": self.quant, "wall_ms": (time.perf_counter() - t0) * 1000})
-        return known, self._with_logits_run(stats, first, first["kept"])
+        return known, self._with_logits_run(stats, first)
 
     def close(self) -> None:
         """Destroy the RKLLM handle (safe to call twice)."""

@@ -799,26 +799,10 @@ class RKLLMRuntime:
                 came back, or they hold NaN/inf.
         """
         self._check_embeds(embeds)
-        handle = self._require_handle()
-        if not self._lock.acquire(blocking=False):
-            raise RKLLMError("run_hidden called while another run is in progress")
-        try:
-            _check("rkllm_clear_kv_cache", self._fn["rkllm_clear_kv_cache"](handle, 0, None, None))
-            inp = self._embed_input(embeds)
-            infer = self._layout.infer_param()
-            infer.mode = RKLLMInferMode.GET_LAST_HIDDEN_LAYER
-            infer.keep_history = 0
-            if self.abi == "1.3":
-                infer.max_new_tokens = 1  # the states come from the prefill; nothing to generate
-            self._run = run = _RunState(on_token=None, on_id=None, limit=1, enforce_limit=False,
-                                        hidden_shape=(int(embeds.shape[0]), int(embeds.shape[1])))
-            try:
-                rc = self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
-            finally:
-                self._run = None
-            return self._finish_hidden(run, rc)
-        finally:
-            self._lock.release()
+        run = _RunState(on_token=None, on_id=None, limit=1, enforce_limit=False,
+                        hidden_shape=(int(embeds.shape[0]), int(embeds.shape[1])))
+        return self._finish_hidden(run, self._prefill_run("run_hidden", embeds, RKLLMInferMode.GET_LAST_HIDDEN_LAYER,
+                                                          run))
 
     def run_logits(self, embeds: np.ndarray, rows: int, vocab_size: int) -> np.ndarray:
         """The logits after each of the last ``rows`` input rows: one EMBED prefill in
@@ -837,37 +821,49 @@ class RKLLMRuntime:
         self._check_embeds(embeds)
         if not 1 <= rows <= embeds.shape[0]:
             raise ValueError(f"rows must be 1..{embeds.shape[0]} (the input rows), got {rows}")
+        run = _RunState(on_token=None, on_id=None, limit=1, enforce_limit=False,
+                        logits_want=(int(rows), int(vocab_size)))
+        return self._finish_logits(run, self._prefill_run("run_logits", embeds, RKLLMInferMode.GET_LOGITS, run))
+
+    def _prefill_run(self, name: str, embeds: np.ndarray, mode: RKLLMInferMode, run: _RunState) -> int:
+        """One EMBED run in ``mode`` (a prefill whose results ``run`` collects) on an emptied KV cache,
+        ``keep_history = 0`` and (1.3) a one-token limit; rkllm_run's return code."""
         handle = self._require_handle()
         if not self._lock.acquire(blocking=False):
-            raise RKLLMError("run_logits called while another run is in progress")
+            raise RKLLMError(f"{name} called while another run is in progress")
         try:
             _check("rkllm_clear_kv_cache", self._fn["rkllm_clear_kv_cache"](handle, 0, None, None))
             inp = self._embed_input(embeds)
             infer = self._layout.infer_param()
-            infer.mode = RKLLMInferMode.GET_LOGITS
+            infer.mode = mode
             infer.keep_history = 0
             if self.abi == "1.3":
-                infer.max_new_tokens = 1  # the logits come from the prefill
-            self._run = run = _RunState(on_token=None, on_id=None, limit=1, enforce_limit=False,
-                                        logits_want=(int(rows), int(vocab_size)))
+                infer.max_new_tokens = 1  # the states or logits come from the prefill; nothing to generate
+            self._run = run
             try:
-                rc = self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
+                return self._fn["rkllm_run"](handle, ctypes.byref(inp), ctypes.byref(infer), None)
             finally:
                 self._run = None
-            return self._finish_logits(run, rc)
         finally:
             self._lock.release()
 
-    def _finish_logits(self, run: _RunState, rc: int) -> np.ndarray:
+    def _prefill_failed(self, run: _RunState, rc: int, mode: str) -> GenerationResult:
+        """After a prefill run: its perf kept, the failures both modes share raised; the partial result."""
         self.last_perf = run.perf
         partial = GenerationResult(tuple(run.token_ids), "", "error", run.perf)
-        rows, vocab = run.logits_want
         if run.exception is not None:
             raise run.exception
         if rc != 0:
-            raise RKLLMRunError(f"rkllm_run (GET_LOGITS) failed with code {rc}", partial)
+            raise RKLLMRunError(f"rkllm_run ({mode}) failed with code {rc}", partial)
         if run.error_state:
-            raise RKLLMRunError("rkllm_run (GET_LOGITS) reported RKLLM_RUN_ERROR through the result callback", partial)
+            raise RKLLMRunError(f"rkllm_run ({mode}) reported RKLLM_RUN_ERROR through the result callback", partial)
+        if run.abort_rc != 0:
+            raise RKLLMRunError(f"rkllm_abort failed with code {run.abort_rc}", partial)
+        return partial
+
+    def _finish_logits(self, run: _RunState, rc: int) -> np.ndarray:
+        partial = self._prefill_failed(run, rc, "GET_LOGITS")
+        rows, vocab = run.logits_want
         if run.logits is None:
             seen = ", ".join(f"{t} x {w}" for t, w in run.hidden_seen) or "none"
             raise RKLLMLogitsUnavailable(
@@ -880,18 +876,8 @@ class RKLLMRuntime:
         return run.logits
 
     def _finish_hidden(self, run: _RunState, rc: int) -> np.ndarray:
-        self.last_perf = run.perf
-        partial = GenerationResult(tuple(run.token_ids), "", "error", run.perf)
+        partial = self._prefill_failed(run, rc, "GET_LAST_HIDDEN_LAYER")
         n, hidden = run.hidden_shape
-        if run.exception is not None:
-            raise run.exception
-        if rc != 0:
-            raise RKLLMRunError(f"rkllm_run (GET_LAST_HIDDEN_LAYER) failed with code {rc}", partial)
-        if run.error_state:
-            raise RKLLMRunError("rkllm_run (GET_LAST_HIDDEN_LAYER) reported RKLLM_RUN_ERROR through the result "
-                                "callback", partial)
-        if run.abort_rc != 0:
-            raise RKLLMRunError(f"rkllm_abort failed with code {run.abort_rc}", partial)
         if run.hidden is None:
             if not run.hidden_seen:
                 raise RKLLMRunError(
@@ -1010,7 +996,7 @@ class RKLLMRuntime:
                     if run.on_token is not None and run.on_token(token_id, text) is False:
                         self._stop(run, "aborted")
                         return 0
-                if run.guard.triggered(run.history + run.token_ids if run.history else run.token_ids):
+                if run.guard.triggered(run.history + run.token_ids):
                     logger.warning("runaway repetition after %d tokens: aborting",
                                    len(run.token_ids))
                     self._stop(run, "repetition")
