@@ -116,7 +116,10 @@ def test_every_program_takes_the_engine_flags():
                "serve": serve_cli.build_parser(), "wyoming": wyoming.build_parser()}
     for name, ap in parsers.items():
         args, _ = ap.parse_known_args(argv + (["--audio", "x.wav"] if name == "transcribe" else []))
-        assert (args.model, args.threads, args.spin_wait, args.soc, args.cpus) == ("m", 3, True, "rk3588", "4-7"), name
+        assert (args.model, args.threads, args.spin_wait, args.soc, args.cpus) == ("m", 3, "on", "rk3588", "4-7"), name
+        # without the flag: off, but "auto" for the one-shot program (its decoder spins on a quiet host)
+        args, _ = ap.parse_known_args(["--audio", "x.wav"] if name == "transcribe" else [])
+        assert args.spin_wait == ("auto" if name == "transcribe" else "off"), name
     args = parsers["serve"].parse_args(["--model", MODEL, "--backend", "onnx", "--threads", "1", "--spin-wait"])
     with engine_from_args(args) as e:  # the real engine the server would load
         assert e.decoder.kv.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "1"

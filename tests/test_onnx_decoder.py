@@ -142,3 +142,31 @@ def test_spin_wait_reaches_every_session(spin):
         want = "1" if spin else "0"
         assert [s.get_session_options().get_session_config_entry(SPIN_KEY) for s in sessions] == [want] * len(sessions)
 
+
+
+@pytest.mark.parametrize("quiet, preload, want", [(True, 3.0, "1"), (False, 3.0, "0"), (True, None, "0")])
+def test_spin_wait_auto_spins_a_quiet_one_shot_decoder(monkeypatch, quiet, preload, want):
+    """spin_wait="auto": the decoder's threads spin only in a one-shot run (preload_seconds) on a
+    host where nothing else is running (backends.host.quiet, asked once at load); the encoder's
+    sessions never spin with it."""
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.backends import host
+    from server_proc import MODEL
+
+    asked = []
+    monkeypatch.setattr(host, "quiet", lambda: asked.append(1) or quiet)
+    with Qwen3ASREngine(MODEL, backend="onnx", threads=1, spin_wait="auto", preload_seconds=preload) as e:
+        text = e.transcribe("audio/en_1.wav").text
+        assert e.decoder.kv.session.get_session_options().get_session_config_entry(SPIN_KEY) == want
+        encoders = list(e.encoder.runner._sessions.values())
+        assert encoders and {s.get_session_options().get_session_config_entry(SPIN_KEY) for s in encoders} == {"0"}
+    assert len(asked) == (1 if preload else 0)
+    assert text  # the run itself is the same either way (test_cli checks the text of the default run)
+
+
+@pytest.mark.parametrize("value", [1, "on", None, "AUTO"])
+def test_spin_wait_refuses_other_values(value):
+    from qwen3asr.backends import BackendOptions
+
+    with pytest.raises(ValueError, match='spin_wait must be True, False or "auto"'):
+        BackendOptions(spin_wait=value)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
@@ -59,8 +59,8 @@ class Qwen3ASREngine:
       decoder_dtype: ONNX decoder weights: "auto" (int8 if present, else fp32; int4 first with
         ``memory="lean"``), "fp32", "int8", "int4".
       threads: CPU threads for ONNX Runtime (default: its own choice).
-      spin_wait: ONNX Runtime's idle threads spin before they sleep (off: on a shared CPU they
-        take time from the working ones; on an idle machine ~15 % faster int4 steps, docs/benchmarks.md).
+      spin_wait: ONNX Runtime's idle threads spin before they sleep: True, False (default), or "auto":
+        a one-shot run's decoder only, if no other process runs at its load (docs/benchmarks.md).
       rk: board settings for the rk backend (qwen3asr.RKOptions: SoC, NPU cores,
         decoder CPUs, librkllmrt.so path and ABI, max context, embed_flash).
       options: the default TranscribeOptions of this engine's requests (each call may override).
@@ -87,7 +87,7 @@ class Qwen3ASREngine:
                  encoder_sizes=None, decoder_dtype: str = "auto", threads: Optional[int] = None, rk=None,
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
                  enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
-                 spin_wait: bool = False, aligner: Optional[str] = None, memory: str = "default",
+                 spin_wait: Union[bool, str] = False, aligner: Optional[str] = None, memory: str = "default",
                  preload_seconds: Optional[float] = None):
         for name, value in (("model_dir", model_dir), ("aligner", aligner)):
             problem = checks.path(name, value, optional=True)

@@ -21,7 +21,7 @@ import dataclasses
 import importlib.util
 import logging
 import os
-from typing import Callable, Optional, Tuple, TypeVar
+from typing import Callable, Optional, Tuple, TypeVar, Union
 
 from .. import checks
 from ..bundle import Bundle
@@ -29,6 +29,7 @@ from ..decoding import DecodingOptions, TextDecoder
 from ..encoder import AudioEncoder
 from ..options import MAX_CHUNK_SECONDS
 from ..scoring import SlotScorer
+from . import host
 from .prefix_cache import PrefixCacheOptions
 from .rk.options import RKOptions
 
@@ -55,7 +56,8 @@ class BackendOptions:
     encoder_sizes: Optional[Tuple[int, ...]] = None  # load only these encoder durations (s); None: all
     decoder_dtype: str = "auto"  # ONNX decoder weights: auto (int8 if present, else fp32), fp32, int8, int4
     threads: Optional[int] = None  # ONNX Runtime intra-op threads; None: its own choice
-    spin_wait: bool = False  # ONNX Runtime's idle threads spin before they sleep (Qwen3ASREngine)
+    # ONNX Runtime's idle threads spin before they sleep: True, False, or "auto" (Qwen3ASREngine)
+    spin_wait: Union[bool, str] = False
     prefix_cache: PrefixCacheOptions = PrefixCacheOptions()  # the ONNX decoder's prompt-prefix KV reuse
     rk: RKOptions = RKOptions()  # board settings of the rk backend
     memory: str = "default"  # ONNX memory profile: "default" or "lean" (MEMORY_PROFILES)
@@ -80,7 +82,8 @@ class BackendOptions:
             problems.append(f"decoder_dtype must be one of {', '.join(DECODER_DTYPES)} "
                             f"(got {checks.show(self.decoder_dtype)})")
         problems += filter(None, (checks.integer("threads", self.threads, 1, MAX_THREADS, optional=True),
-                                  checks.flag("spin_wait", self.spin_wait),
+                                  None if isinstance(self.spin_wait, bool) or self.spin_wait == "auto"
+                                  else checks.problem("spin_wait", "True, False or \"auto\"", self.spin_wait),
                                   checks.choice("memory", self.memory, MEMORY_PROFILES),
                                   checks.number("preload_seconds", self.preload_seconds, 0, MAX_PRELOAD_SECONDS,
                                                 kind="a number of seconds", low_open=True, optional=True)))
@@ -151,12 +154,15 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
         return chosen
     from .onnx import create_onnx_decoder, create_onnx_encoder, pick_dtype
 
-    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait is True, o.memory)
+    decoder_spins = o.spin_wait is True or (o.spin_wait == "auto" and o.preload_seconds is not None and host.quiet())
+    if o.spin_wait == "auto":
+        logger.debug("spin_wait auto: the decoder's threads %s", "spin" if decoder_spins else "sleep")
 
     def make_decoder():
         return create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
                                    eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache,
-                                   spin_wait=o.spin_wait, memory=o.memory)
+                                   spin_wait=decoder_spins, memory=o.memory)
 
     if o.preload_seconds is None:
         try:
@@ -206,9 +212,9 @@ def create_aligner_backend(name: str, bundle: Bundle, options: BackendOptions = 
         return chosen
     from .onnx import create_onnx_encoder, create_onnx_scorer
 
-    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait, o.memory)
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait is True, o.memory)
     try:
-        scorer = create_onnx_scorer(bundle, o.decoder_dtype, o.threads, o.spin_wait, o.memory)
+        scorer = create_onnx_scorer(bundle, o.decoder_dtype, o.threads, o.spin_wait is True, o.memory)
     except BaseException:
         encoder.close()
         raise

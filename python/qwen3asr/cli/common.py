@@ -39,8 +39,12 @@ def float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid number value: {show(text)}") from None
 
 
-def add_engine_args(ap: argparse.ArgumentParser) -> None:
-    """--model, --backend, --encoder-form, --threads and the board knobs (RKOptions)."""
+SPIN_WAITS = {"on": True, "off": False, "auto": "auto"}  # --spin-wait -> Qwen3ASREngine(spin_wait=)
+
+
+def add_engine_args(ap: argparse.ArgumentParser, spin_default: str = "off") -> None:
+    """--model, --backend, --encoder-form, --threads and the board knobs (RKOptions);
+    ``spin_default``: the program's --spin-wait (a one-shot program's "auto")."""
     ap.add_argument("--model", default=None, help="a model bundle directory, a hub id (Org/Name[@revision], fetched and "
                     "converted once) or a known name: 0.6b, 1.7b (default: $QWEN3ASR_MODEL or models/default)")
     ap.add_argument("--backend", default="auto", choices=["auto", "onnx", "rk"],
@@ -55,9 +59,10 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
                          "reuses the chunks' conv stems computed while the speaker talked (docs/streaming.md); "
                          "default %(default)s")
     ap.add_argument("--threads", type=int_arg, default=None, help="CPU threads for ONNX Runtime")
-    ap.add_argument("--spin-wait", action="store_true",
-                    help="ONNX Runtime's idle threads spin before sleeping: faster on a quiet machine, "
-                         "slower on a busy one (default off)")
+    ap.add_argument("--spin-wait", nargs="?", const="on", default=spin_default, choices=["on", "off", "auto"],
+                    help="ONNX Runtime's idle threads spin before sleeping: faster on a quiet machine, slower on a "
+                         "busy one. auto: a one-shot run's decoder spins if no other process is running when it "
+                         "loads. Bare --spin-wait = on (default %(default)s)")
     ap.add_argument("--memory", default="default", choices=["default", "lean"],
                     help="CPU memory profile: lean = int4 decoder by default and smaller KV-cache steps; with a "
                          "bundle exported --memory lean also int8 encoder weights and memory-mapped decoder "
@@ -119,7 +124,7 @@ def backend_options_from_args(args):
                    drafts=not args.no_rk_drafts)
     return BackendOptions(encoder_form=args.encoder_form,
                           decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,  # mic: none
-                          spin_wait=args.spin_wait, rk=rk, memory=args.memory)
+                          spin_wait=SPIN_WAITS[args.spin_wait], rk=rk, memory=args.memory)
 
 
 def engine_from_args(args, preload_seconds=None, options=None):

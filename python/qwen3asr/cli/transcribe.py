@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Transcribe an audio file with Qwen3-ASR (ONNX Runtime CPU or Rockchip "
                                     "NPU).")
     ap.add_argument("--audio", required=True, help="audio file (WAV, FLAC, OGG, ...; any rate and channel count)")
-    add_engine_args(ap)
+    add_engine_args(ap, spin_default="auto")  # one file, one call: the decoder spins on a quiet host
     ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8", "int4"],
                     help="ONNX decoder weights (auto: int8 when the bundle has it)")
     add_decoding_args(ap)
