@@ -17,7 +17,7 @@ import pytest
 from long_audio import LONG_SECONDS, check_long, ten_minutes
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import ForcedAligner
-from qwen3asr.aligner.refine import Levels, collapse, refined, snap
+from qwen3asr.aligner.refine import Levels, aligned_at_pauses, collapse, refined, snap
 from qwen3asr.aligner.segments import align_segments
 from qwen3asr.backends import BackendOptions
 from qwen3asr.results import Segment, Word
@@ -182,12 +182,14 @@ def test_identical_classes_are_flagged_and_logged_never_silent(demo_aligner, sta
     assert raw.to_dict()["words_flag"] == "collapsed: same start"
     caplog.clear()
     speech = _segment(demo_aligner, pcm, "speech", offset=30.0, text=EIGHT)
-    # the first pass (16 slots), then at its 3 pauses (4 pieces; words shared by time: all in the
-    # first, as bad; by speech: two in each, each piece's second word at its start: kept, fewer words
-    # caught), then in halves (shared by the new times: 6 + 2 words, and by speech: 4 + 4; no better):
-    # the flag names what is left
+    # the first pass (16 slots); piece by piece from the left (aligned_at_pauses: every word's
+    # middle is before the first cut, so the first piece takes all 8: 16 slots, as collapsed); then,
+    # collapsed, at its 3 pauses (4 pieces; words shared by time: all in the first, as bad; by
+    # speech: two in each, each piece's second word at its start: kept, fewer words caught), then in
+    # halves (shared by the new times: 6 + 2 words, and by speech: 4 + 4; no better): the flag
+    # names what is left
     assert speech.words_flag == "collapsed: zero start"
-    assert scorer.calls[1:] == [16, 16, 4, 4, 4, 4, 12, 4, 8, 8]
+    assert scorer.calls[1:] == [16, 16, 16, 4, 4, 4, 4, 12, 4, 8, 8]
     assert "shared by speech: 4 words still caught" in caplog.text
     assert "did not align (zero start, 4 words), also in smaller pieces; their times are unreliable" in caplog.text
     # each piece's two words at its cut, a bin each (wholly in the pause: no speech to snap them to)
@@ -210,7 +212,9 @@ def test_a_collapse_is_aligned_again_at_the_pauses(demo_aligner, stand_in, caplo
     # each word in its own burst's piece (cut in the middle of the pauses: 0, 1.35, 2.45, 3.55 s),
     # 160-640 ms after the cut, its start then moved out of the pause to the burst's onset less EDGE_S
     assert [(w.start, w.end) for w in seg.words] == [(0.48, 0.64), (1.58, 1.99), (2.68, 3.09), (3.78, 4.19)]
-    assert scorer.calls == [8, 8, 8, 2, 2, 2, 2]  # raw; speech: the first pass, by time (no better), by speech
+    # raw; speech: the first pass, the first piece from the left (all 4 words' middles before its
+    # end: 8 slots, as collapsed), then by time (no better), by speech
+    assert scorer.calls == [8, 8, 8, 8, 2, 2, 2, 2]
     assert "did not align" not in caplog.text
 
 
@@ -283,3 +287,57 @@ def test_the_paused_set_moves_the_reference_with_the_pauses_it_puts_in():
     assert in_silence(0.1, 0.3, p.silence) == pytest.approx(0.1)
     f = figures([(p, tuple(Word(w, s, e) for w, (s, e) in zip("abcd", p.ref)), None)])
     assert (f.words, f.start_ms, f.end_ms, f.silence_share, f.zero_length, f.flagged) == (4, 0.0, 0.0, 0.0, 0, 0)
+
+
+def test_drift_restarts_at_every_pause(demo_aligner, stand_in):
+    """An aligner that places its first word well and every later one earlier and earlier (what
+    the demo aligner does on paused speech, docs/aligner.md): with "speech" the words are aligned
+    again piece by piece from the left (aligned_at_pauses), each in its own burst; the raw times
+    stay the official ones."""
+    # word i from bin 7 + 11 i (0.56 s + 0.88 s each, 6 bins long) of whatever audio it is given;
+    # the bursts start 1.1 s apart, so word i drifts 0.22 i s early
+    scorer = stand_in(lambda n: np.array([b for i in range(n // 2) for b in (7 + 11 * i, 13 + 11 * i)]))
+    pcm = bursts(FOUR, 5.0)
+    raw = _segment(demo_aligner, pcm, "raw")
+    assert [w.start for w in raw.words] == [0.56, 1.44, 2.32, 3.2]  # delta starts in gamma's burst
+    seg = _segment(demo_aligner, pcm, "speech")
+    assert seg.words_flag is None and [w.word for w in seg.words] == TEXT.split()
+    for w, (a, b) in zip(seg.words, FOUR):
+        assert a - 0.05 <= w.start < b and w.end <= b + 0.05, (w, (a, b))
+    # the whole (8 slots); then from each cut (1.35, 2.45, 3.55 s) the rest (6, 4, 2 slots), and each
+    # of the first three pieces with its one word (2 slots)
+    assert scorer.calls == [8, 8, 2, 6, 2, 4, 2, 2]
+
+
+class _Placing:
+    """A stand-in aligner whose words start 0.7 s into whatever audio it is given and 1.1 s apart,
+    each 0.9 s long: a word's middle can lie past a cut that its start is before."""
+
+    segment_ms = 80.0
+
+    def __init__(self):
+        self.calls = []
+
+    def align(self, pcm, text, language, offset=0.0):
+        units = text.split()
+        self.calls.append((round(offset, 2), len(units)))
+        return tuple(Word(u, round(offset + 0.7 + 1.1 * j, 3), round(offset + 1.6 + 1.1 * j, 3))
+                     for j, u in enumerate(units))
+
+
+def test_a_piece_takes_the_word_that_starts_in_it():
+    """aligned_at_pauses gives a piece the words whose middle is inside it, and, when none is, the
+    first word if it starts inside it (else a piece whose words all run long is skipped and its
+    words pile into the last)."""
+
+    pcm = bursts(FOUR, 5.0)
+    al = _Placing()
+    first = al.align(pcm, TEXT, "English")
+    got = aligned_at_pauses(al, pcm, first, "English", Levels.of(pcm, 0.0))
+    cuts = (0.0, 1.35, 2.45, 3.55, 5.0)
+    assert [w.word for w in got] == TEXT.split()
+    for i, w in enumerate(got):
+        assert cuts[i] <= w.start < cuts[i + 1], (w, cuts[i:i + 2])
+    # the whole; the first piece (alpha's middle 1.15 s); the rest from each cut, whose first word
+    # starts 0.7 s in but ends past the next cut, and that word in its piece
+    assert al.calls == [(0.0, 4), (0.0, 1), (1.35, 3), (1.35, 1), (2.45, 2), (2.45, 1), (3.55, 1)]

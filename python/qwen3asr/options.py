@@ -138,10 +138,11 @@ class TranscribeOptions:
     # words with start and end times, aligned on the segment's raw text (before ITN) as the
     # official chain does. Files longer than the aligner's pass are decoded in segments.
     word_timestamps: bool = False
-    # What word times say (qwen3asr.aligner.refine): "speech" fits each span to its speech (an
-    # end pulled back out of the pause after the word, a start moved out of the one before it, a
-    # zero-length word given one 80 ms bin) and aligns a collapsed segment again in smaller
-    # pieces; "raw" keeps the official aligner's times. Both flag a collapse (Segment.words_flag).
+    # What word times say (qwen3asr.aligner.refine): "speech" aligns a segment with pauses again
+    # piece by piece, fits each span to its speech (an end pulled back out of the pause after the
+    # word, a start moved out of the one before it, a zero-length word given one 80 ms bin) and
+    # aligns a collapsed segment again in smaller pieces; "raw" keeps the official aligner's
+    # times. Both flag a collapse (Segment.words_flag).
     word_spans: str = "speech"
     # The compact prompt of the reference design (docs/reference_design.md): no system turn, the
     # answer starting at <asr_text> (no "language X" header, so no language detection). Off by default: it departs

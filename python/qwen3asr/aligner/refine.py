@@ -1,8 +1,14 @@
 """Word spans fitted to the speech, and the check for collapsed alignments.
 
-Two policies over the aligner's official times (``ForcedAligner.align``: 80 ms bins, the
+Three policies over the aligner's official times (``ForcedAligner.align``: 80 ms bins, the
 official repair), applied to each segment by ``align_segments``:
 
+- **pauses** (``word_spans="speech"``): an aligner places a segment's first words well and drifts
+  early on the words after long pauses (the demo aligner by 0.3-0.9 s at the 6th-9th word). A
+  segment with pauses of SPLIT_PAUSE_S or more is aligned again piece by piece from the left
+  (``aligned_at_pauses``): each piece takes the words whose middle an alignment of the remaining
+  audio puts inside it (or, with none, the first word if it starts inside it), so the drift
+  starts again after every pause (docs/aligner.md).
 - **snapping** (``word_spans="speech"``): the aligner's bins are coarse and its end slot often
   lands on the next word's start, so a word before a pause keeps the pause (a subtitle stays
   on screen through it). From the segment's 10 ms frame levels (``streaming.pause.frame_db``,
@@ -237,17 +243,58 @@ def realign(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, leve
     return tuple(out), reason, bad
 
 
+def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language: str,
+                      levels: Levels) -> Optional[Tuple[Word, ...]]:
+    """``words`` (the whole segment's alignment) aligned again piece by piece from the left, the
+    pieces cut at the segment's pauses (pieces_at_pauses), so that the aligner's drift starts
+    again after every pause: a piece holds the words of the remaining text whose middle (start +
+    end, halved) an alignment of the remaining audio puts before the piece's end (with none, the
+    first word if it starts before that end), and these are
+    aligned in the piece alone; the last piece takes what is left. None when there is one piece
+    or an alignment does not give back its words (the caller keeps ``words``)."""
+    pieces = pieces_at_pauses(levels)
+    if len(pieces) < 2 or not words:
+        return None
+    rest = [w.word for w in words]
+    got: Sequence[Word] = words
+    out: List[Word] = []
+    for i, (a, b) in enumerate(pieces):
+        if i:  # the remaining text over the remaining audio: its first words are placed well
+            got = aligner.align(pcm[a * HOP:], " ".join(rest), language, offset=levels.time(a))
+            if [w.word for w in got] != rest:
+                return None
+        if i == len(pieces) - 1:
+            out += got
+            break
+        end = levels.time(b)
+        k = sum((w.start + w.end) / 2 < end for w in got)
+        if not k and got and got[0].start < end:  # the first word starts in the piece: it is the piece's
+            k = 1
+        if k:
+            mine = aligner.align(pcm[a * HOP:b * HOP], " ".join(rest[:k]), language, offset=levels.time(a))
+            if [w.word for w in mine] != rest[:k]:
+                return None
+            out += mine
+            rest = rest[k:]
+        if not rest:
+            break
+    return tuple(out)
+
+
 def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], language: str,
             spans: str) -> Tuple[Tuple[Word, ...], Optional[str]]:
     """One segment's words (``aligner.align`` of its audio ``pcm``, (n,) float32 16 kHz, whose first
-    sample is at ``offset`` seconds) checked for a collapse and, with ``spans`` "speech", aligned
-    again in pieces when collapsed (the pieces at its pauses, then its halves; words shared by
+    sample is at ``offset`` seconds), with ``spans`` "speech" aligned again piece by piece at its
+    pauses (aligned_at_pauses), checked for a collapse and, with "speech", aligned again in pieces
+    when collapsed (the pieces at its pauses, then its halves; words shared by
     their first times, then by the speech: the first way without a collapse, else the one with
     the fewest words caught) and fitted to the speech; with "raw" the official times as they
     are. Returns (the words, None or the flag "collapsed: <reason>")."""
     bin_s = aligner.segment_ms / 1000.0
     levels = Levels.of(pcm, offset)
     end = offset + levels.seconds
+    if spans == "speech":
+        words = aligned_at_pauses(aligner, pcm, words, language, levels) or words
     reason, bad = collapse(words, offset, end, bin_s)
     if reason and spans == "speech":
         first = reason
@@ -273,4 +320,4 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     return words, flag
 
 
-__all__ = ["Levels", "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap"]
+__all__ = ["Levels", "aligned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap"]
