@@ -64,6 +64,33 @@ def test_words_equal_engine_align(server, engine, name, text, language):
     assert body["segments"] == [{"start": 0.0, "end": body["duration"], "text": text, "words": want}]
 
 
+def test_word_spans_speech_or_raw(server, engine, tmp_path):
+    """word_spans: "speech" (the default) gives engine.align's spans, "raw" the official aligner's
+    times; on two commands with a second of silence between them the two differ."""
+    import numpy as np
+    import soundfile as sf
+    from qwen3asr.audio import prepare_audio
+
+    a, b = prepare_audio(os.path.join(AUDIO, "en_1.wav")), prepare_audio(os.path.join(AUDIO, "en_3.wav"))
+    pcm = np.concatenate([a, np.zeros(16000, np.float32), b])
+    path = tmp_path / "paused.wav"
+    sf.write(str(path), pcm, 16000, subtype="PCM_16")
+    pcm = prepare_audio(str(path))
+    text = "open the back door please turn on the living room fan"
+    got = {}
+    for spans in ("speech", "raw", None):
+        fields = {"text": text, "language": "English", **({"word_spans": spans} if spans else {})}
+        status, body = _post(server.url, fields, {"file": ("paused.wav", path.read_bytes())})
+        assert status == 200, body
+        got[spans] = body["words"]
+    assert got[None] == got["speech"] == [w.to_dict() for w in engine.align(pcm, text, "English")]
+    assert got["raw"] == [w.to_dict() for w in engine.aligner.align(pcm, text, "English")]
+    assert got["raw"] == [w.to_dict() for w in engine.align(pcm, text, "English", word_spans="raw")]
+    assert got["speech"] != got["raw"]
+    with pytest.raises(ValueError, match="word_spans must be one of 'speech', 'raw'"):
+        engine.align(pcm, text, "English", word_spans="tight")
+
+
 def test_errors(server):
     wav = {"file": ("en_1.wav", _wav("en_1.wav"))}
     status, body = _post(server.url, {"text": "x"}, wav, key="wrong")
@@ -79,6 +106,8 @@ def test_errors(server):
     assert "Chinese, English" in body["error"]["message"] and "French" in body["error"]["message"]
     status, body = _post(server.url, {"text": "open", "prompt": "x"}, wav)
     assert status == 400 and body["error"]["code"] == "unknown_field"
+    status, body = _post(server.url, {"text": "open", "word_spans": "tight"}, wav)
+    assert status == 400 and body["error"]["code"] == "unsupported_value" and body["error"]["param"] == "word_spans"
     status, body = _post(server.url, {"text": "open"}, {"file": ("x.wav", b"not audio at all")})
     assert status == 400 and body["error"]["code"] == "invalid_audio"
     status, body = _post(server.url, {"text": "open"}, {"file": ("big.wav", b"\0" * (1024 * 1024 + 10))})
@@ -93,6 +122,7 @@ def test_audio_longer_than_one_aligner_pass_is_aligned_piece_by_piece(server, en
     inside the audio, and each command's first word starts near where it was put."""
     import json as jsonlib
 
+    import numpy as np
     import numpy as np
     import soundfile as sf
 

@@ -384,9 +384,9 @@ class Qwen3ASREngine:
         return self._aligner_dir
 
     def align(self, audio: AudioInput, text: str, language: Optional[str] = None, *,
-              sample_rate: Optional[int] = None, start_second: float = 0.0) -> list:
+              sample_rate: Optional[int] = None, start_second: float = 0.0, word_spans: str = "speech") -> list:
         """Forced alignment of a given transcript: the Words of ``text`` (the aligner's word units,
-        in order) with start and end in seconds of ``audio``.
+        in order) with start and end in seconds of ``audio``, spans as TranscribeOptions.word_spans.
 
         language: a name or code the aligner covers; None detects it with the ASR model first.
         start_second: the input's time of the audio's first sample (added to every time).
@@ -395,7 +395,7 @@ class Qwen3ASREngine:
         not covered.
         """
         self.check_open()
-        return align_transcript(self, audio, text, language, sample_rate=sample_rate, start_second=start_second)
+        return align_transcript(self, audio, text, language, sample_rate, start_second, word_spans)
 
     def _check_words(self, o: TranscribeOptions) -> None:
         """Before any decoding: an aligner is there (loaded now) and covers a forced language."""

@@ -48,15 +48,25 @@ def assign_units(units: List[str], pieces: List[List[str]]) -> List[int]:
 
 
 def align_long(engine, pcm: np.ndarray, text: str, language: str, *, offset: float = 0.0,
-               work: Work = NO_WORK) -> List[Segment]:
+               work: Work = NO_WORK, spans: str = "speech") -> List[Segment]:
     """The Words of ``text`` in (n,) float32 16 kHz ``pcm`` as Segments (one per aligned piece,
-    times in seconds plus ``offset``); ``language`` a language the engine's aligner covers."""
+    times in seconds plus ``offset``); ``language`` a language the engine's aligner covers;
+    ``spans`` each piece's word spans as TranscribeOptions.word_spans ("speech" or "raw":
+    qwen3asr.aligner.refine, a collapse flagged in ``Segment.words_flag`` either way)."""
+    from .refine import refined
+
     aligner = engine.aligner
     piece = aligner.piece_seconds
-    if pcm.shape[0] <= piece * SAMPLE_RATE:
+
+    def aligned(a: int, b: int, piece_text: str) -> Segment:
+        t0 = offset + a / SAMPLE_RATE
         with work.unit():
-            words = aligner.align(pcm, text, language, offset=offset)
-        return [Segment(offset, offset + pcm.shape[0] / SAMPLE_RATE, text, language, tuple(words))]
+            words, flag = refined(aligner, pcm[a:b], t0, aligner.align(pcm[a:b], piece_text, language, offset=t0),
+                                  language, spans)
+        return Segment(t0, offset + b / SAMPLE_RATE, piece_text, language, tuple(words), words_flag=flag)
+
+    if pcm.shape[0] <= piece * SAMPLE_RATE:
+        return [aligned(0, pcm.shape[0], text)]
     chunk = float(min(LONG_CHUNK_SECONDS, piece))
     heard = engine.transcribe(pcm, language=language, vad=True, chunk_size=chunk, word_timestamps=False, work=work)
     segs = [s for s in heard.segments if s.text]
@@ -70,10 +80,7 @@ def align_long(engine, pcm: np.ndarray, text: str, language: str, *, offset: flo
         if not mine:
             continue
         a, b = int(round(seg.start * SAMPLE_RATE)), min(pcm.shape[0], int(round(seg.end * SAMPLE_RATE)))
-        piece_text = " ".join(mine)
-        with work.unit():
-            words = aligner.align(pcm[a:b], piece_text, language, offset=offset + a / SAMPLE_RATE)
-        out.append(Segment(offset + a / SAMPLE_RATE, offset + b / SAMPLE_RATE, piece_text, language, tuple(words)))
+        out.append(aligned(a, b, " ".join(mine)))
     return out
 
 

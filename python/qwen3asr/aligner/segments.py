@@ -68,16 +68,19 @@ def load_aligner(aligner_dir: Optional[str], backend: str, options):
     return aligner
 
 
-def align_transcript(engine, audio, text: str, language: Optional[str] = None, *,
-                     sample_rate: Optional[int] = None, start_second: float = 0.0) -> list:
+def align_transcript(engine, audio, text: str, language: Optional[str] = None, sample_rate: Optional[int] = None,
+                     start_second: float = 0.0, word_spans: str = "speech") -> list:
     """``Qwen3ASREngine.align``: the Words of ``text`` in ``audio`` (any AudioInput, any length:
-    qwen3asr.aligner.long) with the engine's aligner; ``language`` None is detected with the
-    engine's ASR model first (its main language over the audio)."""
+    qwen3asr.aligner.long) with the engine's aligner, their spans as ``word_spans`` says
+    (TranscribeOptions.word_spans); ``language`` None is detected with the engine's ASR model
+    first (its main language over the audio)."""
     from .. import checks
     from ..audio import MAX_STREAM_SECONDS, prepare_audio
+    from ..options import WORD_SPANS
     from .model import AlignmentError
 
-    problem = checks.number("start_second", start_second, 0, MAX_STREAM_SECONDS, kind="a number of seconds")
+    problem = checks.number("start_second", start_second, 0, MAX_STREAM_SECONDS, kind="a number of seconds") or \
+        checks.choice("word_spans", word_spans, WORD_SPANS)
     if problem:
         raise ValueError(problem)
     pcm = prepare_audio(audio, sample_rate)
@@ -87,7 +90,8 @@ def align_transcript(engine, audio, text: str, language: Optional[str] = None, *
             raise AlignmentError("the ASR model heard no language in this audio; give language=")
     from .long import align_long
 
-    return [w for seg in align_long(engine, pcm, text, language, offset=start_second) for w in seg.words]
+    return [w for seg in align_long(engine, pcm, text, language, offset=start_second, spans=word_spans)
+            for w in seg.words]
 
 
 def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[np.ndarray, float]], *,

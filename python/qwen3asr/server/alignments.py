@@ -3,7 +3,9 @@
 
 Multipart fields: ``file`` (the audio, as /v1/audio/transcriptions takes it, with the same
 upload and duration limits), ``text`` (the transcript), optional ``language`` (a name or code the
-aligner covers; absent: detected with the ASR model first). The answer::
+aligner covers; absent: detected with the ASR model first) and ``word_spans`` (``speech``, the
+default, or ``raw``: TranscribeOptions.word_spans; a collapsed piece's segment carries
+``words_flag``). The answer::
 
     {"text": ..., "language": "English", "duration": 3.2,
      "words": [{"word": "open", "start": 0.24, "end": 0.48}, ...],
@@ -28,6 +30,7 @@ from ..aligner.model import AlignmentError
 from ..audio import SAMPLE_RATE
 from ..checks import show
 from ..languages import LanguageError, resolve_language
+from ..options import WORD_SPANS
 from ..work import Cancelled
 from .errors import ApiError
 from .jobs import decode_upload
@@ -38,7 +41,7 @@ from .scheduler import BULK
 logger = logging.getLogger(__name__)
 
 SURFACE = "alignments"
-FIELDS = ("file", "text", "language", "model")
+FIELDS = ("file", "text", "language", "model", "word_spans")
 MAX_TEXT_CHARS = 20_000  # a transcript of 60 s of speech is far shorter
 
 
@@ -48,6 +51,7 @@ class AlignmentRequest:
     filename: str
     text: str
     language: Optional[str]  # canonical name, None: detect
+    word_spans: str = "speech"  # TranscribeOptions.word_spans
 
 
 def _no_aligner() -> ApiError:
@@ -75,8 +79,12 @@ async def _fields(form, rt) -> AlignmentRequest:
         language = resolve_language(_field(form, "language"))
     except LanguageError as exc:
         raise ApiError(400, str(exc), code="invalid_language", param="language") from None
+    word_spans = _field(form, "word_spans") or "speech"
+    if word_spans not in WORD_SPANS:
+        raise ApiError(400, f"word_spans {show(word_spans)}: accepted {', '.join(WORD_SPANS)}",
+                       code="unsupported_value", param="word_spans")
     upload.file.seek(0)
-    return AlignmentRequest(upload.file, upload.filename or "file", text, language)
+    return AlignmentRequest(upload.file, upload.filename or "file", text, language, word_spans)
 
 
 def _check_aligner(engine, language: Optional[str]) -> None:
@@ -103,7 +111,7 @@ def _align(engine, audio, req: AlignmentRequest, work) -> tuple[str, list]:
                            code="unsupported_language", param="language")
         _check_aligner(engine, language)
     try:
-        return language, align_long(engine, pcm, req.text, language, work=work)
+        return language, align_long(engine, pcm, req.text, language, work=work, spans=req.word_spans)
     except AlignmentError as exc:
         raise ApiError(400, f"cannot align: {exc}", code="alignment_failed", param="text") from None
 
@@ -135,7 +143,9 @@ async def alignments(request: Request) -> Response:
         return JSONResponse({"text": req.text, "language": language, "duration": round(duration, 3),
                              "words": [w.to_dict() for s in segments for w in s.words],
                              "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
-                                           "words": [w.to_dict() for w in s.words]} for s in segments]})
+                                           "words": [w.to_dict() for w in s.words],
+                                           **({"words_flag": s.words_flag} if s.words_flag else {})}
+                                          for s in segments]})
     except ApiError as err:
         outcome, code = outcome_of(err.status), err.code
         raise err from None
