@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -170,3 +172,29 @@ def test_spin_wait_refuses_other_values(value):
 
     with pytest.raises(ValueError, match='spin_wait must be True, False or "auto"'):
         BackendOptions(spin_wait=value)
+
+
+@pytest.mark.parametrize("cpus, seconds, want", [(2, 3.0, 1), (2, 5.0, 1), (2, 8.0, 2), (4, 3.0, 2), (1, 3.0, 2)])
+def test_a_short_one_shot_leaves_a_core_to_the_decoder_load(monkeypatch, cpus, seconds, want):
+    """With preload_seconds up to SHORT_PRELOAD_SECONDS and threads = the CPUs (at least 2), the
+    encoder's sessions get one thread fewer (the decoder's load, the one-shot's critical path, keeps
+    a core); longer audio or spare CPUs leave them as asked; the decoder always has them all."""
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.backends import host
+    from server_proc import MODEL
+
+    monkeypatch.setattr(host, "cpus", lambda: cpus)
+    with Qwen3ASREngine(MODEL, backend="onnx", threads=2, preload_seconds=seconds) as e:
+        assert e.transcribe("audio/en_1.wav").text
+        encoders = list(e.encoder.runner._sessions.values())
+        assert encoders and {s.get_session_options().intra_op_num_threads for s in encoders} == {want}
+        assert e.decoder.kv.session.get_session_options().intra_op_num_threads == 2
+
+
+def test_cpus_is_what_this_process_may_use():
+    from qwen3asr.backends import host
+
+    n = host.cpus()
+    assert 1 <= n <= (os.cpu_count() or n)
+    if hasattr(os, "sched_getaffinity"):
+        assert n == len(os.sched_getaffinity(0))

@@ -70,9 +70,9 @@ class Qwen3ASREngine:
         runs (int4 decoder, smaller KV steps, with ``--memory lean`` bundles int8 encoder weights and
         mapped decoder weights; docs/benchmarks.md "Lean profile"); the aligner's too.
       preload_seconds: the first request's audio length (a one-shot CLI passes its file's): if the
-        plan decodes it in one pass (qwen3asr.plan.preload_seconds) its encoder graphs load now and
-        the ONNX decoder in a thread, which that request waits for (and raises the error of) only
-        when it decodes. Default None: graphs on first use. The rk backend loads all at start.
+        plan decodes it in one pass (qwen3asr.plan.preload_seconds) its encoder graphs load now (up to
+        5 s with threads = the CPUs: one thread fewer) and the ONNX decoder in a thread, which that
+        request waits for only when it decodes. Default None: on first use; rk: all at start.
       aligner: a forced-aligner bundle for word timestamps (docs/aligner.md); default
         ``$QWEN3ASR_ALIGNER``, else, with the bundled default model, the bundled demo aligner.
         Loaded on the first request that asks for words, with this engine's backend settings.

@@ -1,4 +1,5 @@
-"""Whether anything else is running on the host: what ``spin_wait="auto"`` asks at load.
+"""What the host offers a one-shot run at load: its CPUs, and whether anything else is running
+(what ``spin_wait="auto"`` asks).
 
 ONNX Runtime's worker threads that spin between runs make a quiet machine's decode steps faster
 (no wake-up per step) and a busy one's slower (they hold cores the working threads need):
@@ -45,9 +46,17 @@ def others_running(proc: str = PROC) -> Optional[int]:
     return max(0, running - own)
 
 
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it, else the count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def quiet(proc: str = PROC) -> bool:
     """No other process's task is runnable now (False when that cannot be told)."""
     return others_running(proc) == 0
 
 
-__all__ = ["others_running", "quiet"]
+__all__ = ["cpus", "others_running", "quiet"]
