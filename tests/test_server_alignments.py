@@ -69,6 +69,7 @@ def test_word_spans_speech_or_raw(server, engine, tmp_path):
     times; on two commands with a second of silence between them the two differ."""
     import numpy as np
     import soundfile as sf
+
     from qwen3asr.audio import prepare_audio
 
     a, b = prepare_audio(os.path.join(AUDIO, "en_1.wav")), prepare_audio(os.path.join(AUDIO, "en_3.wav"))
@@ -122,7 +123,6 @@ def test_audio_longer_than_one_aligner_pass_is_aligned_piece_by_piece(server, en
     inside the audio, and each command's first word starts near where it was put."""
     import json as jsonlib
 
-    import numpy as np
     import numpy as np
     import soundfile as sf
 

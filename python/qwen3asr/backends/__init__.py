@@ -44,9 +44,6 @@ DECODER_DTYPES = ("auto", "fp32", "int8", "int4")
 # decoder weights); docs/benchmarks.md "Lean profile"
 MEMORY_PROFILES = ("default", "lean")
 MAX_THREADS = 256  # ONNX Runtime intra-op threads accepted (more than any board or desktop has cores)
-# a one-shot run of at most this much audio, with threads = the CPUs, gives its encoder one thread
-# fewer while the decoder loads (docs/benchmarks.md "The wait before the first call")
-SHORT_PRELOAD_SECONDS = 5.0
 MAX_PRELOAD_SECONDS = 86400.0  # preload_seconds accepted: a day of audio (it only picks encoder graphs)
 
 
@@ -157,17 +154,11 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
         return chosen
     from .onnx import create_onnx_decoder, create_onnx_encoder, pick_dtype
 
-    encoder_threads = o.threads
-    if o.preload_seconds is not None and o.preload_seconds <= SHORT_PRELOAD_SECONDS and o.threads \
-            and o.threads >= host.cpus() >= 2:
-        # a short one-shot: its encoder runs while the decoder's session loads, the critical path
-        # and one core's work; leaving that core to the load starts the decode sooner
-        encoder_threads = o.threads - 1
-    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, encoder_threads, o.spin_wait is True,
-                                  o.memory)
-    decoder_spins = o.spin_wait is True or (o.spin_wait == "auto" and o.preload_seconds is not None and host.quiet())
-    if o.spin_wait == "auto":
-        logger.debug("spin_wait auto: the decoder's threads %s", "spin" if decoder_spins else "sleep")
+    encoder_threads, encoder_spins, decoder_spins = host.one_shot(o.threads, o.spin_wait, o.preload_seconds)
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, encoder_threads, encoder_spins, o.memory)
+    if (encoder_threads, decoder_spins) != (o.threads, o.spin_wait is True):
+        logger.debug("one-shot load: encoder threads %s, decoder threads %s", encoder_threads,
+                     "spinning" if decoder_spins else "sleeping")
 
     def make_decoder():
         return create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,

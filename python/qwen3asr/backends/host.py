@@ -1,5 +1,4 @@
-"""What the host offers a one-shot run at load: its CPUs, and whether anything else is running
-(what ``spin_wait="auto"`` asks).
+"""What a one-shot run asks of the host at load, and what it changes for it (``one_shot``).
 
 ONNX Runtime's worker threads that spin between runs make a quiet machine's decode steps faster
 (no wake-up per step) and a busy one's slower (they hold cores the working threads need):
@@ -12,7 +11,7 @@ the caller does not spin.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
 PROC = "/proc"
 
@@ -59,4 +58,24 @@ def quiet(proc: str = PROC) -> bool:
     return others_running(proc) == 0
 
 
-__all__ = ["cpus", "others_running", "quiet"]
+SHORT_PRELOAD_SECONDS = 5.0  # a one-shot run of at most this much audio: a command
+
+
+def one_shot(threads: Optional[int], spin_wait, preload_seconds: Optional[float]) -> Tuple[Optional[int], bool, bool]:
+    """(the encoder's threads, whether its threads spin, whether the decoder's spin) for the ONNX
+    sessions of BackendOptions ``threads`` / ``spin_wait`` / ``preload_seconds``.
+
+    A one-shot run (``preload_seconds``) loads its decoder in a thread while its encoder loads and
+    runs; the decoder's session (prepacking its weights, one core's work) is the critical path,
+    then its decode (docs/benchmarks.md, "The wait before the first call"). So a short one (at most
+    SHORT_PRELOAD_SECONDS, with ``threads`` = the CPUs, at least 2) gives its encoder one thread
+    fewer, leaving that core to the load; and ``spin_wait="auto"`` spins the decoder's threads if
+    the host is quiet when it loads. ``spin_wait=True`` spins every session; otherwise none spins."""
+    encoder_threads = threads
+    if preload_seconds is not None and preload_seconds <= SHORT_PRELOAD_SECONDS and threads and threads >= cpus() >= 2:
+        encoder_threads = threads - 1
+    decoder_spins = spin_wait is True or (spin_wait == "auto" and preload_seconds is not None and quiet())
+    return encoder_threads, spin_wait is True, decoder_spins
+
+
+__all__ = ["SHORT_PRELOAD_SECONDS", "cpus", "one_shot", "others_running", "quiet"]
