@@ -304,9 +304,9 @@ def test_drift_restarts_at_every_pause(demo_aligner, stand_in):
     assert seg.words_flag is None and [w.word for w in seg.words] == TEXT.split()
     for w, (a, b) in zip(seg.words, FOUR):
         assert a - 0.05 <= w.start < b and w.end <= b + 0.05, (w, (a, b))
-    # the whole (8 slots); then from each cut (1.35, 2.45, 3.55 s) the rest (6, 4, 2 slots), and each
-    # of the first three pieces with its one word (2 slots)
-    assert scorer.calls == [8, 8, 2, 6, 2, 4, 2, 2]
+    # the whole (8 slots), the first piece with its one word (2 slots); then from each cut (1.35,
+    # 2.45, 3.55 s; the horizon, two pieces on, is the segment's end) the rest (6, 4, 2 slots)
+    assert scorer.calls == [8, 8, 2, 6, 4, 2]
 
 
 class _Placing:
@@ -338,6 +338,27 @@ def test_a_piece_takes_the_word_that_starts_in_it():
     assert [w.word for w in got] == TEXT.split()
     for i, w in enumerate(got):
         assert cuts[i] <= w.start < cuts[i + 1], (w, cuts[i:i + 2])
-    # the whole; the first piece (alpha's middle 1.15 s); the rest from each cut, whose first word
-    # starts 0.7 s in but ends past the next cut, and that word in its piece
-    assert al.calls == [(0.0, 4), (0.0, 1), (1.35, 3), (1.35, 1), (2.45, 2), (2.45, 1), (3.55, 1)]
+    # the whole; the first piece alone (alpha's middle 1.15 s); the rest from each cut, whose first
+    # word starts 0.7 s in but ends past the next cut
+    assert al.calls == [(0.0, 4), (0.0, 1), (1.35, 3), (2.45, 2), (3.55, 1)]
+
+
+def test_each_later_alignment_stops_two_pieces_on(demo_aligner, stand_in):
+    """With more pieces than the horizon (HORIZON_PIECES), an alignment from a cut runs to the end
+    of the piece two on, with the words the whole alignment starts before that end; the drift
+    still restarts at every pause and each word lands in its own burst."""
+    from qwen3asr.aligner.refine import HORIZON_PIECES
+
+    assert HORIZON_PIECES == 2
+    six = FOUR + ((4.9, 5.5), (6.0, 6.6))  # cuts at 1.35, 2.45, 3.55, 4.65, 5.75 s
+    text = "alpha beta gamma delta epsilon zeta"
+    scorer = stand_in(lambda n: np.array([b for i in range(n // 2) for b in (7 + 11 * i, 13 + 11 * i)]))
+    pcm = bursts(six, 7.2)
+    seg = _segment(demo_aligner, pcm, "speech", text=text)
+    assert seg.words_flag is None and [w.word for w in seg.words] == text.split()
+    for w, (a, b) in zip(seg.words, six):
+        assert a - 0.05 <= w.start < b and w.end <= b + 0.05, (w, (a, b))
+    # the whole (12 slots), the first piece (2); from 1.35 s to 4.65 s the four words the whole
+    # alignment started before 4.65 (8 slots, not the five left), from 2.45 s to 5.75 s four again,
+    # then to the segment's end: the three, two and one left
+    assert scorer.calls == [12, 2, 8, 8, 6, 4, 2]

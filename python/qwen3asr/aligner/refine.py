@@ -6,9 +6,9 @@ official repair), applied to each segment by ``align_segments``:
 - **pauses** (``word_spans="speech"``): an aligner places a segment's first words well and drifts
   early on the words after long pauses (the demo aligner by 0.3-0.9 s at the 6th-9th word). A
   segment with pauses of SPLIT_PAUSE_S or more is aligned again piece by piece from the left
-  (``aligned_at_pauses``): each piece takes the words whose middle an alignment of the remaining
-  audio puts inside it (or, with none, the first word if it starts inside it), so the drift
-  starts again after every pause (docs/aligner.md).
+  (``aligned_at_pauses``): each piece takes the words whose middle an alignment from its start
+  (over HORIZON_PIECES more pieces) puts inside it (or, with none, the first word if it starts
+  inside it), so the drift starts again after every pause (docs/aligner.md).
 - **snapping** (``word_spans="speech"``): the aligner's bins are coarse and its end slot often
   lands on the next word's start, so a word before a pause keeps the pause (a subtitle stays
   on screen through it). From the segment's 10 ms frame levels (``streaming.pause.frame_db``,
@@ -55,7 +55,8 @@ FLOOR_SHARE = 0.25  # ... and so is one within this share of the way from the fl
 MIN_CONTRAST_DB = 12.0  # loud end - floor below this: speech cannot be told from noise, no snapping
 MIN_PAUSE_S = 0.12  # a quiet run this long is a pause (stop closures and weak consonants are shorter)
 EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak onset or decay)
-SPLIT_PAUSE_S = 0.25  # pauses at least this long cut a collapsed segment into pieces
+SPLIT_PAUSE_S = 0.25  # pauses at least this long cut a segment into pieces (aligned_at_pauses, a collapse)
+HORIZON_PIECES = 2  # aligned_at_pauses: each later alignment runs this many pieces past its own
 MIN_RUN = 3  # this many consecutive words with one start is a collapse
 PILE_WORDS = 2  # this many words starting in a segment's last bin is a pile-up
 
@@ -247,23 +248,32 @@ def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language:
                       levels: Levels) -> Optional[Tuple[Word, ...]]:
     """``words`` (the whole segment's alignment) aligned again piece by piece from the left, the
     pieces cut at the segment's pauses (pieces_at_pauses), so that the aligner's drift starts
-    again after every pause: a piece holds the words of the remaining text whose middle (start +
-    end, halved) an alignment of the remaining audio puts before the piece's end (with none, the
-    first word if it starts before that end), and these are
-    aligned in the piece alone; the last piece takes what is left. None when there is one piece
-    or an alignment does not give back its words (the caller keeps ``words``)."""
+    again after every pause. The first piece's words are aligned in it alone; from each later cut
+    the remaining text is aligned over the audio up to HORIZON_PIECES pieces further (the words
+    the whole alignment starts before that end; the rest of the text where it is the segment's
+    end), its first words placed well. A piece keeps the words whose middle (start + end, halved)
+    lies before its end (with none, the first word if it starts before it), with those times; the
+    last piece takes what is left. About four aligner passes' worth of audio for the segment in
+    all. None when there is one piece or an alignment does not give back its words (the caller
+    keeps ``words``)."""
     pieces = pieces_at_pauses(levels)
     if len(pieces) < 2 or not words:
         return None
+    last = len(pieces) - 1
     rest = [w.word for w in words]
     got: Sequence[Word] = words
     out: List[Word] = []
     for i, (a, b) in enumerate(pieces):
-        if i:  # the remaining text over the remaining audio: its first words are placed well
-            got = aligner.align(pcm[a * HOP:], " ".join(rest), language, offset=levels.time(a))
-            if [w.word for w in got] != rest:
+        if i:
+            h = min(i + HORIZON_PIECES, last)
+            text = rest
+            if h < last:
+                horizon = levels.time(pieces[h][1])
+                text = rest[:max(1, sum(w.start < horizon for w in words[len(out):]))]
+            got = aligner.align(pcm[a * HOP:pieces[h][1] * HOP], " ".join(text), language, offset=levels.time(a))
+            if [w.word for w in got] != text:
                 return None
-        if i == len(pieces) - 1:
+        if i == last:
             out += got
             break
         end = levels.time(b)
@@ -271,7 +281,8 @@ def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language:
         if not k and got and got[0].start < end:  # the first word starts in the piece: it is the piece's
             k = 1
         if k:
-            mine = aligner.align(pcm[a * HOP:b * HOP], " ".join(rest[:k]), language, offset=levels.time(a))
+            mine = got[:k] if i else aligner.align(pcm[a * HOP:b * HOP], " ".join(rest[:k]), language,
+                                                   offset=levels.time(a))
             if [w.word for w in mine] != rest[:k]:
                 return None
             out += mine
