@@ -293,7 +293,8 @@ def test_the_attention_loss_reads_the_official_attention_of_the_last_layer(tok_d
 def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attention(tok_dir):
     """--attention-heads 4 --attention-layers 2: heads 0-3 of each of the last two layers, the last
     layer's first, each as the official eager attention computes it (the 4 query heads share 2 key
-    heads); the exported model is the same (the loss is training-only)."""
+    heads); --attention-at -1:0,-2:1 the pairs it names, in its order. Training only: the exported
+    model is the same."""
     torch = pytest.importorskip("torch", reason="the official model needs torch")
     from qwen3asr.audio import prepare_audio
     from qwen3asr.encoder import tokens_for_frames
@@ -325,5 +326,12 @@ def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attent
         assert a.shape[:2] == (8, 8)
         slots = torch.from_numpy(x.slots)
         torch.testing.assert_close(a, torch.cat([seen[-1][b][:, slots], seen[-2][b][:, slots]]), atol=1e-6, rtol=0)
-    with pytest.raises(SystemExit):
-        main(["--attention-heads", "0"])
+    att = []  # named (layer, head) pairs, in their order
+    with torch.no_grad():
+        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_at=((-1, 0), (-2, 1)))
+    for b, (x, a) in enumerate(zip(xs, att)):
+        slots = torch.from_numpy(x.slots)
+        torch.testing.assert_close(a, torch.stack([seen[-1][b][0, slots], seen[-2][b][1, slots]]), atol=1e-6, rtol=0)
+    for bad in (["--attention-heads", "0"], ["--attention-at", "-1"], ["--attention-at", "x:1"]):
+        with pytest.raises(SystemExit):
+            main(bad)
