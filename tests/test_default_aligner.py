@@ -281,8 +281,57 @@ def test_the_attention_loss_reads_the_official_attention_of_the_last_layer(tok_d
     with torch.no_grad():
         slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att)
     for b, (x, a) in enumerate(zip(xs, att)):
-        torch.testing.assert_close(a, seen[0][b, 0, torch.from_numpy(x.slots)], atol=1e-6, rtol=0)
+        assert a.shape[:2] == (1, 8)  # the default: head 0 of the last layer alone
+        torch.testing.assert_close(a[0], seen[0][b, 0, torch.from_numpy(x.slots)], atol=1e-6, rtol=0)
     target = attention_targets(xs[1], 150)
     assert target.shape == (8, xs[1].ids.shape[0])
     # "open" 0.1-0.4 s: rows whose middle is within 60-440 ms, i.e. 1 + rows 1..5 (120..440 ms)
     assert np.flatnonzero(target[0]).tolist() == np.flatnonzero(target[1]).tolist() == [2, 3, 4, 5, 6]
+
+
+@pytest.mark.slow
+def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attention(tok_dir):
+    """--attention-heads 4 --attention-layers 2: heads 0-3 of each of the last two layers, the last
+    layer's first, each as the official eager attention computes it (the 4 query heads share 2 key
+    heads); --attention-at -1:0,-2:1 the pairs it names, in its order. Training only: the exported
+    model is the same."""
+    torch = pytest.importorskip("torch", reason="the official model needs torch")
+    from qwen3asr.audio import prepare_audio
+    from qwen3asr.encoder import tokens_for_frames
+    from qwen3asr.mel import log_mel
+    from qwen3asr.tokenizer import Tokenizer
+    from qwen3asr_tools import train_tiny as tt
+    from qwen3asr_tools.train_aligner import aligner_config, build_input, init_from_asr, main, slot_logits
+
+    tok = Tokenizer.from_dir(tok_dir)
+    cfg = aligner_config(tok)
+    model = tt.build_model(cfg, seed=1)
+    init_from_asr(model, ALIGNER, cfg)
+    model.eval()
+    seen = {}
+    for i in (-2, -1):
+        layer = model.thinker.model.layers[i].self_attn
+        layer.config._attn_implementation = "eager"
+        layer.register_forward_hook(lambda m, a, kw, out, i=i: seen.__setitem__(i, out[1]), with_kwargs=True)
+    mels = [torch.from_numpy(log_mel(prepare_audio(EN), 128))]
+    mels.append(mels[0][:, :150])
+    words = align_words("open the back door", "English")
+    xs = [build_input(tok, tokens_for_frames(m.shape[1]), words, [0.1, 0.5, 0.7, 1.0], [0.4, 0.6, 0.9, 1.3])
+          for m in mels]
+    att = []
+    with torch.no_grad():
+        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_heads=4, attention_layers=2)
+    assert len(att) == 2
+    for b, (x, a) in enumerate(zip(xs, att)):
+        assert a.shape[:2] == (8, 8)
+        slots = torch.from_numpy(x.slots)
+        torch.testing.assert_close(a, torch.cat([seen[-1][b][:, slots], seen[-2][b][:, slots]]), atol=1e-6, rtol=0)
+    att = []  # named (layer, head) pairs, in their order
+    with torch.no_grad():
+        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_at=((-1, 0), (-2, 1)))
+    for b, (x, a) in enumerate(zip(xs, att)):
+        slots = torch.from_numpy(x.slots)
+        torch.testing.assert_close(a, torch.stack([seen[-1][b][0, slots], seen[-2][b][1, slots]]), atol=1e-6, rtol=0)
+    for bad in (["--attention-heads", "0"], ["--attention-at", "-1"], ["--attention-at", "x:1"]):
+        with pytest.raises(SystemExit):
+            main(bad)

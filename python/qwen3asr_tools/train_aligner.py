@@ -33,7 +33,9 @@ interrupted run restarts cheaply; training itself resumes from its last snapshot
               the decoder (new identity layers below the bundle's), ``--position-weight`` a training-only
               probe that makes the audio rows carry their own time class at the last layer's input,
               ``--attention-weight`` a training-only loss that makes head 0 of the last layer attend
-              from each slot to its word's audio rows. The forward stays the official one.
+              from each slot to its word's audio rows (``--attention-heads`` / ``--attention-layers``:
+              heads 0..K-1 of the last L layers; docs/training.md, "Seventh run"). The forward stays
+              the official one.
 6. checkpoint: ``save_pretrained`` + side files + tokenizer, config.json patched back to the
               aligner type -> WORK/checkpoint/
 7. export:    export_onnx.export -> OUT (an aligner bundle, model.json "kind": "aligner")
@@ -129,6 +131,12 @@ class AlignerTrainConfig:
     # weight on the audio rows of the slot's word (-log of the weight there), so the slots read
     # the rows where their word sounds rather than count words.
     attention_weight: float = 0.0
+    # The heads 0..attention_heads-1 of each of the last attention_layers decoder layers carry that
+    # loss (its mean over them); 1 and 1: head 0 of the last layer alone. attention_at, when given,
+    # names the (layer, head) pairs instead (layer -1 the last, -2 the one below it, ...).
+    attention_heads: int = 1
+    attention_layers: int = 1
+    attention_at: Optional[Tuple[Tuple[int, int], ...]] = None
 
 
 # --------------------------------------------------------------------------- stages 2 and 4
@@ -359,15 +367,25 @@ def soft_targets(targets_ms, classes: int, sigma_ms: float):
     return p / p.sum(dim=1, keepdim=True)
 
 
+def attention_pairs(heads: int = 1, layers: int = 1, at=None) -> List[Tuple[int, int]]:
+    """The (layer, head) pairs the attention loss covers (layer -1 the last): ``at`` when given, else
+    heads 0..heads-1 of each of the last ``layers`` layers, the last layer's first."""
+    return [tuple(p) for p in at] if at else [(-1 - l, h) for l in range(layers) for h in range(heads)]
+
+
 def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_pad_id: int, rows: Optional[list] = None,
-                attention: Optional[list] = None):
+                attention: Optional[list] = None, attention_heads: int = 1, attention_layers: int = 1,
+                attention_at: Optional[Sequence[Tuple[int, int]]] = None):
     """The thinker's head at every slot of a batch, ``(sum slots, classes)``, in example order,
     and the encoder output ``(sum audio tokens, hidden)``: the official forward (the audio
     tower by train_tiny.encode_audio, which runs the official windows for several clips at once).
     With ``rows`` (a list), the audio rows' hidden at the input of the last decoder layer,
     ``(sum audio tokens, hidden)``, is appended to it (the position loss; the forward is unchanged).
-    With ``attention`` (a list), head 0 of the last layer's attention weights at each example's slot
-    rows, ``(slots, length)`` per example, are appended to it (recomputed beside the forward)."""
+    With ``attention`` (a list), the attention weights at each example's slot rows of heads
+    0..``attention_heads``-1 of each of the last ``attention_layers`` layers (or of the (layer, head)
+    pairs ``attention_at``: ``attention_pairs``), ``(pairs, slots, length)`` per example in that
+    order (by default [0] is head 0 of the last layer), are appended to it (recomputed beside the
+    forward)."""
     import torch
 
     thinker = model.thinker
@@ -388,23 +406,31 @@ def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_
         audio_mask = ids == audio_pad_id
         hook = thinker.model.layers[-1].register_forward_pre_hook(lambda _m, a: rows.append(a[0][audio_mask]))
     hooks = [hook] if hook is not None else []
+    pairs = attention_pairs(attention_heads, attention_layers, attention_at)
+    n_layers = len(thinker.model.layers)
+    per_layer = {}  # layer index -> [(heads, slots, length) per example]
     if attention is not None:
-        attn_mod = thinker.model.layers[-1].self_attn
-        hooks.append(attn_mod.register_forward_hook(
-            lambda m, a, kw, _out: attention.extend(_slot_attention(m, kw.get("hidden_states", a[0] if a else None),
-                                                                    kw["position_embeddings"], inputs)),
-            with_kwargs=True))
+        for li in sorted({n_layers + l if l < 0 else l for l, _ in pairs}):
+            heads = 1 + max(h for l, h in pairs if (n_layers + l if l < 0 else l) == li)
+            hooks.append(thinker.model.layers[li].self_attn.register_forward_hook(
+                lambda m, a, kw, _out, li=li, heads=heads: per_layer.__setitem__(li, _slot_attention(
+                    m, kw.get("hidden_states", a[0] if a else None), kw["position_embeddings"], inputs, heads)),
+                with_kwargs=True))
     try:
         hidden = thinker.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=False)[0]
     finally:
         for h in hooks:
             h.remove()
+    if attention is not None:
+        attention.extend(torch.stack([per_layer[n_layers + l if l < 0 else l][i][h] for l, h in pairs])
+                         for i in range(len(inputs)))
     return thinker.lm_head(hidden[slot_mask]), audio
 
 
-def _slot_attention(attn_mod, hidden, position_embeddings, inputs: Sequence[AlignerInput]) -> list:
-    """Head 0's attention weights at the slot rows of each example (``(slots, length)`` each), as the
-    official attention computes them (q/k norms, RoPE, causal softmax, scaling)."""
+def _slot_attention(attn_mod, hidden, position_embeddings, inputs: Sequence[AlignerInput], heads: int = 1) -> list:
+    """The attention weights of heads 0..heads-1 at the slot rows of each example (``(heads, slots,
+    length)`` each), as the official attention computes them (q/k norms, RoPE, causal softmax,
+    scaling; query head h reads key head h // num_key_value_groups)."""
     import sys
 
     import torch
@@ -412,14 +438,16 @@ def _slot_attention(attn_mod, hidden, position_embeddings, inputs: Sequence[Alig
     rope = sys.modules[type(attn_mod).__module__].apply_rotary_pos_emb
     b, length, _ = hidden.shape
     d = attn_mod.head_dim
-    q = attn_mod.q_norm(attn_mod.q_proj(hidden).view(b, length, -1, d)[:, :, :1]).transpose(1, 2)
-    k = attn_mod.k_norm(attn_mod.k_proj(hidden).view(b, length, -1, d)[:, :, :1]).transpose(1, 2)
+    kv = torch.arange(heads) // attn_mod.num_key_value_groups
+    q = attn_mod.q_norm(attn_mod.q_proj(hidden).view(b, length, -1, d)[:, :, :heads]).transpose(1, 2)
+    k = attn_mod.k_norm(attn_mod.k_proj(hidden).view(b, length, -1, d)[:, :, :int(kv[-1]) + 1])
+    k = k[:, :, kv].transpose(1, 2)
     q, k = rope(q, k, *position_embeddings)
     out = []
     for i, x in enumerate(inputs):
         slots = torch.from_numpy(x.slots)
-        scores = (q[i, 0, slots] @ k[i, 0].T) * attn_mod.scaling
-        scores = scores.masked_fill(torch.arange(length)[None, :] > slots[:, None], float("-inf"))
+        scores = (q[i][:, slots] @ k[i].transpose(1, 2)) * attn_mod.scaling
+        scores = scores.masked_fill(torch.arange(length)[None, None, :] > slots[None, :, None], float("-inf"))
         out.append(torch.softmax(scores, dim=-1))
     return out
 
@@ -603,6 +631,12 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
         model.eval()
         log.info("training: %s exists (step %d)", final, snap["step"])
         return model, snap["step"], snap["seconds"]
+    text_cfg = cfg_dict["thinker_config"]["text_config"]
+    att_pairs = attention_pairs(cfg.attention_heads, cfg.attention_layers, cfg.attention_at)
+    if not all(-text_cfg["num_hidden_layers"] <= l < text_cfg["num_hidden_layers"]
+               and 0 <= h < text_cfg["num_attention_heads"] for l, h in att_pairs):
+        raise ValueError(f"the attention loss on (layer, head) {att_pairs}: the decoder has "
+                         f"{text_cfg['num_hidden_layers']} layers of {text_cfg['num_attention_heads']} heads")
     n_params = sum(p.numel() for p in model.parameters())
     hidden = cfg_dict["thinker_config"]["text_config"]["hidden_size"]
     vocab_rows = cfg_dict["thinker_config"]["text_config"]["vocab_size"]
@@ -694,7 +728,7 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
             shift = dev_shift(model, tok, dm, dw)
             log.info("step 0: %s mean shift start %.1f ms, end %.1f ms (raw argmax)", name, shift["start"], shift["end"])
     sums = {"ce": 0.0, "slots": 0, "frame": 0.0, "batches": 0, "err": 0.0, "pos": 0.0, "pos_err": 0.0, "rows": 0, "att": 0.0,
-            "att_on": 0.0}
+            "att_on": 0.0, "att_on0": 0.0}
     model.train()
     done = progress() >= 1.0
     while not done:
@@ -714,7 +748,8 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                 g["lr"] = lr
             rows = [] if cfg.position_weight > 0 else None
             att = [] if cfg.attention_weight > 0 else None
-            logits, audio = slot_logits(model, mels, inputs, tok.endoftext, tok.audio_pad, rows, att)
+            logits, audio = slot_logits(model, mels, inputs, tok.endoftext, tok.audio_pad, rows, att,
+                                        cfg.attention_heads, cfg.attention_layers, cfg.attention_at)
             t_ms = np.concatenate([x.targets_ms for x in inputs])
             target = soft_targets(t_ms, CLASSIFY_NUM, cfg.target_sigma_ms)
             ce = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
@@ -731,13 +766,14 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                     sums["pos_err"] += float((pos_logits.argmax(-1).float() * TIMESTAMP_SEGMENT_TIME
                                               - torch.from_numpy(row_ms)).abs().sum())
                     sums["rows"] += len(row_ms)
-            if att is not None:
-                on = torch.cat([(a[:, :x.ids.shape[0]] * torch.from_numpy(attention_targets(x, m.shape[1]))).sum(-1)
-                                for a, x, m in zip(att, inputs, mels)])
+            if att is not None:  # on: (pairs, slots of the batch); [0] the first pair (default: last layer, head 0)
+                on = torch.cat([(a[..., :x.ids.shape[0]] * torch.from_numpy(attention_targets(x, m.shape[1]))).sum(-1)
+                                for a, x, m in zip(att, inputs, mels)], dim=1)
                 att_loss = -torch.log(on + 1e-6).mean()
                 loss = loss + cfg.attention_weight * att_loss
                 sums["att"] += att_loss.item()
-                sums["att_on"] += float(on.mean())
+                sums["att_on"] += float(on.detach().mean())
+                sums["att_on0"] += float(on[0].detach().mean())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_([q for _, q in named], cfg.clip_norm)
@@ -760,6 +796,9 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                 if cfg.attention_weight > 0:
                     log.info("step %d attention loss %.4f weight on the word's rows %.3f", step,
                              sums["att"] / sums["batches"], sums["att_on"] / sums["batches"])
+                    if len(att_pairs) > 1:
+                        log.info("step %d layer %d head %d: weight on the word's rows %.3f", step, *att_pairs[0],
+                                 sums["att_on0"] / sums["batches"])
                 sums = {k: 0 * v for k, v in sums.items()}
             if step % cfg.eval_every == 0:
                 model.eval()
@@ -835,6 +874,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="weight of the training-only loss on the audio rows' own time class (0 = none)")
     ap.add_argument("--attention-weight", type=float, default=d.attention_weight,
                     help="weight of the training-only loss on the last layer's head 0 attending to each slot's word")
+    ap.add_argument("--attention-heads", type=int, default=d.attention_heads,
+                    help="the attention loss on heads 0..K-1 of each layer it covers (1 = head 0)")
+    ap.add_argument("--attention-layers", type=int, default=d.attention_layers,
+                    help="the attention loss on the last L decoder layers (1 = the last one)")
+    ap.add_argument("--attention-at", default="",
+                    help="the attention loss on these LAYER:HEAD pairs instead (layer -1 the last), e.g. "
+                         "--attention-at=-1:0,-2:1 (with '=': the value starts with '-'); the first is logged on "
+                         "its own")
     ap.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between dev checks and snapshots")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--from-snapshot", action="store_true",
@@ -847,6 +894,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  "decoder_layers", "position_weight", "attention_weight"):
         if not getattr(args, name) >= 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.attention_heads < 1 or args.attention_layers < 1:
+        ap.error("--attention-heads and --attention-layers must be >= 1")
+    try:
+        attention_at = tuple(tuple(int(v) for v in p.split(":")) for p in args.attention_at.split(",")
+                             if p.strip()) or None
+        assert attention_at is None or all(len(p) == 2 for p in attention_at)
+    except (ValueError, AssertionError):
+        ap.error(f"--attention-at {args.attention_at!r}: give LAYER:HEAD pairs, e.g. -1:0,-2:1")
     if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
         ap.error(f"--init-from {args.init_from}: not a bundle directory (no model.json); give the ASR demo's "
                  f"(models/default) or '' to train from scratch")
@@ -861,7 +916,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   paused=args.paused, paused_long=args.paused_long,
                   paused_long_seconds=args.paused_long_seconds, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
                   decoder_layers=args.decoder_layers, position_weight=args.position_weight,
-                  attention_weight=args.attention_weight)
+                  attention_weight=args.attention_weight, attention_heads=args.attention_heads,
+                  attention_layers=args.attention_layers, attention_at=attention_at)
     t0 = time.time()
     data = tt.make_data(args.work, tt.TrainConfig(seed=cfg.seed, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                   n_test=cfg.n_test))
