@@ -251,38 +251,50 @@ def test_a_deeper_decoder_starts_as_the_bundle_it_grows_from(tok_dir):
     torch.testing.assert_close(out[5], out[0], atol=1e-5, rtol=0)
 
 
-@pytest.mark.slow
-def test_the_attention_loss_reads_the_official_attention_of_the_last_layer(tok_dir):
-    """The attention loss's weights (head 0 of the last layer at the slot rows) are the ones the
-    official eager attention computes, and its targets are the audio rows of each slot's word."""
-    torch = pytest.importorskip("torch", reason="the official model needs torch")
+def _eager_model_and_inputs(tok_dir, layers):
+    """The training model initialised from the bundled aligner, with ``layers`` (negative indices)
+    on the official eager attention and a hook keeping each one's last weights (``seen[layer]``),
+    and a batch of two examples of en_1 (the second cut shorter: the batch is padded)."""
+    import torch
     from qwen3asr.audio import prepare_audio
     from qwen3asr.encoder import tokens_for_frames
     from qwen3asr.mel import log_mel
     from qwen3asr.tokenizer import Tokenizer
     from qwen3asr_tools import train_tiny as tt
-    from qwen3asr_tools.train_aligner import aligner_config, attention_targets, build_input, init_from_asr, slot_logits
+    from qwen3asr_tools.train_aligner import aligner_config, build_input, init_from_asr
 
     tok = Tokenizer.from_dir(tok_dir)
     cfg = aligner_config(tok)
     model = tt.build_model(cfg, seed=1)
     init_from_asr(model, ALIGNER, cfg)
     model.eval()
-    layer = model.thinker.model.layers[-1].self_attn
-    layer.config._attn_implementation = "eager"  # the official weights come back from the eager path
-    seen = []
-    layer.register_forward_hook(lambda m, a, kw, out: seen.append(out[1]), with_kwargs=True)
+    seen = {}
+    for i in layers:
+        layer = model.thinker.model.layers[i].self_attn
+        layer.config._attn_implementation = "eager"  # the official weights come back from the eager path
+        layer.register_forward_hook(lambda m, a, kw, out, i=i: seen.__setitem__(i, out[1]), with_kwargs=True)
     mels = [torch.from_numpy(log_mel(prepare_audio(EN), 128))]
-    mels.append(mels[0][:, :150])  # a shorter second example: the batch is padded
+    mels.append(mels[0][:, :150])
     words = align_words("open the back door", "English")
     xs = [build_input(tok, tokens_for_frames(m.shape[1]), words, [0.1, 0.5, 0.7, 1.0], [0.4, 0.6, 0.9, 1.3])
           for m in mels]
+    return tok, model, mels, xs, seen
+
+
+@pytest.mark.slow
+def test_the_attention_loss_reads_the_official_attention_of_the_last_layer(tok_dir):
+    """The attention loss's weights (head 0 of the last layer at the slot rows) are the ones the
+    official eager attention computes, and its targets are the audio rows of each slot's word."""
+    torch = pytest.importorskip("torch", reason="the official model needs torch")
+    from qwen3asr_tools.train_aligner import attention_targets, slot_logits
+
+    tok, model, mels, xs, seen = _eager_model_and_inputs(tok_dir, (-1,))
     att = []
     with torch.no_grad():
         slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att)
     for b, (x, a) in enumerate(zip(xs, att)):
         assert a.shape[:2] == (1, 8)  # the default: head 0 of the last layer alone
-        torch.testing.assert_close(a[0], seen[0][b, 0, torch.from_numpy(x.slots)], atol=1e-6, rtol=0)
+        torch.testing.assert_close(a[0], seen[-1][b, 0, torch.from_numpy(x.slots)], atol=1e-6, rtol=0)
     target = attention_targets(xs[1], 150)
     assert target.shape == (8, xs[1].ids.shape[0])
     # "open" 0.1-0.4 s: rows whose middle is within 60-440 ms, i.e. 1 + rows 1..5 (120..440 ms)
@@ -296,28 +308,9 @@ def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attent
     heads); --attention-at -1:0,-2:1 the pairs it names, in its order. Training only: the exported
     model is the same."""
     torch = pytest.importorskip("torch", reason="the official model needs torch")
-    from qwen3asr.audio import prepare_audio
-    from qwen3asr.encoder import tokens_for_frames
-    from qwen3asr.mel import log_mel
-    from qwen3asr.tokenizer import Tokenizer
-    from qwen3asr_tools import train_tiny as tt
-    from qwen3asr_tools.train_aligner import aligner_config, build_input, init_from_asr, main, slot_logits
+    from qwen3asr_tools.train_aligner import main, slot_logits
 
-    tok = Tokenizer.from_dir(tok_dir)
-    cfg = aligner_config(tok)
-    model = tt.build_model(cfg, seed=1)
-    init_from_asr(model, ALIGNER, cfg)
-    model.eval()
-    seen = {}
-    for i in (-2, -1):
-        layer = model.thinker.model.layers[i].self_attn
-        layer.config._attn_implementation = "eager"
-        layer.register_forward_hook(lambda m, a, kw, out, i=i: seen.__setitem__(i, out[1]), with_kwargs=True)
-    mels = [torch.from_numpy(log_mel(prepare_audio(EN), 128))]
-    mels.append(mels[0][:, :150])
-    words = align_words("open the back door", "English")
-    xs = [build_input(tok, tokens_for_frames(m.shape[1]), words, [0.1, 0.5, 0.7, 1.0], [0.4, 0.6, 0.9, 1.3])
-          for m in mels]
+    tok, model, mels, xs, seen = _eager_model_and_inputs(tok_dir, (-2, -1))
     att = []
     with torch.no_grad():
         slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_heads=4, attention_layers=2)

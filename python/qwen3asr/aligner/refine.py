@@ -331,4 +331,5 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     return words, flag
 
 
-__all__ = ["Levels", "aligned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap"]
+__all__ = ["Levels", "aligned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words",
+           "snap"]

@@ -156,9 +156,6 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
 
     encoder_threads, encoder_spins, decoder_spins = host.one_shot(o.threads, o.spin_wait, o.preload_seconds)
     encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, encoder_threads, encoder_spins, o.memory)
-    if (encoder_threads, decoder_spins) != (o.threads, o.spin_wait is True):
-        logger.debug("one-shot load: encoder threads %s, decoder threads %s", encoder_threads,
-                     "spinning" if decoder_spins else "sleeping")
 
     def make_decoder():
         return create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,

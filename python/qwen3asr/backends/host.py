@@ -10,8 +10,11 @@ the caller does not spin.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Optional, Tuple
+
+logger = logging.getLogger(__name__)
 
 PROC = "/proc"
 
@@ -75,6 +78,9 @@ def one_shot(threads: Optional[int], spin_wait, preload_seconds: Optional[float]
     if preload_seconds is not None and preload_seconds <= SHORT_PRELOAD_SECONDS and threads and threads >= cpus() >= 2:
         encoder_threads = threads - 1
     decoder_spins = spin_wait is True or (spin_wait == "auto" and preload_seconds is not None and quiet())
+    if preload_seconds is not None:
+        logger.debug("one-shot load: encoder threads %s, decoder threads %s", encoder_threads,
+                     "spinning" if decoder_spins else "sleeping")
     return encoder_threads, spin_wait is True, decoder_spins
 
 
