@@ -17,7 +17,7 @@ import pytest
 from long_audio import LONG_SECONDS, check_long, ten_minutes
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import ForcedAligner
-from qwen3asr.aligner.refine import Levels, aligned_at_pauses, collapse, refined, snap
+from qwen3asr.aligner.refine import Levels, aligned_at_pauses, collapse, pieces_at_pauses, refined, snap, unheard
 from qwen3asr.aligner.segments import align_segments
 from qwen3asr.backends import BackendOptions
 from qwen3asr.results import Segment, Word
@@ -171,6 +171,27 @@ def _segment(aligner, pcm, spans, offset=0.0, text=TEXT):
     return out
 
 
+def test_words_are_shared_by_speech_only_when_their_times_leave_a_piece_with_speech_unheard():
+    lv = Levels.of(bursts(FOUR, 5.0), 0.0)
+    pieces = pieces_at_pauses(lv)
+    assert len(pieces) == 4
+    placed = words(*[(w, a + 0.1 * k, a + 0.1 * k + 0.1) for (a, _), pair in zip(FOUR, (("1", "2"), ("3", "4"), ("5", "6"),
+                                                                                     ("7", "8"))) for k, w in enumerate(pair)])
+    assert not unheard(placed, lv, pieces)  # every burst's piece has its words: the times are kept
+    # three words on one start inside a piece (a collapse) still leave every piece its words
+    assert not unheard(placed[:2] + words(("3", 1.6, 1.6), ("4", 1.6, 1.6), ("5", 1.6, 1.6)) + placed[5:], lv, pieces)
+    # all at the start: three bursts without a word
+    assert unheard(words(*[(str(i), 0.5, 0.5) for i in range(8)]), lv, pieces)
+    # a piece of silence without a word is not unheard
+    quiet = Levels.of(bursts(FOUR[:2] + ((4.0, 4.6),), 5.0), 0.0)
+    assert unheard(placed[:4], quiet, pieces_at_pauses(quiet))  # the last burst has no word
+    two = Levels.of(bursts(FOUR[:2], 5.0), 0.0)
+    assert not unheard(placed[:4], two, pieces_at_pauses(two))  # the trailing silence is no piece
+    # speech that cannot be told from noise: any piece without a word counts
+    flat = Levels(0.0, None, 5.0)
+    assert unheard(placed[:2], flat, [(0, 250), (250, 500)]) and not unheard(placed, flat, [(0, 250), (250, 500)])
+
+
 def test_identical_classes_are_flagged_and_logged_never_silent(demo_aligner, stand_in, caplog):
     scorer = stand_in(lambda n: np.zeros(n, int))  # every slot in bin 0: all words at the segment's start
     pcm = bursts(FOUR, 5.0)
@@ -185,11 +206,12 @@ def test_identical_classes_are_flagged_and_logged_never_silent(demo_aligner, sta
     # the first pass (16 slots); piece by piece from the left (aligned_at_pauses: every word's
     # middle is before the first cut, so the first piece takes all 8: 16 slots, as collapsed); then,
     # collapsed, at its 3 pauses (4 pieces; words shared by time: all in the first, as bad; by
-    # speech: two in each, each piece's second word at its start: kept, fewer words caught), then in
-    # halves (shared by the new times: 6 + 2 words, and by speech: 4 + 4; no better): the flag
-    # names what is left
+    # speech, since the times left three pieces with speech and no word: two in each, each piece's
+    # second word at its start: kept, fewer words caught), then in halves (shared by the new times:
+    # 6 + 2 words, no better; not by speech: those times give each half words): the flag names
+    # what is left
     assert speech.words_flag == "collapsed: zero start"
-    assert scorer.calls[1:] == [16, 16, 16, 4, 4, 4, 4, 12, 4, 8, 8]
+    assert scorer.calls[1:] == [16, 16, 16, 4, 4, 4, 4, 12, 4]
     assert "shared by speech: 4 words still caught" in caplog.text
     assert "did not align (zero start, 4 words), also in smaller pieces; their times are unreliable" in caplog.text
     # each piece's two words at its cut, a bin each (wholly in the pause: no speech to snap them to)
