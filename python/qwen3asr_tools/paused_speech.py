@@ -18,8 +18,12 @@ Every word's start and end is where its group's espeak-ng word events put it (a 
 word: its trimmed audio), so the times are exact. Texts come from textgen's split (disjoint
 between train, dev and test) and the test split uses make_dataset's held-out voice variants.
 
-An example is a pure function of (split, index, seed): ``make_set`` runs them in worker
-processes. Training tooling only: never imported by the runtime.
+An example's plan (texts, voices, rates, pitches, gaps, noise) is a pure function of (split,
+index, seed); ``make_set`` runs them in worker processes. Its audio is not quite: libespeak-ng
+carries state from one synthesis to the next, so the same example rendered after other syntheses
+(another ``jobs``, another start) differs by a few samples and its word times by up to about 20
+ms; compare aligners on one saved rendering (docs/aligner.md). Training tooling only: never
+imported by the runtime.
 """
 
 from __future__ import annotations
