@@ -302,18 +302,20 @@ def test_the_attention_loss_reads_the_official_attention_of_the_last_layer(tok_d
 
 
 @pytest.mark.slow
-def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attention(tok_dir):
+def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attention(tok_dir, monkeypatch, capsys,
+                                                                                     tmp_path):
     """--attention-heads 4 --attention-layers 2: heads 0-3 of each of the last two layers, the last
     layer's first, each as the official eager attention computes it (the 4 query heads share 2 key
     heads); --attention-at -1:0,-2:1 the pairs it names, in its order. Training only: the exported
     model is the same."""
     torch = pytest.importorskip("torch", reason="the official model needs torch")
-    from qwen3asr_tools.train_aligner import main, slot_logits
+    from qwen3asr_tools import train_aligner
+    from qwen3asr_tools.train_aligner import attention_pairs, main, slot_logits
 
     tok, model, mels, xs, seen = _eager_model_and_inputs(tok_dir, (-2, -1))
     att = []
     with torch.no_grad():
-        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_heads=4, attention_layers=2)
+        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_pairs(4, 2))
     assert len(att) == 2
     for b, (x, a) in enumerate(zip(xs, att)):
         assert a.shape[:2] == (8, 8)
@@ -321,10 +323,15 @@ def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attent
         torch.testing.assert_close(a, torch.cat([seen[-1][b][:, slots], seen[-2][b][:, slots]]), atol=1e-6, rtol=0)
     att = []  # named (layer, head) pairs, in their order
     with torch.no_grad():
-        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_at=((-1, 0), (-2, 1)))
+        slot_logits(model, mels, xs, tok.endoftext, tok.audio_pad, None, att, attention_pairs(at=((-1, 0), (-2, 1))))
     for b, (x, a) in enumerate(zip(xs, att)):
         slots = torch.from_numpy(x.slots)
         torch.testing.assert_close(a, torch.stack([seen[-1][b][0, slots], seen[-2][b][1, slots]]), atol=1e-6, rtol=0)
+    def no_run(*_a, **_k):  # past the checks main would build the data: a check that let it through
+        raise AssertionError("the arguments were accepted")
+
+    monkeypatch.setattr(train_aligner.tt, "make_data", no_run)
     for bad in (["--attention-heads", "0"], ["--attention-at", "-1"], ["--attention-at", "x:1"]):
         with pytest.raises(SystemExit):
-            main(bad)
+            main(["--work", str(tmp_path), *bad])
+        assert "--attention-" in capsys.readouterr().err

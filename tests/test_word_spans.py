@@ -175,18 +175,19 @@ def test_words_are_shared_by_speech_only_when_their_times_leave_a_piece_with_spe
     lv = Levels.of(bursts(FOUR, 5.0), 0.0)
     pieces = pieces_at_pauses(lv)
     assert len(pieces) == 4
-    placed = words(*[(w, a + 0.1 * k, a + 0.1 * k + 0.1) for (a, _), pair in zip(FOUR, (("1", "2"), ("3", "4"), ("5", "6"),
-                                                                                     ("7", "8"))) for k, w in enumerate(pair)])
+    # two words in each burst, 0.1 s apart
+    placed = words(*[(str(2 * p + k + 1), a + 0.1 * k, a + 0.1 * k + 0.1) for p, (a, _) in enumerate(FOUR)
+                     for k in range(2)])
     assert not unheard(placed, lv, pieces)  # every burst's piece has its words: the times are kept
     # three words on one start inside a piece (a collapse) still leave every piece its words
     assert not unheard(placed[:2] + words(("3", 1.6, 1.6), ("4", 1.6, 1.6), ("5", 1.6, 1.6)) + placed[5:], lv, pieces)
     # all at the start: three bursts without a word
     assert unheard(words(*[(str(i), 0.5, 0.5) for i in range(8)]), lv, pieces)
-    # a piece of silence without a word is not unheard
-    quiet = Levels.of(bursts(FOUR[:2] + ((4.0, 4.6),), 5.0), 0.0)
-    assert unheard(placed[:4], quiet, pieces_at_pauses(quiet))  # the last burst has no word
-    two = Levels.of(bursts(FOUR[:2], 5.0), 0.0)
-    assert not unheard(placed[:4], two, pieces_at_pauses(two))  # the trailing silence is no piece
+    # the last burst without a word
+    assert unheard(placed[:6], lv, pieces)
+    # a piece of silence without a word is not unheard: the pause 1.15-1.55 s cut out as a piece
+    silent = [(0, 115), (115, 155), (155, 500)]
+    assert not unheard(placed, lv, silent)
     # speech that cannot be told from noise: any piece without a word counts
     flat = Levels(0.0, None, 5.0)
     assert unheard(placed[:2], flat, [(0, 250), (250, 500)]) and not unheard(placed, flat, [(0, 250), (250, 500)])

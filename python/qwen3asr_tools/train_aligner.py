@@ -374,18 +374,15 @@ def attention_pairs(heads: int = 1, layers: int = 1, at=None) -> List[Tuple[int,
 
 
 def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_pad_id: int, rows: Optional[list] = None,
-                attention: Optional[list] = None, attention_heads: int = 1, attention_layers: int = 1,
-                attention_at: Optional[Sequence[Tuple[int, int]]] = None):
+                attention: Optional[list] = None, pairs: Sequence[Tuple[int, int]] = ((-1, 0),)):
     """The thinker's head at every slot of a batch, ``(sum slots, classes)``, in example order,
     and the encoder output ``(sum audio tokens, hidden)``: the official forward (the audio
     tower by train_tiny.encode_audio, which runs the official windows for several clips at once).
     With ``rows`` (a list), the audio rows' hidden at the input of the last decoder layer,
     ``(sum audio tokens, hidden)``, is appended to it (the position loss; the forward is unchanged).
-    With ``attention`` (a list), the attention weights at each example's slot rows of heads
-    0..``attention_heads``-1 of each of the last ``attention_layers`` layers (or of the (layer, head)
-    pairs ``attention_at``: ``attention_pairs``), ``(pairs, slots, length)`` per example in that
-    order (by default [0] is head 0 of the last layer), are appended to it (recomputed beside the
-    forward)."""
+    With ``attention`` (a list), the attention weights at each example's slot rows of the (layer,
+    head) ``pairs`` (``attention_pairs``; layer -1 the last), ``(pairs, slots, length)`` per example
+    in that order, are appended to it (recomputed beside the forward)."""
     import torch
 
     thinker = model.thinker
@@ -406,12 +403,12 @@ def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_
         audio_mask = ids == audio_pad_id
         hook = thinker.model.layers[-1].register_forward_pre_hook(lambda _m, a: rows.append(a[0][audio_mask]))
     hooks = [hook] if hook is not None else []
-    pairs = attention_pairs(attention_heads, attention_layers, attention_at)
     n_layers = len(thinker.model.layers)
+    pairs = [(l % n_layers, h) for l, h in pairs]  # layer indices from the first
     per_layer = {}  # layer index -> [(heads, slots, length) per example]
     if attention is not None:
-        for li in sorted({n_layers + l if l < 0 else l for l, _ in pairs}):
-            heads = 1 + max(h for l, h in pairs if (n_layers + l if l < 0 else l) == li)
+        for li in sorted({l for l, _ in pairs}):
+            heads = 1 + max(h for l, h in pairs if l == li)
             hooks.append(thinker.model.layers[li].self_attn.register_forward_hook(
                 lambda m, a, kw, _out, li=li, heads=heads: per_layer.__setitem__(li, _slot_attention(
                     m, kw.get("hidden_states", a[0] if a else None), kw["position_embeddings"], inputs, heads)),
@@ -422,7 +419,7 @@ def slot_logits(model, mels, inputs: Sequence[AlignerInput], pad_id: int, audio_
         for h in hooks:
             h.remove()
     if attention is not None:
-        attention.extend(torch.stack([per_layer[n_layers + l if l < 0 else l][i][h] for l, h in pairs])
+        attention.extend(torch.stack([per_layer[l][i][h] for l, h in pairs])
                          for i in range(len(inputs)))
     return thinker.lm_head(hidden[slot_mask]), audio
 
@@ -748,8 +745,7 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
                 g["lr"] = lr
             rows = [] if cfg.position_weight > 0 else None
             att = [] if cfg.attention_weight > 0 else None
-            logits, audio = slot_logits(model, mels, inputs, tok.endoftext, tok.audio_pad, rows, att,
-                                        cfg.attention_heads, cfg.attention_layers, cfg.attention_at)
+            logits, audio = slot_logits(model, mels, inputs, tok.endoftext, tok.audio_pad, rows, att, att_pairs)
             t_ms = np.concatenate([x.targets_ms for x in inputs])
             target = soft_targets(t_ms, CLASSIFY_NUM, cfg.target_sigma_ms)
             ce = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
@@ -899,8 +895,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         attention_at = tuple(tuple(int(v) for v in p.split(":")) for p in args.attention_at.split(",")
                              if p.strip()) or None
-        assert attention_at is None or all(len(p) == 2 for p in attention_at)
-    except (ValueError, AssertionError):
+    except ValueError:
+        attention_at = ((),)
+    if attention_at is not None and any(len(p) != 2 for p in attention_at):
         ap.error(f"--attention-at {args.attention_at!r}: give LAYER:HEAD pairs, e.g. -1:0,-2:1")
     if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
         ap.error(f"--init-from {args.init_from}: not a bundle directory (no model.json); give the ASR demo's "

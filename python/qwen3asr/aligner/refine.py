@@ -226,9 +226,8 @@ def share_words(words: Sequence[Word], levels: Levels, pieces: Sequence[Tuple[in
 def unheard(words: Sequence[Word], levels: Levels, pieces: Sequence[Tuple[int, int]]) -> bool:
     """Whether sharing ``words`` by their times leaves a piece with speech (SPLIT_PAUSE_S of loud
     frames, or any piece when speech cannot be told from noise) without a word: only then are the
-    times too collapsed to tell the pieces' words, and a share by speech length is worth trying
-    (a guess; where the times do give every piece its words, it moves words the alignment placed
-    well: a 52 s paused input went from 0.24 to 2.1 s of mean shift that way)."""
+    times too collapsed to tell the pieces' words, and a share by speech length (a guess that moves
+    words the alignment placed) is worth trying (docs/aligner.md)."""
     held = share_words(words, levels, pieces, "time")
     need = int(round(SPLIT_PAUSE_S / FRAME_S))
     return any(not h and (levels.loud is None or int(levels.loud[a:b].sum()) >= need)
@@ -310,10 +309,10 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     """One segment's words (``aligner.align`` of its audio ``pcm``, (n,) float32 16 kHz, whose first
     sample is at ``offset`` seconds), with ``spans`` "speech" aligned again piece by piece at its
     pauses (aligned_at_pauses), checked for a collapse and, with "speech", aligned again in pieces
-    when collapsed (the pieces at its pauses, then its halves; words shared by
-    their first times, then by the speech where those leave a piece with speech unheard: the first
-    way without a collapse, else the one with the fewest words caught) and fitted to the speech; with "raw" the official times as they
-    are. Returns (the words, None or the flag "collapsed: <reason>")."""
+    when collapsed (the pieces at its pauses, then its halves; words shared by their first times,
+    then by the speech where those leave a piece with speech unheard: the first way without a
+    collapse, else the one with the fewest words caught) and fitted to the speech; with "raw" the
+    official times as they are. Returns (the words, None or the flag "collapsed: <reason>")."""
     bin_s = aligner.segment_ms / 1000.0
     levels = Levels.of(pcm, offset)
     end = offset + levels.seconds
