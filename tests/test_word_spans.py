@@ -366,6 +366,44 @@ def test_a_piece_takes_the_word_that_starts_in_it():
     assert al.calls == [(0.0, 4), (0.0, 1), (1.35, 3), (2.45, 2), (3.55, 1)]
 
 
+def test_the_ceiling_of_the_pieces_gives_each_piece_its_reference_words():
+    """evaluate_aligner's "true-pieces" times: the input cut as the default cuts it, each word in
+    the piece that holds the middle of its reference span (not where an alignment put it), each
+    piece aligned alone with its words, then snapped to the speech."""
+    from qwen3asr_tools.evaluate_aligner import aligned
+
+    class Engine:
+        aligner = _Placing()
+
+    pcm = bursts(FOUR, 5.0)
+    ref = ((0.5, 0.8), (0.8, 1.1), (1.6, 2.2), (2.7, 3.3))  # alpha and beta in the first burst, none in the last
+    got = aligned(Engine, pcm, TEXT, "English", TEXT.split(), ref, "true-pieces")
+    assert [w.word for w in got] == TEXT.split()
+    # no whole alignment; the pieces from 0, 1.35 and 2.45 s alone, with two, one and one words
+    assert Engine.aligner.calls == [(0.0, 2), (1.35, 1), (2.45, 1)]
+    # the stand-in's words start 0.7 s into their piece and 1.1 s apart: gamma and delta start in
+    # their own bursts (from the whole input they would start at 2.9 and 4.0 s)
+    assert [w.start for w in got] == [0.7, 1.8, 2.05, 3.15]
+
+
+def test_the_evaluation_asks_the_engine_for_the_spans_it_compares():
+    """evaluate_aligner's "speech" and "raw" times are the engine's public align with those spans."""
+    from qwen3asr_tools.evaluate_aligner import aligned
+
+    asked = []
+
+    class Engine:
+        @staticmethod
+        def align(pcm, text, language=None, sample_rate=None, word_spans="speech"):
+            asked.append((language, sample_rate, word_spans))
+            return (Word("alpha", 0.5, 1.1),)
+
+    for spans in ("speech", "raw"):
+        assert aligned(Engine, bursts(FOUR, 5.0), "alpha", "English", ["alpha"], ((0.5, 1.1),), spans) == \
+            [Word("alpha", 0.5, 1.1)]
+    assert asked == [("English", 16000, "speech"), ("English", 16000, "raw")]
+
+
 def test_each_later_alignment_stops_two_pieces_on(demo_aligner, stand_in):
     """With more pieces than the horizon (HORIZON_PIECES), an alignment from a cut runs to the end
     of the piece two on, with the words the whole alignment starts before that end; the drift

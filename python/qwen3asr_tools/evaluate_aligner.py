@@ -20,6 +20,11 @@ before and after, noise, joined inputs up to 55 s), made in memory from libespea
 seed: the same N and seed give the same inputs. Its rows are per kind of example ("paused
 words", "paused isolated", "paused joined") and over all of them ("paused"). ``--no-split``
 skips the make_dataset split (then ``--data`` is not needed).
+
+``--spans`` picks the times compared: "speech" (the default: what ``engine.align`` gives, the
+default word spans), "raw" (the official times) or "true-pieces", the ceiling of the default's
+pieces: each word given to the piece that holds it in the reference (``aligned``), which tells
+the aligner model's share of the shift from the share of the pieces' assignment.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import numpy as np
 from . import REPO_ROOT as ROOT
 
 MAX_JOINED_SECONDS = 55.0  # joined inputs stay under the aligner's 60 s pass
+SPANS = ("speech", "raw", "true-pieces")
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,35 @@ def groups(clips: Sequence[dict], k: int) -> List[List[dict]]:
     return out
 
 
-def align_group(engine, group: Sequence[dict]) -> Item:
+def aligned(engine, pcm: np.ndarray, text: str, language: str, words: Sequence[str],
+            ref: Sequence[tuple], spans: str = "speech") -> list:
+    """The Words of ``text`` over ``pcm`` ((n,) float32, 16 kHz). ``spans`` "speech" or "raw":
+    ``engine.align`` with those word spans. "true-pieces": the input cut at its pauses as the
+    default spans cut it (refine.pieces_at_pauses), each of ``words`` (the aligner's units of
+    ``text``) given to the piece holding the middle of its ``ref`` (start, end), each piece
+    aligned alone with its words, then snapped to the speech: what the default would give if it
+    put every word in its right piece (docs/aligner.md, "the ceiling of the pieces")."""
+    if spans != "true-pieces":
+        return list(engine.align(pcm, text, language=language, sample_rate=16000, word_spans=spans))
+    from qwen3asr.aligner import refine
+
+    al = engine.aligner
+    levels = refine.Levels.of(pcm, 0.0)
+    pieces = refine.pieces_at_pauses(levels)
+    if len(pieces) < 2:
+        got = list(al.align(pcm, text, language))
+    else:
+        cuts = [levels.time(a) for a, _ in pieces[1:]]
+        owner = np.searchsorted(cuts, [(s + e) / 2 for s, e in ref], side="right")
+        got = []
+        for p, (a, b) in enumerate(pieces):
+            units = [w for w, o in zip(words, owner) if o == p]
+            if units:
+                got += al.align(pcm[a * refine.HOP:b * refine.HOP], " ".join(units), language, offset=levels.time(a))
+    return list(refine.snap(got, levels, al.segment_ms / 1000.0))
+
+
+def align_group(engine, group: Sequence[dict], spans: str = "speech") -> Item:
     """Align the joined audio of ``group`` with the joined text (its words are the parts' words)."""
     from qwen3asr.audio import SAMPLE_RATE, prepare_audio
 
@@ -118,8 +152,8 @@ def align_group(engine, group: Sequence[dict]) -> Item:
         ref += [(a + t, b + t) for a, b in c["ref"]]
         t += x.shape[0] / SAMPLE_RATE
     sep = "" if group[0]["language"] == "Chinese" else " "
-    got = engine.align(np.concatenate(pcm), sep.join(c["text"] for c in group), language=group[0]["language"],
-                       sample_rate=SAMPLE_RATE)
+    got = aligned(engine, np.concatenate(pcm), sep.join(c["text"] for c in group), group[0]["language"], words, ref,
+                  spans)
     if [w.word for w in got] != list(words):
         raise RuntimeError(f"the aligner's words {[w.word for w in got]} are not the reference's {words}")
     return Item(group[0]["language"], tuple(c["name"] for c in group), tuple(words), tuple(ref),
@@ -143,27 +177,29 @@ def summarise(items: Sequence[Item]) -> List[Shift]:
     return out
 
 
-def align_paused(engine, ex) -> Item:
+def align_paused(engine, ex, spans: str = "speech") -> Item:
     """Align one paused_speech.Example (16 kHz audio, its text) against its exact word times."""
     from . import paused_speech
 
     words, starts, ends = paused_speech.aligner_units(ex)
-    got = engine.align(ex.audio, ex.text, language=ex.language, sample_rate=16000)
+    got = aligned(engine, ex.audio, ex.text, ex.language, words, tuple(zip(starts, ends)), spans)
     if [w.word for w in got] != list(words):
         raise RuntimeError(f"the aligner's words {[w.word for w in got]} are not the reference's {words}")
     return Item(ex.language, (ex.kind,), words, tuple(zip(starts, ends)), tuple((w.start, w.end) for w in got))
 
 
-def evaluate(engine, clips: Sequence[dict], concat: int = 0, paused: Sequence = ()) -> Dict[str, List[Shift]]:
+def evaluate(engine, clips: Sequence[dict], concat: int = 0, paused: Sequence = (),
+             spans: str = "speech") -> Dict[str, List[Shift]]:
     """{"single": shifts, "joined K": shifts (with concat >= 2), "paused ...": shifts (with paused
-    examples)} over ``clips`` (from ``reference``) and ``paused`` (paused_speech.Example)."""
+    examples)} over ``clips`` (from ``reference``) and ``paused`` (paused_speech.Example), the
+    times ``spans`` (SPANS, ``aligned``)."""
     results = {}
     if clips:
-        results["single"] = summarise([align_group(engine, [c]) for c in clips])
+        results["single"] = summarise([align_group(engine, [c], spans) for c in clips])
     if clips and concat >= 2:
-        results[f"joined {concat}"] = summarise([align_group(engine, g) for g in groups(clips, concat)])
+        results[f"joined {concat}"] = summarise([align_group(engine, g, spans) for g in groups(clips, concat)])
     if paused:
-        items = [align_paused(engine, ex) for ex in paused]
+        items = [align_paused(engine, ex, spans) for ex in paused]
         for kind in ("words", "isolated", "joined"):
             sel = [i for i in items if i.clips == (kind,)]
             if sel:
@@ -196,6 +232,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--paused", type=int, default=0, help="also align N held-out paused-speech examples")
     ap.add_argument("--seed", type=int, default=0, help="seed of the paused-speech examples")
     ap.add_argument("--no-split", action="store_true", help="skip the make_dataset split (only --paused)")
+    ap.add_argument("--spans", default="speech", choices=SPANS,
+                    help="the times compared: the default word spans, the official (raw) ones, or the default's "
+                         "pieces with every word in its reference piece (the ceiling of the pieces)")
     ap.add_argument("--decoder-dtype", default="auto", choices=["auto", "fp32", "int8"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None, help="write the shifts here")
@@ -221,17 +260,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with Qwen3ASREngine(args.model, backend="onnx", aligner=args.aligner, decoder_dtype=args.decoder_dtype,
                             threads=args.threads) as engine:
-            results = evaluate(engine, clips, args.concat, paused)
+            results = evaluate(engine, clips, args.concat, paused, args.spans)
     except Qwen3ASRError as exc:  # a model or aligner directory that is not a bundle, an uncovered language
         print(f"error: {exc}", file=sys.stderr)
         return 2
     what = [f"{args.data}/{args.split} ({len(clips)} speech clips)"] if clips else []
     what += [f"{len(paused)} paused-speech examples (seed {args.seed})"] if paused else []
-    print(f"{args.aligner} on {' and '.join(what)}, decoder {args.decoder_dtype}:")
+    print(f"{args.aligner} on {' and '.join(what)}, decoder {args.decoder_dtype}, {args.spans} spans:")
     print(table(results))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"aligner": args.aligner, "split": args.split, "decoder_dtype": args.decoder_dtype,
+                       "spans": args.spans,
                        "paused": len(paused), "seed": args.seed,
                        "results": {k: [asdict(s) for s in v] for k, v in results.items()}}, f, indent=1)
     return 0
