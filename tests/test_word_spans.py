@@ -423,3 +423,21 @@ def test_each_later_alignment_stops_two_pieces_on(demo_aligner, stand_in):
     # alignment started before 4.65 (8 slots, not the five left), from 2.45 s to 5.75 s four again,
     # then to the segment's end: the three, two and one left
     assert scorer.calls == [12, 2, 8, 8, 6, 4, 2]
+
+
+def test_the_evaluation_renders_the_paused_set_of_its_split(monkeypatch):
+    """evaluate_aligner --paused N takes paused_speech's set of --split (dev to choose settings on,
+    test to report), with the seed."""
+    from qwen3asr_tools import evaluate_aligner, paused_speech
+
+    asked = []
+
+    def make_set(split, n, seed=0, jobs=2, start=0):
+        asked.append((split, n, seed))
+        raise KeyboardInterrupt  # stop before an engine is made
+
+    monkeypatch.setattr(paused_speech, "make_set", make_set)
+    for split in ("dev", "test"):
+        with pytest.raises(KeyboardInterrupt):
+            evaluate_aligner.main(["--no-split", "--split", split, "--paused", "3", "--seed", "7"])
+    assert asked == [("dev", 3, 7), ("test", 3, 7)]

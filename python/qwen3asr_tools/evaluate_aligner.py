@@ -14,12 +14,14 @@ a time (consecutive in the manifest, at most ``MAX_JOINED_SECONDS``) as one inpu
 multi-utterance case. Needs the split's manifest made by scripts/make_dataset.py with the same
 seed (``dataset.json``): the reference replays its plan.
 
-``--paused N`` also aligns the first N examples of paused_speech's held-out set (test-split
-texts and voice variants; words and utterances with gaps of 0-1.5 s, isolated words, silence
-before and after, noise, joined inputs up to 55 s), made in memory from libespeak-ng with the
-seed: the same N and seed give the same inputs. Its rows are per kind of example ("paused
-words", "paused isolated", "paused joined") and over all of them ("paused"). ``--no-split``
-skips the make_dataset split (then ``--data`` is not needed).
+``--paused N`` also aligns the first N examples of paused_speech's set of the split (words and
+utterances with gaps of 0-1.5 s, isolated words, silence before and after, noise, joined inputs
+up to 55 s; ``test``: held-out texts and voice variants, ``dev``: dev texts, to choose settings
+on), made in memory from libespeak-ng with the seed: the same split, N and seed give the same
+plan (the audio can differ by a few samples with what the process rendered before,
+docs/aligner.md). Its rows are per kind of example ("paused words", "paused isolated", "paused
+joined") and over all of them ("paused"). ``--no-split`` skips the make_dataset split (then
+``--data`` is not needed).
 
 ``--spans`` picks the times compared: "speech" (the default: what ``engine.align`` gives, the
 default word spans), "raw" (the official times) or "true-pieces", the ceiling of the default's
@@ -226,10 +228,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="ASR bundle the engine is opened with (the aligner does not use it: languages are given)")
     ap.add_argument("--data", default=os.path.join(ROOT, "build", "aligner", "data"),
                     help="dataset directory made by scripts/make_dataset.py (dataset.json, SPLIT/manifest.jsonl)")
-    ap.add_argument("--split", default="test")
+    ap.add_argument("--split", default="test", choices=["train", "dev", "test"],
+                    help="the make_dataset split, and the paused_speech set of --paused")
     ap.add_argument("--limit", type=int, default=None, help="only the first N speech clips")
     ap.add_argument("--concat", type=int, default=0, help="also align clips joined K at a time (K >= 2)")
-    ap.add_argument("--paused", type=int, default=0, help="also align N held-out paused-speech examples")
+    ap.add_argument("--paused", type=int, default=0, help="also align N paused-speech examples of --split")
     ap.add_argument("--seed", type=int, default=0, help="seed of the paused-speech examples")
     ap.add_argument("--no-split", action="store_true", help="skip the make_dataset split (only --paused)")
     ap.add_argument("--spans", default="speech", choices=SPANS,
@@ -256,7 +259,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.paused > 0:
         from . import paused_speech
 
-        paused = paused_speech.make_set("test", args.paused, args.seed, jobs=min(2, args.threads))
+        paused = paused_speech.make_set(args.split, args.paused, args.seed, jobs=min(2, args.threads))
     try:
         with Qwen3ASREngine(args.model, backend="onnx", aligner=args.aligner, decoder_dtype=args.decoder_dtype,
                             threads=args.threads) as engine:
@@ -265,7 +268,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     what = [f"{args.data}/{args.split} ({len(clips)} speech clips)"] if clips else []
-    what += [f"{len(paused)} paused-speech examples (seed {args.seed})"] if paused else []
+    what += [f"{len(paused)} paused-speech examples of {args.split} (seed {args.seed})"] if paused else []
     print(f"{args.aligner} on {' and '.join(what)}, decoder {args.decoder_dtype}, {args.spans} spans:")
     print(table(results))
     if args.json:
