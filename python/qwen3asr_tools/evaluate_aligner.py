@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from . import REPO_ROOT as ROOT
+from . import textgen
 
 MAX_JOINED_SECONDS = 55.0  # joined inputs stay under the aligner's 60 s pass
 SPANS = ("speech", "raw", "true-pieces")
@@ -125,20 +126,19 @@ def aligned(engine, pcm: np.ndarray, text: str, language: str, words: Sequence[s
     if spans != "true-pieces":
         return list(engine.align(pcm, text, language=language, sample_rate=16000, word_spans=spans))
     from qwen3asr.aligner import refine
+    from qwen3asr.results import Word
 
     al = engine.aligner
     levels = refine.Levels.of(pcm, 0.0)
     pieces = refine.pieces_at_pauses(levels)
     if len(pieces) < 2:
-        got = list(al.align(pcm, text, language))
-    else:
-        cuts = [levels.time(a) for a, _ in pieces[1:]]
-        owner = np.searchsorted(cuts, [(s + e) / 2 for s, e in ref], side="right")
-        got = []
-        for p, (a, b) in enumerate(pieces):
-            units = [w for w, o in zip(words, owner) if o == p]
-            if units:
-                got += al.align(pcm[a * refine.HOP:b * refine.HOP], " ".join(units), language, offset=levels.time(a))
+        got = al.align(pcm, text, language)
+    else:  # refine.realign shares words by their start: the reference's middles stand in for it
+        middles = [Word(w, (s + e) / 2, (s + e) / 2) for w, (s, e) in zip(words, ref)]
+        again = refine.realign(al, pcm, middles, language, levels, pieces, "time")
+        if again is None:
+            raise RuntimeError(f"a piece's alignment did not give back its words {list(words)}")
+        got = again[0]
     return list(refine.snap(got, levels, al.segment_ms / 1000.0))
 
 
@@ -228,7 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="ASR bundle the engine is opened with (the aligner does not use it: languages are given)")
     ap.add_argument("--data", default=os.path.join(ROOT, "build", "aligner", "data"),
                     help="dataset directory made by scripts/make_dataset.py (dataset.json, SPLIT/manifest.jsonl)")
-    ap.add_argument("--split", default="test", choices=["train", "dev", "test"],
+    ap.add_argument("--split", default="test", choices=textgen.SPLITS,
                     help="the make_dataset split, and the paused_speech set of --paused")
     ap.add_argument("--limit", type=int, default=None, help="only the first N speech clips")
     ap.add_argument("--concat", type=int, default=0, help="also align clips joined K at a time (K >= 2)")

@@ -895,9 +895,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         attention_at = tuple(tuple(int(v) for v in p.split(":")) for p in args.attention_at.split(",")
                              if p.strip()) or None
+        bad = attention_at is not None and any(len(p) != 2 for p in attention_at)
     except ValueError:
-        attention_at = ((),)
-    if attention_at is not None and any(len(p) != 2 for p in attention_at):
+        bad = True
+    if bad:
         ap.error(f"--attention-at {args.attention_at!r}: give LAYER:HEAD pairs, e.g. -1:0,-2:1")
     if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
         ap.error(f"--init-from {args.init_from}: not a bundle directory (no model.json); give the ASR demo's "
