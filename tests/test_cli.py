@@ -146,6 +146,13 @@ def test_word_timestamps_in_json_and_subtitles():
         p = run(*base, "--format", fmt)
         assert p.returncode == 0, p.stderr
         assert p.stdout == write(word_cues(ref.segments))
+    with Qwen3ASREngine(model, backend="onnx", aligner=aligner) as engine:
+        checked = engine.transcribe(clip, word_timestamps=True, duration=20, word_spans="checked")
+    p = run(*base, "--format", "json", "--word-spans", "checked")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["words"] == [w.to_dict() for w in checked.words]
+    p = run(*base, "--word-spans", "tight")
+    assert p.returncode == 2 and "--word-spans: invalid choice: 'tight'" in p.stderr
     p = run("--audio", clip, "--model", model, "--backend", "onnx", "--aligner", aligner, "--word-timestamps",
             "--language", "Swedish", "--duration", "3")
     assert p.returncode == 2 and p.stderr.startswith("error: the forced aligner covers") and "Traceback" not in p.stderr

@@ -292,3 +292,65 @@ def test_a_stream_final_pass_on_the_rk_backend_verifies_its_streamed_draft(board
     assert len(runs_of_mode(shim, 2)) == 1 and len(runs_of_mode(shim, 0)) == (1 if whole else 2)
     engine.close()
     assert shim.violations == []
+
+
+# ------------------------------------------------------------------ texts scored for the pieces at pauses
+
+def test_each_text_the_pieces_check_reads_is_one_logits_run_of_the_prompt_and_the_text(board, shim, oracle):
+    """word_spans="checked" (qwen3asr.aligner.checked) on the board: a text read from a piece's
+    audio is one GET_LOGITS run of exactly the prompt (the piece's audio, the language given) and
+    the text's embedding rows, its logits read back as the ONNX reader reads its own: the same
+    log-likelihood and the same verdict on the greedy reading."""
+    from qwen3asr.aligner.checked import AsrReader
+
+    cases, logits, ref = oracle
+    pcm, _, want = cases["en"]
+    emb = ref.encode(ref.features(pcm))
+    prompt = ref.embed_prompt(ref.prompt(emb.shape[0], language="English"), emb)
+    cpu = AsrReader(ref).piece(pcm, "English")
+    engine = Qwen3ASREngine(board, backend="rk")
+    reader = AsrReader(engine)
+    read = reader.piece(pcm, "English")
+    tok = ref.tokenizer
+    # a text, one that begins it (read from the first run's rows), one that does not (a run of its own)
+    for text, n_runs in ((want.text, 1), (" ".join(want.text.split()[:-1]), 1), ("", 1), ("please " + want.text, 2)):
+        ids = tok.encode(text) if text else []
+        shim.logits(logits(prompt, ids))
+        got, expected = read(text), cpu(text)
+        assert got.exact == expected.exact and abs(got.log_p - expected.log_p) < 1e-3 * max(1.0, abs(expected.log_p))
+        assert len(runs_of_mode(shim, 2)) == n_runs == reader.runs
+        if text:
+            assert same_bits(shim.runs()[-1], rows_of(ref, prompt, tok.encode(text if n_runs == 2 else want.text)))
+    assert runs_of_mode(shim, 0) == []
+    engine.close()
+    assert shim.violations == []
+
+
+def test_a_runtime_without_per_row_logits_leaves_the_pieces_their_default_words(board, shim, oracle, caplog):
+    """A runtime whose GET_LOGITS run returns only the last row: the pieces keep the words the
+    default gave them, with a warning naming why, and no alignment is run again."""
+    from qwen3asr.aligner.checked import AsrReader, checked_pieces
+    from qwen3asr.aligner.refine import Levels, pieces_at_pauses
+    from qwen3asr.results import Word
+
+    cases, logits, ref = oracle
+    a = cases["en"][0]
+    pcm = np.concatenate([a, np.zeros(16000, np.float32), a])
+    levels = Levels.of(pcm, 0.0)
+    pieces = pieces_at_pauses(levels)
+    assert len(pieces) == 2
+    words = (Word("open", 0.1, 0.3), Word("door", 0.3, 0.6), Word("open", 2.6, 2.9))
+    shim.option(logits_rows=1)
+    shim.logits(np.zeros((2, ref.bundle.text_config["vocab_size"]), np.float32))
+
+    class NoAligner:
+        def align(self, *args, **kw):
+            raise AssertionError("aligned again")
+
+    engine = Qwen3ASREngine(board, backend="rk")
+    with caplog.at_level(logging.WARNING, logger="qwen3asr.aligner.checked"):
+        got = checked_pieces(NoAligner(), pcm, words, [2, 1], "English", levels, pieces, AsrReader(engine))
+    assert got == words
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "could not check" in warned[0] and "did not return logits" in warned[0]
+    engine.close()

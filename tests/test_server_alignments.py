@@ -64,9 +64,10 @@ def test_words_equal_engine_align(server, engine, name, text, language):
     assert body["segments"] == [{"start": 0.0, "end": body["duration"], "text": text, "words": want}]
 
 
-def test_word_spans_speech_or_raw(server, engine, tmp_path):
+def test_word_spans_speech_raw_or_checked(server, engine, tmp_path):
     """word_spans: "speech" (the default) gives engine.align's spans, "raw" the official aligner's
-    times; on two commands with a second of silence between them the two differ."""
+    times, "checked" engine.align's with the ASR's check; on two commands with a second of
+    silence between them speech and raw differ."""
     import numpy as np
     import soundfile as sf
 
@@ -79,7 +80,7 @@ def test_word_spans_speech_or_raw(server, engine, tmp_path):
     pcm = prepare_audio(str(path))
     text = "open the back door please turn on the living room fan"
     got = {}
-    for spans in ("speech", "raw", None):
+    for spans in ("speech", "raw", "checked", None):
         fields = {"text": text, "language": "English", **({"word_spans": spans} if spans else {})}
         status, body = _post(server.url, fields, {"file": ("paused.wav", path.read_bytes())})
         assert status == 200, body
@@ -87,8 +88,9 @@ def test_word_spans_speech_or_raw(server, engine, tmp_path):
     assert got[None] == got["speech"] == [w.to_dict() for w in engine.align(pcm, text, "English")]
     assert got["raw"] == [w.to_dict() for w in engine.aligner.align(pcm, text, "English")]
     assert got["raw"] == [w.to_dict() for w in engine.align(pcm, text, "English", word_spans="raw")]
+    assert got["checked"] == [w.to_dict() for w in engine.align(pcm, text, "English", word_spans="checked")]
     assert got["speech"] != got["raw"]
-    with pytest.raises(ValueError, match="word_spans must be one of 'speech', 'raw'"):
+    with pytest.raises(ValueError, match="word_spans must be one of 'speech', 'raw', 'checked'"):
         engine.align(pcm, text, "English", word_spans="tight")
 
 

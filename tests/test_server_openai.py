@@ -129,7 +129,29 @@ def test_word_spans_gives_the_raw_times_or_the_speech_fitted_ones(client, refere
             client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
                                                extra_body=extra)
         assert exc.value.body["param"] == "word_spans"
-        assert "accepted speech, raw, with timestamp_granularities[]=word" in exc.value.body["message"]
+        assert "accepted speech, raw, checked, with timestamp_granularities[]=word" in exc.value.body["message"]
+
+
+def test_word_spans_checked_gives_the_engines_checked_words(client, aligner, tmp_path):
+    """word_spans "checked" on three commands with pauses between them: the engine's own words
+    with the ASR's check of the pieces (qwen3asr.aligner.checked)."""
+    import numpy as np
+    import soundfile as sf
+
+    from qwen3asr import Qwen3ASREngine
+    from qwen3asr.audio import prepare_audio
+
+    z = np.zeros(8000, np.float32)
+    a, b, c = (prepare_audio(os.path.join(AUDIO, n)) for n in ("zh_3.wav", "zh_1.wav", "zh_2.wav"))
+    pcm = np.concatenate([a, z, b, z, c])
+    path = tmp_path / "three.wav"
+    sf.write(str(path), pcm, 16000, subtype="PCM_16")
+    with Qwen3ASREngine(MODEL, backend="onnx", aligner=aligner) as engine:
+        want = engine.transcribe(prepare_audio(str(path)), word_timestamps=True, word_spans="checked")
+    with open(path, "rb") as f:
+        r = client.audio.transcriptions.create(model="qwen3-asr", file=f, response_format="verbose_json",
+                                               timestamp_granularities=["word"], extra_body={"word_spans": "checked"})
+    assert want.words and [(w.word, w.start, w.end) for w in r.words] == [(w.word, w.start, w.end) for w in want.words]
 
 
 def test_words_need_verbose_json_as_openai_says(client):

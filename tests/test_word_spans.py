@@ -46,12 +46,13 @@ def words(*items):
 
 # ------------------------------------------------------------------ the option
 
-def test_the_option_takes_speech_or_raw():
+def test_the_option_takes_speech_raw_or_checked():
     assert TranscribeOptions().word_spans == "speech"
     assert TranscribeOptions(word_spans="raw").word_spans == "raw"
-    with pytest.raises(ValueError, match=r"word_spans must be one of speech, raw \(got 'snapped'\)"):
+    assert TranscribeOptions(word_spans="checked").word_spans == "checked"
+    with pytest.raises(ValueError, match=r"word_spans must be one of speech, raw, checked \(got 'snapped'\)"):
         TranscribeOptions(word_spans="snapped")
-    with pytest.raises(ValueError, match=r"word_spans must be one of speech, raw \(got None\)"):
+    with pytest.raises(ValueError, match=r"word_spans must be one of speech, raw, checked \(got None\)"):
         TranscribeOptions(word_spans=None)
 
 

@@ -243,7 +243,11 @@ DECODE_COST_FIELDS = DECODER_COSTS + ("reused_tokens", "draft_tokens", "verified
 
 
 class TextDecoder(Protocol):
-    """The engine's decoder seam (one per loaded engine; not safe for concurrent calls)."""
+    """The engine's decoder seam (one per loaded engine; not safe for concurrent calls).
+
+    Optional: ``text_logits(prompt_embeds)``, a function of token ids -> (len(ids) + 1, vocab)
+    float32 logits after the prompt and after each id (texts scored by
+    qwen3asr.aligner.checked; both backends have it, a decoder without it is not checked)."""
 
     name: str  # backend name ("onnx", "rk")
     max_context: int  # positions the decoder holds (prompt + generated tokens)

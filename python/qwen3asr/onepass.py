@@ -50,7 +50,7 @@ def transcribe_one_pass(engine, pcm: np.ndarray, o: TranscribeOptions, *, offset
 
         result = dataclasses.replace(result, segments=tuple(align_segments(
             engine.aligner, result.segments, clip, language=o.language, default_language=result.language,
-            work=work, spans=o.word_spans)))
+            work=work, spans=o.word_spans, engine=engine)))
     if o.itn and raw:
         from .itn import inverse_normalize
 

@@ -43,7 +43,8 @@ FILE_ROLLBACK_TOKENS = 5
 STREAM_CHUNK_SIZE = 4.0
 STREAM_MAX_NEW_TOKENS = 128
 STREAM_ROLLBACK_TOKENS = 2
-WORD_SPANS = ("speech", "raw")  # TranscribeOptions.word_spans: fitted to the speech, or the aligner's own
+WORD_SPANS = ("speech", "raw", "checked")  # TranscribeOptions.word_spans: fitted to the speech, the aligner's own, or
+# fitted with the words at pauses checked by the ASR model
 
 MIN_CHUNK_SECONDS = 0.2  # shortest chunk: 20 mel frames, 3 encoder tokens
 # Longest chunk: the official model's longest one pass (docs/streaming.md). At 13 encoder tokens
@@ -142,7 +143,9 @@ class TranscribeOptions:
     # piece by piece, fits each span to its speech (an end pulled back out of the pause after the
     # word, a start moved out of the one before it, a zero-length word given one 80 ms bin) and
     # aligns a collapsed segment again in smaller pieces; "raw" keeps the official aligner's
-    # times. Both flag a collapse (Segment.words_flag).
+    # times; "checked" is "speech" with the words each piece at a pause gets checked by the ASR
+    # model reading the piece (qwen3asr.aligner.checked: an encoder pass and a prefill per piece,
+    # and about twice the CPU of "speech"; docs/aligner.md). All flag a collapse (Segment.words_flag).
     word_spans: str = "speech"
     # The compact prompt of the reference design (docs/reference_design.md): no system turn, the
     # answer starting at <asr_text> (no "language X" header, so no language detection). Off by default: it departs

@@ -24,7 +24,8 @@ joined") and over all of them ("paused"). ``--no-split`` skips the make_dataset 
 ``--data`` is not needed).
 
 ``--spans`` picks the times compared: "speech" (the default: what ``engine.align`` gives, the
-default word spans), "raw" (the official times) or "true-pieces", the ceiling of the default's
+default word spans), "raw" (the official times), "checked" (the default's with the words at
+pauses checked by the ASR model, qwen3asr.aligner.checked) or "true-pieces", the ceiling of the default's
 pieces: each word given to the piece that holds it in the reference (``aligned``), which tells
 the aligner model's share of the shift from the share of the pieces' assignment.
 """
@@ -44,7 +45,7 @@ from . import REPO_ROOT as ROOT
 from . import textgen
 
 MAX_JOINED_SECONDS = 55.0  # joined inputs stay under the aligner's 60 s pass
-SPANS = ("speech", "raw", "true-pieces")
+SPANS = ("speech", "raw", "checked", "true-pieces")
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def groups(clips: Sequence[dict], k: int) -> List[List[dict]]:
 
 def aligned(engine, pcm: np.ndarray, text: str, language: str, words: Sequence[str],
             ref: Sequence[tuple], spans: str = "speech") -> list:
-    """The Words of ``text`` over ``pcm`` ((n,) float32, 16 kHz). ``spans`` "speech" or "raw":
+    """The Words of ``text`` over ``pcm`` ((n,) float32, 16 kHz). ``spans`` "speech", "raw", "checked":
     ``engine.align`` with those word spans. "true-pieces": the input cut at its pauses as the
     default spans cut it (refine.pieces_at_pauses), each of ``words`` (the aligner's units of
     ``text``) given to the piece holding the middle of its ``ref`` (start, end), each piece

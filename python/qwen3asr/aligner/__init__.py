@@ -10,6 +10,8 @@ pass.
 ``timing``      the official repair of the predicted bins and their conversion to seconds
 ``segments``    which aligner an engine uses, loaded with its settings; the words of a list of segments
 ``refine``      word spans fitted to the speech, the collapse check and re-alignment
+``checked``     the words of the pieces at pauses checked by the ASR model (``word_spans="checked"``)
+``long``        a given transcript placed over audio of any length (``engine.align``)
 ==============  ============================================================================
 
 The backend seam, the time-class logits at the slot rows of one input, is

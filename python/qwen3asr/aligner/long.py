@@ -51,18 +51,20 @@ def align_long(engine, pcm: np.ndarray, text: str, language: str, *, offset: flo
                work: Work = NO_WORK, spans: str = "speech") -> List[Segment]:
     """The Words of ``text`` in (n,) float32 16 kHz ``pcm`` as Segments (one per aligned piece,
     times in seconds plus ``offset``); ``language`` a language the engine's aligner covers;
-    ``spans`` each piece's word spans as TranscribeOptions.word_spans ("speech" or "raw":
-    qwen3asr.aligner.refine, a collapse flagged in ``Segment.words_flag`` either way)."""
+    ``spans`` each piece's word spans as TranscribeOptions.word_spans ("speech", "raw" or
+    "checked": qwen3asr.aligner.refine, a collapse flagged in ``Segment.words_flag`` each way)."""
+    from .checked import AsrReader
     from .refine import refined
 
     aligner = engine.aligner
     piece = aligner.piece_seconds
+    reader = AsrReader(engine) if spans == "checked" else None
 
     def aligned(a: int, b: int, piece_text: str) -> Segment:
         t0 = offset + a / SAMPLE_RATE
         with work.unit():
             words, flag = refined(aligner, pcm[a:b], t0, aligner.align(pcm[a:b], piece_text, language, offset=t0),
-                                  language, spans)
+                                  language, spans, reader, piece_text)
         return Segment(t0, offset + b / SAMPLE_RATE, piece_text, language, tuple(words), words_flag=flag)
 
     if pcm.shape[0] <= piece * SAMPLE_RATE:

@@ -26,6 +26,9 @@ official repair), applied to each segment by ``align_segments``:
   kept, else the one that catches the fewest words. What still
   collapses is flagged (``Segment.words_flag``) and logged, never silent.
 
+With ``word_spans="checked"`` the words each piece at a pause gets are first checked by the ASR
+model reading the piece (qwen3asr.aligner.checked), then the spans are fitted as with "speech".
+
 Frame levels are judged against the segment's own: speech is what lies within
 ``QUIET_BELOW_DB`` of its loud end and above a quarter of the way up from its floor; a segment
 whose loud end and floor are closer than ``MIN_CONTRAST_DB`` (speech in heavy noise) is not
@@ -258,6 +261,13 @@ def realign(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, leve
 
 def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language: str,
                       levels: Levels) -> Optional[Tuple[Word, ...]]:
+    """``words`` aligned again piece by piece (assigned_at_pauses), or None."""
+    got = assigned_at_pauses(aligner, pcm, words, language, levels)
+    return None if got is None else got[0]
+
+
+def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language: str,
+                       levels: Levels) -> Optional[Tuple[Tuple[Word, ...], List[int]]]:
     """``words`` (the whole segment's alignment) aligned again piece by piece from the left, the
     pieces cut at the segment's pauses (pieces_at_pauses), so that the aligner's drift starts
     again after every pause. The first piece's words are aligned in it alone; from each later cut
@@ -266,8 +276,8 @@ def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language:
     end), its first words placed well. A piece keeps the words whose middle (start + end, halved)
     lies before its end (with none, the first word if it starts before it), with those times; the
     last piece takes what is left. About four aligner passes' worth of audio for the segment in
-    all. None when there is one piece or an alignment does not give back its words (the caller
-    keeps ``words``)."""
+    all. Returns (the words, how many each of pieces_at_pauses holds); None when there is one
+    piece or an alignment does not give back its words (the caller keeps ``words``)."""
     pieces = pieces_at_pauses(levels)
     if len(pieces) < 2 or not words:
         return None
@@ -275,6 +285,7 @@ def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language:
     rest = [w.word for w in words]
     got: Sequence[Word] = words
     out: List[Word] = []
+    counts = [0] * len(pieces)
     for i, (a, b) in enumerate(pieces):
         if i:
             h = min(i + HORIZON_PIECES, last)
@@ -287,6 +298,7 @@ def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language:
                 return None
         if i == last:
             out += got
+            counts[i] = len(got)
             break
         end = levels.time(b)
         k = sum((w.start + w.end) / 2 < end for w in got)
@@ -298,28 +310,40 @@ def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language:
             if [w.word for w in mine] != rest[:k]:
                 return None
             out += mine
+            counts[i] = k
             rest = rest[k:]
         if not rest:
             break
-    return tuple(out)
+    return tuple(out), counts
 
 
 def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], language: str,
-            spans: str) -> Tuple[Tuple[Word, ...], Optional[str]]:
+            spans: str, reader=None, text: Optional[str] = None) -> Tuple[Tuple[Word, ...], Optional[str]]:
     """One segment's words (``aligner.align`` of its audio ``pcm``, (n,) float32 16 kHz, whose first
     sample is at ``offset`` seconds), with ``spans`` "speech" aligned again piece by piece at its
     pauses (aligned_at_pauses), checked for a collapse and, with "speech", aligned again in pieces
     when collapsed (the pieces at its pauses, then its halves; words shared by their first times,
     then by the speech where those leave a piece with speech unheard: the first way without a
     collapse, else the one with the fewest words caught) and fitted to the speech; with "raw" the
-    official times as they are. Returns (the words, None or the flag "collapsed: <reason>")."""
+    official times as they are; with "checked" as "speech", the pieces' words checked by the ASR
+    model first (qwen3asr.aligner.checked: ``reader`` an AsrReader, ``text`` the segment's
+    transcript). Returns (the words, None or the flag "collapsed: <reason>")."""
+    if spans == "checked" and reader is None:
+        raise ValueError('word_spans "checked" needs a reader (qwen3asr.aligner.checked.AsrReader)')
     bin_s = aligner.segment_ms / 1000.0
     levels = Levels.of(pcm, offset)
     end = offset + levels.seconds
-    if spans == "speech":
-        words = aligned_at_pauses(aligner, pcm, words, language, levels) or words
+    if spans != "raw":
+        at = assigned_at_pauses(aligner, pcm, words, language, levels)
+        if at is not None:
+            words = at[0]
+            if spans == "checked":
+                from .checked import checked_pieces
+
+                words = checked_pieces(aligner, pcm, words, at[1], language, levels, pieces_at_pauses(levels),
+                                       reader, text)
     reason, bad = collapse(words, offset, end, bin_s)
-    if reason and spans == "speech":
+    if reason and spans != "raw":
         first = reason
         for how, pieces in (("its pauses", pieces_at_pauses(levels)), ("halves", halves(pcm))):
             for by in ("time", "speech") if len(pieces) > 1 else ():
@@ -340,10 +364,10 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
         flag = f"collapsed: {reason}"
         logger.warning("the words of %.2f-%.2f s did not align (%s, %d words)%s; their times are unreliable",
                        offset, end, reason, bad, "" if spans == "raw" else ", also in smaller pieces")
-    if spans == "speech":
+    if spans != "raw":
         words = snap(words, levels, bin_s)
     return words, flag
 
 
-__all__ = ["Levels", "aligned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words",
-           "snap", "unheard"]
+__all__ = ["Levels", "aligned_at_pauses", "assigned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign",
+           "refined", "share_words", "snap", "unheard"]

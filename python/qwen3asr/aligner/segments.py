@@ -96,19 +96,26 @@ def align_transcript(engine, audio, text: str, language: Optional[str] = None, s
 
 def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[np.ndarray, float]], *,
                    language: Optional[str] = None, default_language: Optional[str] = None,
-                   warned: Optional[set] = None, work: Work = NO_WORK, spans: str = "speech") -> list:
+                   warned: Optional[set] = None, work: Work = NO_WORK, spans: str = "speech",
+                   engine=None) -> list:
     """``segments`` (qwen3asr.results.Segment) with their words, in order.
 
     clip: a segment's audio, (n,) float32 16 kHz, and the time in seconds of its first sample.
     language: the request's forced language (None: each segment's own, else ``default_language``).
     warned: languages already logged as not covered (updated; None: log each here once).
     work: scheduling hooks, one unit of model work per aligned segment.
-    spans: TranscribeOptions.word_spans, "speech" or "raw" (qwen3asr.aligner.refine): every
-    segment's words are checked for a collapse (flagged in ``Segment.words_flag``); "speech"
-    aligns a collapsed segment again in pieces and fits the spans to the speech.
+    spans: TranscribeOptions.word_spans, "speech", "raw" or "checked" (qwen3asr.aligner.refine):
+    every segment's words are checked for a collapse (flagged in ``Segment.words_flag``);
+    "speech" aligns a collapsed segment again in pieces and fits the spans to the speech;
+    "checked" also checks the words of the pieces at pauses with ``engine``'s ASR model
+    (qwen3asr.aligner.checked; required then).
     A segment without text, or in a language the aligner does not cover, keeps no words."""
+    from .checked import AsrReader
     from .refine import refined
 
+    if spans == "checked" and engine is None:
+        raise ValueError('word_spans "checked" needs the ASR engine (engine=)')
+    reader = AsrReader(engine) if spans == "checked" else None
     warned = set() if warned is None else warned
     out = []
     for seg in segments:
@@ -122,7 +129,8 @@ def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[n
             continue
         pcm, start = clip(seg)
         with work.unit():
-            words, flag = refined(aligner, pcm, start, aligner.align(pcm, seg.text, lang, offset=start), lang, spans)
+            words, flag = refined(aligner, pcm, start, aligner.align(pcm, seg.text, lang, offset=start), lang, spans,
+                                  reader, seg.text)
         out.append(dataclasses.replace(seg, words=words, words_flag=flag))
     return out
 

@@ -339,6 +339,35 @@ class OnnxTextDecoder:
                                              gen.finish_reason or "stopped", reused_tokens=t.reused_tokens,
                                              draft_tokens=t.draft_tokens, verified_tokens=t.verified_tokens)
 
+    def text_logits(self, prompt_embeds: np.ndarray):
+        """Texts scored after one prompt (qwen3asr.aligner.checked): a function of token ids ->
+        (len(ids) + 1, vocab) float32, the logits after the ``(L, hidden) float32`` prompt and
+        after each id (teacher forcing). The prompt is prefilled at the first call and its KV
+        cache kept by the function; each text's rows are written after it and dropped again."""
+        kv = self.kv
+        if kv is None:
+            raise RuntimeError("this decoder was closed")
+        prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
+        held: dict = {}
+
+        def logits(ids) -> np.ndarray:
+            try:
+                if not held:
+                    first, cache = kv.forward(prompt, kv.new_cache(), np.array([len(prompt) - 1]))
+                    held.update(first=first, cache=cache)
+                if not len(ids):
+                    return held["first"]
+                cache = held["cache"]
+                n = cache.length
+                rows = np.stack([self.embed(int(t)) for t in ids]).astype(np.float32)
+                out, cache = kv.forward(rows, cache, np.arange(len(ids)))
+                held["cache"] = KVCache(cache.keys, cache.values, n)  # the text's rows dropped
+            finally:
+                kv.release_binding()
+            return np.concatenate([held["first"], out])
+
+        return logits
+
     def close(self) -> None:
         if self.kv is not None:
             self.kv.release_binding()

@@ -4,7 +4,7 @@
 Multipart fields: ``file`` (the audio, as /v1/audio/transcriptions takes it, with the same
 upload and duration limits), ``text`` (the transcript), optional ``language`` (a name or code the
 aligner covers; absent: detected with the ASR model first) and ``word_spans`` (``speech``, the
-default, or ``raw``: TranscribeOptions.word_spans; a collapsed piece's segment carries
+default, ``raw`` or ``checked``: TranscribeOptions.word_spans; a collapsed piece's segment carries
 ``words_flag``). The answer::
 
     {"text": ..., "language": "English", "duration": 3.2,

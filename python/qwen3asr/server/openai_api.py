@@ -55,7 +55,7 @@ class TranscriptionRequest:
     temperature: float  # 0 = greedy
     stream: bool  # Server-Sent Events
     words: bool = False  # timestamp_granularities[] has "word": verbose_json gains "words"
-    word_spans: Optional[str] = None  # "speech" or "raw" (TranscribeOptions.word_spans); None: the engine's
+    word_spans: Optional[str] = None  # "speech", "raw" or "checked" (TranscribeOptions.word_spans); None: the engine's
 
     def options(self, base: TranscribeOptions) -> TranscribeOptions:
         """The engine's options ``base`` with this request's language, prompt (as context),

@@ -274,7 +274,7 @@ class StreamSession:
             return self._audio(int(round(seg.start * SAMPLE_RATE)), int(round(seg.end * SAMPLE_RATE))), seg.start
 
         aligned = align_segments(self._aligner, segs[first:], clip, language=self.options.language,
-                                 warned=self._unaligned, spans=self.options.word_spans)
+                                 warned=self._unaligned, spans=self.options.word_spans, engine=self.engine)
         segs[first:] = aligned
 
     def _finish_piece(self, end: int, pcm: Optional[np.ndarray] = None, draft: Optional[list] = None) -> None:

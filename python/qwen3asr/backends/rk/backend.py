@@ -222,6 +222,25 @@ class RKLLMTextDecoder:
             finish_reason=reason, runtime_perf=runtime_perf)
         return tokens, self._with_logits_run(stats, first)
 
+    def text_logits(self, prompt_embeds: np.ndarray):
+        """Texts scored after one prompt (qwen3asr.aligner.checked): a function of token ids ->
+        (len(ids) + 1, vocab) float32, the logits after the ``(L, hidden) float32`` prompt and
+        after each id, each call one GET_LOGITS prefill of the prompt and the ids' embeddings
+        (the runtime keeps no cache to branch from). Raises RKLLMRunError (RKLLMLogitsUnavailable
+        on a runtime that returns only the last row) as ``run_logits``."""
+        if self.embed is None:
+            raise RKBackendError("this RKLLM decoder has no embedding table to feed texts with")
+        if self.runtime is None:
+            self.load()
+        prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
+
+        def logits(ids) -> np.ndarray:
+            rows = [prompt] + [self.embed(int(t))[None, :].astype(np.float32) for t in ids]
+            return self.runtime.run_logits(np.ascontiguousarray(np.concatenate(rows)), len(ids) + 1,
+                                           self.vocab_size)
+
+        return logits
+
     def _usable_draft(self, draft, options: DecodingOptions) -> list:
         """The ids of ``draft`` worth verifying: none unless greedy without a repetition penalty
         (the runtime's penalty is applied to its own window of ids, which the host does not know),

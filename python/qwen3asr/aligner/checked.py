@@ -1,0 +1,241 @@
+"""The words of each piece at a pause, checked by the ASR model (``word_spans="checked"``).
+
+With "speech", a segment with pauses is aligned piece by piece from the left
+(qwen3asr.aligner.refine.aligned_at_pauses), and a piece that takes a word too few or too many
+hands the error to every piece after it (docs/aligner.md, "A wrong boundary cascades"). The
+aligner cannot tell: it is as sure of a wrong text as of the right one. The ASR model can: the
+text of a piece, read from the piece's audio alone, is likelier when it is the piece's own.
+
+``checked_counts`` takes the default's words per piece and moves each boundary between pieces
+by up to WINDOW_WORDS words, choosing (one dynamic programme over the segment) the split whose
+summed log P(piece text, end of text | piece audio) minus MOVE_NATS per word moved, and
+EMPTY_NATS for a piece with AUDIBLE_S of speech left without words, is highest. A moved
+boundary is kept only where the ASR's own greedy reading of both pieces beside it is exactly
+their new text and not exactly both of the default's (the demo model reads fragments badly: it
+completes a cut word or gives nothing for a lone syllable, and the likelihood alone then moves
+right boundaries). The pieces are then aligned again alone, as ``speech`` does.
+
+``AsrReader`` scores texts with the engine's ASR model and decoder: the piece's audio encoded
+and prefilled once in the official prompt with the segment's language, then the candidate texts
+teacher-forced after it (``text_logits`` of the decoder: on the CPU a branch of the prompt's KV
+cache, on the board one GET_LOGITS prefill of the prompt and the text), the longest text from
+each start first so that the shorter ones are read from its rows. Cost: an encoder pass and a
+prefill of each piece and 5-6 text runs a piece; 1.6x the CPU of "speech" with the demo models
+(docs/aligner.md, "The ASR's check, built in").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import Qwen3ASRError
+from ..results import Word
+
+logger = logging.getLogger(__name__)
+
+WINDOW_WORDS = 2  # a boundary moves by at most this many words from the default's
+MOVE_NATS = 6.0  # the log-likelihood a split must gain per word it moves
+EMPTY_NATS = 10.0  # ... and the cost of leaving a piece with speech without a word
+AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: it must keep a word, and be read exactly
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How the ASR model reads one candidate text from one piece's audio."""
+
+    log_p: float  # log P(the text's tokens, then an end of text | the audio)
+    exact: bool  # its greedy reading is exactly the text
+
+
+Read = Callable[[int, int, int], Reading]  # (piece, first word, end word) -> the piece read as those words
+
+
+def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read) -> List[int]:
+    """The words per piece after the ASR's check (the module docstring). ``counts``: the
+    default's words per piece (summing to the words of the segment); ``audible``: per piece,
+    whether it holds AUDIBLE_S of speech; ``read(p, a, b)``: piece p read as words [a, b).
+    Boundaries stay in order; a segment of one piece is returned as it is."""
+    n_pieces = len(counts)
+    bounds = [0] + [int(x) for x in np.cumsum(counts)]
+    n = bounds[-1]
+    if n_pieces < 2:
+        return list(counts)
+
+    @functools.lru_cache(maxsize=None)
+    def gain(p: int, a: int, b: int) -> float:
+        return read(p, a, b).log_p - (EMPTY_NATS if a == b and audible[p] else 0.0)
+
+    choices = [[0]] + [sorted({min(n, max(0, bounds[p] + d)) for d in range(-WINDOW_WORDS, WINDOW_WORDS + 1)})
+                       for p in range(1, n_pieces)] + [[n]]
+    best = {0: (0.0, -1)}  # boundary -> (best score up to it, the boundary before it)
+    steps = [best]
+    for p in range(n_pieces):
+        nxt = {}
+        for b in choices[p + 1]:
+            options = [(score + gain(p, a, b) - MOVE_NATS * abs(b - bounds[p + 1]), a)
+                       for a, (score, _) in best.items() if a <= b]
+            if options:
+                nxt[b] = max(options)
+        best = nxt
+        steps.append(best)
+    chosen = [n]
+    for p in range(n_pieces, 0, -1):
+        chosen.append(steps[p][chosen[-1]][1])
+    chosen.reverse()
+
+    def exact(p: int, a: int, b: int) -> bool:
+        return not audible[p] or (b > a and read(p, a, b).exact)
+
+    kept = list(bounds)
+    for p in range(1, n_pieces):
+        if chosen[p] == bounds[p]:
+            continue
+        new = exact(p - 1, chosen[p - 1], chosen[p]) and exact(p, chosen[p], chosen[p + 1])
+        old = exact(p - 1, bounds[p - 1], bounds[p]) and exact(p, bounds[p], bounds[p + 1])
+        if new and not old:
+            kept[p] = chosen[p]
+    for p in range(1, n_pieces + 1):
+        kept[p] = max(kept[p], kept[p - 1])
+    return [kept[p + 1] - kept[p] for p in range(n_pieces)]
+
+
+def unit_starts(text: str, units: Sequence[str]) -> Optional[List[int]]:
+    """Where each of ``units`` (the aligner's word units of ``text``, qwen3asr.aligner.words)
+    starts in ``text``: each unit's characters in order, with only characters the units drop
+    (spaces, punctuation) between them; None when the units are not found so (a text the
+    tagger normalised, say)."""
+    from .words import is_kept
+
+    starts, i = [], 0
+    for unit in units:
+        first = None
+        for ch in unit:
+            while i < len(text) and text[i] != ch:
+                if is_kept(text[i]):
+                    return None
+                i += 1
+            if i == len(text):
+                return None
+            first = i if first is None else first
+            i += 1
+        starts.append(first)
+    return starts
+
+
+class AsrReader:
+    """Reads texts from audio with an engine's ASR model (the module docstring): ``piece(pcm,
+    language)`` gives a function of a text -> Reading for that audio, or None when the engine's
+    decoder cannot score texts (then the default's words stand).
+
+    A text whose token ids begin the ids of a text already run on that audio is read from that
+    run's rows (the logits after each id hold its likelihood, its greedy check and its end), so
+    reading the longest text from a start first reads every shorter one from it for nothing."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.runs = 0  # decoder runs (one per text not read from an earlier run's rows)
+
+    def piece(self, pcm: np.ndarray, language: str) -> Optional[Callable[[str], Reading]]:
+        engine = self.engine
+        if not hasattr(engine.decoder, "text_logits"):
+            return None
+        emb = engine.encode(engine.features(pcm))
+        logits_of = engine.decoder.text_logits(engine.embed_prompt(engine.prompt(emb.shape[0], language=language),
+                                                                   emb))
+        tok = engine.tokenizer
+        eos = list(tok.eos_ids)
+
+        done: list = []  # per run: its ids, log P of each id, log P of an end after each prefix, the greedy ids
+
+        def run(ids: list) -> tuple:
+            self.runs += 1
+            x = logits_of(ids).astype(np.float64)
+            x -= x.max(axis=-1, keepdims=True)
+            lp = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+            done.append((ids, lp[np.arange(len(ids)), ids], np.logaddexp.reduce(lp[:, eos], axis=-1),
+                         np.argmax(lp, axis=-1)))
+            return done[-1]
+
+        def reading(text: str) -> Reading:
+            ids = tok.encode(text) if text else []
+            n = len(ids)
+            ran, id_lp, end_lp, greedy = next((r for r in done if r[0][:n] == ids), None) or run(ids)
+            return Reading(float(id_lp[:n].sum() + end_lp[n]),
+                           bool(all(greedy[j] == t for j, t in enumerate(ids)) and greedy[n] in eos))
+
+        return reading
+
+
+def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequence[int], language: str,
+                   levels, pieces: Sequence[Tuple[int, int]], reader: AsrReader,
+                   text: Optional[str] = None) -> Tuple[Word, ...]:
+    """``words`` (a segment's, aligned piece by piece with ``counts`` words per piece of
+    ``pieces``, frames of ``levels``) with the pieces' words checked by ``reader`` and, where a
+    boundary moved, each piece aligned again alone; ``words`` as they are when none moved, the
+    decoder cannot score texts, or an alignment does not give back its words. ``text``: the
+    segment's transcript, whose spans (punctuation and case kept, as the ASR writes them) are
+    the candidate texts; None or not matching the words: the words joined (with no space in
+    Chinese and Cantonese)."""
+    from .refine import FRAME_S, HOP
+
+    units = [w.word for w in words]
+    starts = unit_starts(text, units) if text else None
+    joiner = "" if language in ("Chinese", "Cantonese") else " "
+
+    def span(a: int, b: int) -> str:
+        if a == b:
+            return ""
+        if starts is None:
+            return joiner.join(units[a:b])
+        return text[starts[a]:starts[b] if b < len(units) else len(text)].strip()
+
+    audible = [levels.loud is not None and levels.loud[a:b].sum() * FRAME_S >= AUDIBLE_S for a, b in pieces]
+    readers: dict = {}
+
+    bounds = [0] + [int(x) for x in np.cumsum(counts)]
+    longest = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]  # a piece's last end
+
+    def read(p: int, a: int, b: int) -> Reading:
+        try:
+            if p not in readers:
+                fa, fb = pieces[p]
+                readers[p] = reader.piece(pcm[fa * HOP:fb * HOP], language)
+            if readers[p] is None:
+                raise _CannotRead("it cannot score texts")
+            readers[p](span(a, longest[p]))  # the longest text from a first: the shorter ones are read from it
+            return readers[p](span(a, b))
+        except Qwen3ASRError as exc:  # the board's runtime gives no logits rows, or its run failed
+            raise _CannotRead(str(exc)) from exc
+
+    try:
+        new = checked_counts(counts, audible, read)
+    except _CannotRead as exc:
+        logger.warning("the ASR model could not check the words of the pieces at pauses (decoder %s: %s): "
+                       "they keep the default's", getattr(reader.engine.decoder, "name", "?"), exc)
+        return tuple(words)
+    if list(new) == list(counts):
+        return tuple(words)
+    out: List[Word] = []
+    j = 0
+    for (a, b), k in zip(pieces, new):
+        if k:
+            got = aligner.align(pcm[a * HOP:b * HOP], " ".join(units[j:j + k]), language, offset=levels.time(a))
+            if [w.word for w in got] != units[j:j + k]:
+                return tuple(words)
+            out += got
+            j += k
+    logger.debug("the ASR moved the words of the pieces at pauses: %s -> %s", list(counts), new)
+    return tuple(out)
+
+
+class _CannotRead(Exception):
+    pass
+
+
+__all__ = ["AUDIBLE_S", "AsrReader", "EMPTY_NATS", "MOVE_NATS", "Reading", "WINDOW_WORDS", "checked_counts",
+           "checked_pieces", "unit_starts"]

@@ -1,0 +1,252 @@
+"""The words of the pieces at pauses checked by the ASR model (``word_spans="checked"``,
+qwen3asr.aligner.checked).
+
+The programme over the boundaries is checked with a stand-in reading whose likelihoods and
+greedy readings are chosen; the reader with the demo ASR model (ONNX) against one prefill of
+the prompt and the text; on the board path (tests/test_rk_drafts.py's C double of
+librkllmrt.so) that each text is one GET_LOGITS run of exactly the prompt and the text's rows,
+read as on the CPU, and that a runtime without per-row logits leaves the default's words with a
+warning; the whole chain on espeak-ng speech from the held-out set, where the default gives a
+piece a word too many and the check gives it back.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
+from qwen3asr.aligner.checked import (MOVE_NATS, WINDOW_WORDS, AsrReader, Reading, checked_counts, unit_starts)
+from qwen3asr.aligner.refine import Levels, pieces_at_pauses
+from qwen3asr.aligner.segments import align_segments
+from qwen3asr.aligner.words import align_words
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = os.path.join(ROOT, "models", "default")
+
+
+def reading_of(true, exact=None, near=20.0):
+    """A stand-in ``read``: piece p read as words [a, b) has log P 0 for its ``true`` range and
+    ``near`` nats less per word of either end off; it is read exactly when ``exact(p, a, b)``
+    (default: only its true range). Records the calls."""
+    calls = []
+
+    def read(p, a, b):
+        calls.append((p, a, b))
+        lo, hi = true[p]
+        ok = exact(p, a, b) if exact else (a, b) == (lo, hi)
+        return Reading(-near * (abs(a - lo) + abs(b - hi)), ok)
+
+    read.calls = calls
+    return read
+
+
+def ranges(counts):
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds, bounds[1:])]
+
+
+AUDIBLE = [True, True, True]
+
+
+# ------------------------------------------------------------------ the programme
+
+def test_a_boundary_the_asr_reads_right_moves_there():
+    true = ranges([3, 3, 3])
+    read = reading_of(true)
+    assert checked_counts([4, 2, 3], AUDIBLE, read) == [3, 3, 3]  # piece 0 had a word too many
+    assert checked_counts([3, 1, 5], AUDIBLE, read) == [3, 3, 3]  # piece 1 a word too few ... by two
+    assert checked_counts([3, 3, 3], AUDIBLE, read) == [3, 3, 3]
+    # only boundaries within WINDOW_WORDS of the default's are read
+    read = reading_of(true)
+    checked_counts([4, 2, 3], AUDIBLE, read)
+    assert {b for p, a, b in read.calls if p == 0} == set(range(4 - WINDOW_WORDS, 4 + WINDOW_WORDS + 1))
+    assert {a for p, a, b in read.calls if p == 2} == set(range(6 - WINDOW_WORDS, 6 + WINDOW_WORDS + 1))
+
+
+def test_a_move_is_kept_only_where_both_pieces_are_read_exactly_and_the_default_was_not():
+    true = ranges([3, 3, 3])
+    # the likelihood prefers the true split, but the ASR's greedy reading of piece 1 is not it
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: p != 1 and (a, b) == true[p])) \
+        == [4, 2, 3]
+    # the default's pieces are read exactly too: it stands, whatever the likelihood says
+    default = ranges([4, 2, 3])
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: (a, b) in (true[p], default[p]))) \
+        == [4, 2, 3]
+    # a piece with speech is never emptied (the demo ASR completes a word cut at a pause: 关闭花园的音 |
+    # 箱 read as 关闭花园的音箱 | nothing), whatever the readings; one without speech may be
+    assert checked_counts([6, 1], [True, True], reading_of([(0, 7), (7, 7)])) == [6, 1]
+    assert checked_counts([6, 1], [True, False], reading_of([(0, 7), (7, 7)])) == [7, 0]
+    # a piece of less than AUDIBLE_S of speech needs no exact reading: the move is kept
+    assert checked_counts([4, 2, 3], [True, False, True],
+                          reading_of(true, lambda p, a, b: p != 1 and (a, b) == true[p])) == [3, 3, 3]
+
+
+def test_a_move_must_gain_more_than_its_cost():
+    true = ranges([3, 3, 3])
+    # moving one boundary a word gains 2 x near nats (both pieces beside it)
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, near=MOVE_NATS / 2 - 0.5)) == [4, 2, 3]
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, near=MOVE_NATS / 2 + 0.5)) == [3, 3, 3]
+
+
+def test_boundaries_stay_in_order_and_the_words_are_all_kept():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n_pieces = int(rng.integers(2, 6))
+        counts = list(rng.integers(0, 4, n_pieces))
+        true = ranges(list(rng.integers(0, 4, n_pieces - 1)) + [0])
+        true[-1] = (true[-1][0], sum(counts))
+        if true[-1][0] > sum(counts):
+            continue
+        got = checked_counts(counts, [True] * n_pieces, reading_of(true, lambda p, a, b: bool(rng.integers(0, 2))))
+        assert len(got) == n_pieces and min(got) >= 0 and sum(got) == sum(counts)
+    assert checked_counts([5], [True], reading_of([(0, 5)])) == [5]
+
+
+def test_the_candidate_texts_are_spans_of_the_transcript():
+    text = "Open the back-door, please. Turn ON the fan!"
+    units = align_words(text, "English")
+    starts = unit_starts(text, units)
+    assert [text[s:s + 4] for s in starts[:3]] == ["Open", "the ", "back"]
+    assert text[starts[3]:starts[5]].strip() == "please. Turn"
+    zh = "打开客厅的灯，关闭空调。"
+    starts = unit_starts(zh, align_words(zh, "Chinese"))
+    assert zh[starts[5]:starts[7]] == "灯，关"
+    assert unit_starts("café au lait", ["cafe", "au", "lait"]) is None  # normalised: the units are joined
+    assert unit_starts("a b", ["a", "c"]) is None
+
+
+# ------------------------------------------------------------------ the reader on the demo ASR model
+
+@pytest.fixture(scope="module")
+def engine():
+    mp = pytest.MonkeyPatch()
+    mp.delenv("QWEN3ASR_ALIGNER", raising=False)
+    with Qwen3ASREngine(DEFAULT, backend="onnx", threads=2, decoder_dtype="fp32") as e:
+        yield e
+    mp.undo()
+
+
+def test_the_reader_scores_texts_as_one_prefill_of_the_prompt_and_the_text(engine):
+    pcm = prepare_audio(os.path.join(ROOT, "audio", "en_2.wav"))
+    heard = engine.transcribe(pcm, language="English").text
+    emb = engine.encode(engine.features(pcm))
+    prompt = engine.embed_prompt(engine.prompt(emb.shape[0], language="English"), emb)
+    logits_of = engine.decoder.text_logits(prompt)
+    kv = engine.decoder.kv
+    for text in (heard, " ".join(heard.split()[:-1]), "", heard):  # the cache is the prompt's again after each
+        ids = engine.tokenizer.encode(text) if text else []
+        x = np.concatenate([prompt, engine.embeddings(np.asarray(ids, np.int64))]) if ids else prompt
+        want, _ = kv.forward(x.astype(np.float32), kv.new_cache(), np.arange(len(prompt) - 1, len(x)))
+        kv.release_binding()
+        got = logits_of(ids)
+        assert got.shape == want.shape and np.abs(got - want).max() < 1e-3 * np.abs(want).max()
+
+    reader = AsrReader(engine)
+    read = reader.piece(pcm, "English")
+    shorter = " ".join(heard.split()[:-1])
+    whole, cut, nothing = read(heard), read(shorter), read("")
+    assert whole.exact and not cut.exact and not nothing.exact and whole.log_p > cut.log_p + MOVE_NATS
+    assert reader.runs == 1  # the shorter texts begin the first one: read from its rows
+    other = AsrReader(engine)
+    alone = other.piece(pcm, "English")
+    for text, got in ((shorter, cut), ("", nothing)):  # as if each were run on its own
+        want = alone(text)
+        assert want.exact == got.exact and abs(want.log_p - got.log_p) < 1e-3
+    assert other.runs == 1  # "" begins every text
+    read("please " + heard)
+    assert reader.runs == 2
+
+
+# ------------------------------------------------------------------ the whole chain
+
+def test_the_option_needs_the_engine():
+    assert TranscribeOptions(word_spans="checked").word_spans == "checked"
+    with pytest.raises(ValueError, match="needs the ASR engine"):
+        align_segments(object(), [], lambda s: None, spans="checked")
+
+
+def three_commands(gap=0.5):
+    """zh_3, zh_1 and zh_2 (bundled) with ``gap`` s of silence between them: the audio, its text,
+    its words' commands (0, 1, 2) and the middles of the two silences."""
+    names = ("zh_3", "zh_1", "zh_2")
+    texts = ("关掉走廊的风扇", "六点半", "把十二瓶牛奶加到购物清单")
+    clips = [prepare_audio(os.path.join(ROOT, "audio", f"{n}.wav")) for n in names]
+    z = np.zeros(int(gap * 16000), np.float32)
+    pcm = np.concatenate([clips[0], z, clips[1], z, clips[2]])
+    cuts = np.cumsum([len(clips[0]) + len(z) / 2, len(clips[1]) + len(z)]) / 16000
+    owner = np.repeat([0, 1, 2], [len(align_words(t, "Chinese")) for t in texts])
+    return pcm, "".join(texts), owner, cuts
+
+
+def commands_of(words, cuts):
+    return np.searchsorted(cuts, [(w.start + w.end) / 2 for w in words])
+
+
+def test_a_word_the_default_puts_in_the_wrong_command_is_given_back(engine):
+    """Three Mandarin commands with half a second between them: the default's pieces give the
+    second command's first word to the first (a cascade's start), the ASR's check gives it back;
+    the same through the one-pass transcription."""
+    pcm, text, owner, cuts = three_commands()
+    speech = engine.align(pcm, text, "Chinese")
+    checked = engine.align(pcm, text, "Chinese", word_spans="checked")
+    assert [w.word for w in checked] == [w.word for w in speech]
+    assert (commands_of(speech, cuts) != owner).sum() == 1
+    assert (commands_of(checked, cuts) == owner).all()
+    heard = engine.transcribe(pcm, language="Chinese", word_timestamps=True, word_spans="checked")
+    assert heard.text == text and heard.words == tuple(checked)
+
+
+def test_pieces_read_as_the_default_gives_them_are_not_aligned_again(engine, monkeypatch):
+    """Where no boundary moves the words are the default's ("speech"), with no alignment more."""
+    pcm = np.concatenate([prepare_audio(os.path.join(ROOT, "audio", "en_1.wav")), np.zeros(8000, np.float32),
+                          prepare_audio(os.path.join(ROOT, "audio", "en_3.wav"))])
+    text = "open the back door please turn on the living room fan"
+    calls = {}
+    align = type(engine.aligner).align
+    monkeypatch.setattr(type(engine.aligner), "align",
+                        lambda self, *a, **kw: calls[spans].append(a[1]) or align(self, *a, **kw))
+    got = {}
+    for spans in ("speech", "checked"):
+        calls[spans] = []
+        got[spans] = engine.align(pcm, text, "English", word_spans=spans)
+    assert got["checked"] == got["speech"] and calls["checked"] == calls["speech"]
+    assert calls["speech"] == [text, "open the back door", "please turn on the living room fan"]
+
+
+def test_a_stream_checks_the_pieces_of_its_segments(engine, monkeypatch):
+    """A live stream with word_spans "checked": each committed segment's words are what the
+    check gives that segment's audio and text (the engine's aligner and ASR model), and a
+    segment with a pause inside it is read by the ASR (the three commands with their edges
+    trimmed: 0.3 s pauses, which cut pieces but not the stream's segments)."""
+    from qwen3asr.aligner.refine import refined
+
+    clips = [prepare_audio(os.path.join(ROOT, "audio", f"{n}.wav"))[3200:-3200] for n in ("zh_3", "zh_1", "zh_2")]
+    z = np.zeros(1600, np.float32)
+    pcm = np.concatenate([clips[0], z, clips[1], z, clips[2]])
+    read = []
+    piece = AsrReader.piece
+    monkeypatch.setattr(AsrReader, "piece", lambda self, *a: read.append(a) or piece(self, *a))
+    s = engine.create_stream(language="Chinese", word_timestamps=True, word_spans="checked")
+    for i in range(0, len(pcm), 3200):
+        s.feed_audio(pcm[i:i + 3200])
+    final = s.finish()
+    assert final.words and read
+    paused = 0
+    for seg in final.segments:
+        a, b = int(round(seg.start * 16000)), int(round(seg.end * 16000))
+        paused += len(pieces_at_pauses(Levels.of(pcm[a:b], 0.0))) > 1
+        first = engine.aligner.align(pcm[a:b], seg.text, seg.language, offset=a / 16000)
+        want = refined(engine.aligner, pcm[a:b], a / 16000, first, seg.language, "checked", AsrReader(engine),
+                       seg.text)[0]
+        assert seg.words == want
+    assert paused
+
+
+def test_the_aligner_bench_refuses_spans_it_does_not_know(capsys):
+    from qwen3asr_tools.bench_aligner import main
+
+    assert main(["--spans", "speech,tight"]) == 2
+    assert "--spans takes speech, raw, checked (got 'speech,tight')" in capsys.readouterr().err
