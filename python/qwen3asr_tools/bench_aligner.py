@@ -14,6 +14,12 @@ Timed per run, in turn: the transcription alone (``engine.transcribe``: mel, enc
 decode; fallback decoding off, since random weights always run to the token budget), then the alignment of the same clip and text (``ForcedAligner.align``: mel, the
 aligner's encoder, one prefill through its scorer). Reported: medians (min-max), the ratio
 (transcription + alignment) / transcription, and the peak RSS with both models loaded.
+
+``--spans speech,checked`` (any of TranscribeOptions.word_spans) also times, in each run after
+the alignment, ``engine.align`` with each of those word spans (the engine's aligner is the same
+bundle), and reports each against the transcription and against the first of them. On random
+weights the ASR reads no piece exactly, so "checked" moves no boundary: what it costs is its
+scoring (an encoder pass and prefill per piece, the candidate texts), not a second alignment.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ def _cell(xs) -> dict:
 
 
 def bench(asr_bundle: str, al_bundle: str, audio: str, seconds: float, text: Optional[str], language: str,
-          runs: int, warmup: int, threads: int, dtype: str) -> dict:
+          runs: int, warmup: int, threads: int, dtype: str, spans: tuple = ()) -> dict:
     import math
 
     from qwen3asr import Qwen3ASREngine, prepare_audio
@@ -69,11 +75,13 @@ def bench(asr_bundle: str, al_bundle: str, audio: str, seconds: float, text: Opt
         with Qwen3ASREngine(os.path.join(ROOT, "models", "default"), backend="onnx", threads=threads) as demo:
             text = demo.transcribe(pcm, language=language).text
     rss0 = _peak_rss_mb()
-    engine = Qwen3ASREngine(asr_bundle, backend="onnx", threads=threads, decoder_dtype=dtype)
+    engine = Qwen3ASREngine(asr_bundle, backend="onnx", threads=threads, decoder_dtype=dtype,
+                            aligner=al_bundle if spans else None)
     tokens = len(engine.tokenizer.encode(text)) + 1  # the transcript and its end
     aligner = ForcedAligner(al_bundle, backend="onnx", options=BackendOptions(threads=threads, decoder_dtype=dtype))
     words = len(aligner.align(pcm, text, language))
     asr_ms, al_ms, decoded = [], [], []
+    spans_ms = {s: [] for s in spans}
     for i in range(warmup + runs):
         t0 = time.perf_counter()
         # fallback off: random weights run to max_new_tokens, which would otherwise count as a cut
@@ -82,6 +90,11 @@ def bench(asr_bundle: str, al_bundle: str, audio: str, seconds: float, text: Opt
         t1 = time.perf_counter()
         aligner.align(pcm, text, language)
         t2 = time.perf_counter()
+        for s in spans:
+            t3 = time.perf_counter()
+            engine.align(pcm, text, language, word_spans=s)
+            if i >= warmup:
+                spans_ms[s].append((time.perf_counter() - t3) * 1000)
         time.sleep(0.1)  # let spinning threads settle before the next timed run
         if i >= warmup:
             asr_ms.append((t1 - t0) * 1000)
@@ -97,6 +110,8 @@ def bench(asr_bundle: str, al_bundle: str, audio: str, seconds: float, text: Opt
         "ratio_with_words": _cell(ratios),
         "peak_rss_mb": {"before_models": rss0, "both_loaded_and_run": _peak_rss_mb()},
         "aligner_positions": int(math.ceil(pcm.shape[0] / 160 / 100 * 13)) + 2 + 3 * words,
+        "spans_ms": {s: _cell(v) for s, v in spans_ms.items()},
+        "spans_to_first": {s: _cell([x / y for x, y in zip(v, spans_ms[spans[0]])]) for s, v in spans_ms.items()},
     }
     engine.close()
     aligner.close()
@@ -118,16 +133,23 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--spans", default="", help="also time engine.align with these word spans, comma-separated "
+                                                "(e.g. speech,checked)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
+        from qwen3asr.options import WORD_SPANS
+
+        spans = tuple(s for s in args.spans.split(",") if s)
         if args.runs < 1 or args.warmup < 0 or not 1 <= args.seconds <= 60:
             raise ValueError("--runs >= 1, --warmup >= 0 and --seconds in 1..60 are required")
+        if any(s not in WORD_SPANS for s in spans):
+            raise ValueError(f"--spans takes {', '.join(WORD_SPANS)} (got {args.spans!r})")
         asr = args.asr_bundle or random_bundle(args.asr_preset, args.decoder)
         al = args.aligner_bundle or random_bundle(args.aligner_preset, args.decoder)
         report = bench(asr, al, args.audio, args.seconds, args.text, args.language, args.runs, args.warmup,
-                       args.threads, args.decoder)
+                       args.threads, args.decoder, spans)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -138,6 +160,10 @@ def main(argv=None) -> int:
     print(f"| transcription | {t['median']:.0f} | {t['min']:.0f}-{t['max']:.0f} |")
     print(f"| alignment | {a['median']:.0f} | {a['min']:.0f}-{a['max']:.0f} |")
     print(f"| (transcription + alignment) / transcription | {r['median']:.2f}x | {r['min']:.2f}-{r['max']:.2f}x |")
+    for s, c in report["spans_ms"].items():
+        q, k = report["spans_to_first"][s], c["median"] / t["median"]
+        print(f"| engine.align, {s} spans | {c['median']:.0f} | {c['min']:.0f}-{c['max']:.0f} | x{k:.2f} of the "
+              f"transcription, x{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f}) of {spans[0]} |")
     print(f"peak RSS with both models loaded and run: {report['peak_rss_mb']['both_loaded_and_run']:.0f} MB")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
