@@ -66,22 +66,31 @@ def test_a_boundary_the_asr_reads_right_moves_there():
     assert {a for p, a, b in read.calls if p == 2} == set(range(6 - WINDOW_WORDS, 6 + WINDOW_WORDS + 1))
 
 
-def test_a_move_is_kept_only_where_both_pieces_are_read_exactly_and_the_default_was_not():
+def test_a_move_is_kept_only_where_more_of_its_pieces_are_read_exactly():
     true = ranges([3, 3, 3])
-    # the likelihood prefers the true split, but the ASR's greedy reading of piece 1 is not it
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: p != 1 and (a, b) == true[p])) \
-        == [4, 2, 3]
-    # the default's pieces are read exactly too: it stands, whatever the likelihood says
     default = ranges([4, 2, 3])
+    # read exactly: the true piece 0 and piece 1, not the default's: the move is kept
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true)) == [3, 3, 3]
+    # only the true piece 0 (the default's none): one more piece read exactly, kept
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: p == 0 and (a, b) == true[0])) \
+        == [3, 3, 3]
+    # the true piece 1 and the default's piece 0: as many read exactly either way, the default stands
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(
+        true, lambda p, a, b: (p, a, b) in ((1,) + true[1], (0,) + default[0]))) == [4, 2, 3]
+    # the default's pieces are read exactly too: it stands, whatever the likelihood says
     assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: (a, b) in (true[p], default[p]))) \
         == [4, 2, 3]
+    # none read exactly: the likelihood alone moves nothing
+    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: False)) == [4, 2, 3]
     # a piece with speech is never emptied (the demo ASR completes a word cut at a pause: 关闭花园的音 |
     # 箱 read as 关闭花园的音箱 | nothing), whatever the readings; one without speech may be
     assert checked_counts([6, 1], [True, True], reading_of([(0, 7), (7, 7)])) == [6, 1]
     assert checked_counts([6, 1], [True, False], reading_of([(0, 7), (7, 7)])) == [7, 0]
-    # a piece of less than AUDIBLE_S of speech needs no exact reading: the move is kept
+    # a piece of less than AUDIBLE_S of speech counts as read
     assert checked_counts([4, 2, 3], [True, False, True],
-                          reading_of(true, lambda p, a, b: p != 1 and (a, b) == true[p])) == [3, 3, 3]
+                          reading_of(true, lambda p, a, b: p == 0 and (a, b) == true[0])) == [3, 3, 3]
+    assert checked_counts([4, 2, 3], [True, False, True], reading_of(
+        true, lambda p, a, b: (p, a, b) in ((0,) + true[0], (0,) + default[0]))) == [4, 2, 3]
 
 
 def test_a_move_must_gain_more_than_its_cost():

@@ -10,17 +10,18 @@ text of a piece, read from the piece's audio alone, is likelier when it is the p
 by up to WINDOW_WORDS words, choosing (one dynamic programme over the segment) the split whose
 summed log P(piece text, end of text | piece audio) minus MOVE_NATS per word moved, and
 EMPTY_NATS for a piece with AUDIBLE_S of speech left without words, is highest. A moved
-boundary is kept only where the ASR's own greedy reading of both pieces beside it is exactly
-their new text and not exactly both of the default's (the demo model reads fragments badly: it
-completes a cut word or gives nothing for a lone syllable, and the likelihood alone then moves
-right boundaries). The pieces are then aligned again alone, as ``speech`` does.
+boundary is kept only where the ASR's own greedy reading gives more of the two pieces beside it
+exactly as their new texts than as the default's, and leaves no piece with speech without a word
+(the demo model reads fragments badly: it completes a cut word or gives nothing for a lone
+syllable, and the likelihood alone then moves right boundaries). Where a boundary moved, the
+pieces are aligned again alone, as ``speech`` does.
 
 ``AsrReader`` scores texts with the engine's ASR model and decoder: the piece's audio encoded
 and prefilled once in the official prompt with the segment's language, then the candidate texts
 teacher-forced after it (``text_logits`` of the decoder: on the CPU a branch of the prompt's KV
 cache, on the board one GET_LOGITS prefill of the prompt and the text), the longest text from
 each start first so that the shorter ones are read from its rows. Cost: an encoder pass and a
-prefill of each piece and 5-6 text runs a piece; 1.6x the CPU of "speech" with the demo models
+prefill of each piece and 5-6 text runs a piece; 1.7x the CPU of "speech" with the demo models
 (docs/aligner.md, "The ASR's check, built in").
 """
 
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 WINDOW_WORDS = 2  # a boundary moves by at most this many words from the default's
 MOVE_NATS = 6.0  # the log-likelihood a split must gain per word it moves
 EMPTY_NATS = 10.0  # ... and the cost of leaving a piece with speech without a word
-AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: it must keep a word, and be read exactly
+AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: no move empties it (one without counts as read)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +96,10 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read) -
     for p in range(1, n_pieces):
         if chosen[p] == bounds[p]:
             continue
-        new = exact(p - 1, chosen[p - 1], chosen[p]) and exact(p, chosen[p], chosen[p + 1])
-        old = exact(p - 1, bounds[p - 1], bounds[p]) and exact(p, bounds[p], bounds[p + 1])
-        if new and not old:
+        new = exact(p - 1, chosen[p - 1], chosen[p]) + exact(p, chosen[p], chosen[p + 1])
+        old = exact(p - 1, bounds[p - 1], bounds[p]) + exact(p, bounds[p], bounds[p + 1])
+        emptied = (audible[p - 1] and chosen[p - 1] == chosen[p]) or (audible[p] and chosen[p] == chosen[p + 1])
+        if new > old and not emptied:
             kept[p] = chosen[p]
     for p in range(1, n_pieces + 1):
         kept[p] = max(kept[p], kept[p - 1])
