@@ -21,8 +21,8 @@ and prefilled once in the official prompt with the segment's language, then the 
 teacher-forced after it (``text_logits`` of the decoder: on the CPU a branch of the prompt's KV
 cache, on the board one GET_LOGITS prefill of the prompt and the text), the longest text from
 each start first so that the shorter ones are read from its rows. Cost: an encoder pass and a
-prefill of each piece and 5-6 text runs a piece; 1.7x the CPU of "speech" with the demo models
-(docs/aligner.md, "The ASR's check, built in").
+prefill of each piece, and a text run for each of its starts (docs/aligner.md, "The ASR's
+check, built in").
 """
 
 from __future__ import annotations
