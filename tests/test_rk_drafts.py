@@ -197,6 +197,8 @@ def test_a_runtime_without_per_row_logits_turns_verification_off(board, shim, or
     assert len(warned) == 1 and says in warned[0]
     assert len(runs_of_mode(shim, 2)) == 1 and len(runs_of_mode(shim, 0)) == 2
     assert engine.decoder.drafts is False
+    # texts are then not scored either (qwen3asr.aligner.checked), unless the run only failed
+    assert bool(engine.decoder.no_logits) == ("logits_rows" in fault)
     engine.close()
     assert shim.violations == []
 
@@ -349,8 +351,10 @@ def test_a_runtime_without_per_row_logits_leaves_the_pieces_their_default_words(
 
     engine = Qwen3ASREngine(board, backend="rk")
     with caplog.at_level(logging.WARNING, logger="qwen3asr.aligner.checked"):
-        got = checked_pieces(NoAligner(), pcm, words, [2, 1], "English", levels, pieces, AsrReader(engine))
-    assert got == words
+        for _ in range(2):  # the second segment makes no run: the decoder knows
+            got = checked_pieces(NoAligner(), pcm, words, [2, 1], "English", levels, pieces, AsrReader(engine))
+            assert got == words
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 1 and "could not check" in warned[0] and "did not return logits" in warned[0]
+    assert len(warned) == 2 and all("could not check" in w and "did not return logits" in w for w in warned)
+    assert len(runs_of_mode(shim, 2)) == 1 and engine.decoder.no_logits
     engine.close()

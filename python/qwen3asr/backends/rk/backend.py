@@ -137,6 +137,7 @@ class RKLLMTextDecoder:
         self.lib_path, self.abi = rk.lib_path, rk.abi
         self.repetition = repetition
         self.runtime = None
+        self.no_logits: Optional[str] = None  # why this runtime gives no per-row logits, once a run showed it
 
     def load(self, options: DecodingOptions = DecodingOptions()) -> None:
         """(Re)initialise the RKLLM runtime for ``options`` if its settings differ from the loaded ones."""
@@ -226,18 +227,27 @@ class RKLLMTextDecoder:
         """Texts scored after one prompt (qwen3asr.aligner.checked): a function of token ids ->
         (len(ids) + 1, vocab) float32, the logits after the ``(L, hidden) float32`` prompt and
         after each id, each call one GET_LOGITS prefill of the prompt and the ids' embeddings
-        (the runtime keeps no cache to branch from). Raises RKLLMRunError (RKLLMLogitsUnavailable
-        on a runtime that returns only the last row) as ``run_logits``."""
+        (the runtime keeps no cache to branch from). Raises RKLLMRunError as ``run_logits``;
+        RKBackendError at once, with no run, after one run showed that this runtime returns
+        fewer rows (a draft's verification or a text's)."""
+        from .rkllm import RKLLMLogitsUnavailable
+
         if self.embed is None:
             raise RKBackendError("this RKLLM decoder has no embedding table to feed texts with")
+        if self.no_logits:
+            raise RKBackendError(f"this RKLLM runtime gives no per-row logits: {self.no_logits}")
         if self.runtime is None:
             self.load()
         prompt = np.ascontiguousarray(prompt_embeds, dtype=np.float32)
 
         def logits(ids) -> np.ndarray:
             rows = [prompt] + [self.embed(int(t))[None, :].astype(np.float32) for t in ids]
-            return self.runtime.run_logits(np.ascontiguousarray(np.concatenate(rows)), len(ids) + 1,
-                                           self.vocab_size)
+            try:
+                return self.runtime.run_logits(np.ascontiguousarray(np.concatenate(rows)), len(ids) + 1,
+                                               self.vocab_size)
+            except RKLLMLogitsUnavailable as exc:
+                self.no_logits = str(exc)
+                raise
 
         return logits
 
@@ -254,7 +264,7 @@ class RKLLMTextDecoder:
         run's perf and wall ms), or None when this runtime gives no such logits or the run fails
         (verification is then off for this decoder; the request decodes without the draft)."""
         from ...decoding import verify_draft
-        from .rkllm import RKLLMRunError
+        from .rkllm import RKLLMLogitsUnavailable, RKLLMRunError
 
         rows = np.stack([self.embed(t) for t in draft]).astype(np.float32)
         t0 = time.perf_counter()
@@ -263,6 +273,8 @@ class RKLLMTextDecoder:
                                              self.vocab_size)
         except RKLLMRunError as exc:  # no such rows here (RKLLMLogitsUnavailable), or the mode failed
             self.drafts = False
+            if isinstance(exc, RKLLMLogitsUnavailable):
+                self.no_logits = str(exc)
             logger.warning("draft verification is off for this decoder: %s. Final passes decode every id "
                            "(docs/rkllm_abi.md, \"Draft verification\")", exc)
             return None
