@@ -167,6 +167,8 @@ START = json.dumps({"type": "start", "sample_rate": 16000, "format": "s16le", "c
     ([json.dumps({"type": "start", "partial_every": "often"})], 1007, "invalid_partial_every"),
     ([json.dumps({"type": "start", "partial_every": True})], 1007, "invalid_partial_every"),
     ([json.dumps({"type": "start", "first_words": 0})], 1007, "invalid_first_words"),
+    ([json.dumps({"type": "start", "words": True, "word_spans": "tight"})], 1007, "invalid_word_spans"),
+    ([json.dumps({"type": "start", "word_spans": None})], 1007, "invalid_word_spans"),
     ([START, b"\x00\x01\x02"], 1007, "partial_sample"),  # odd-length s16le
     ([START, "{oops"], 1007, "malformed_json"),
     ([START, json.dumps({"type": "pause"})], 1003, "unknown_message"),

@@ -80,6 +80,14 @@ def test_words_come_with_every_finished_segment_and_the_final(server, engine):
     assert [m["type"] for m in msgs].index("final") > max(i for i, m in enumerate(msgs) if m["type"] == "segment")
     final = msgs[-1]
     assert final["type"] == "final" and final["segments"] == want and final["text"] == ref.text
+    # "word_spans" as the engine's TranscribeOptions.word_spans (raw: the official aligner's times)
+    msgs, code = asyncio.run(_stream(server.ws_url, {"type": "start", "sample_rate": 16000, "chunk_size": 2.0,
+                                                     "words": True, "word_spans": "raw"}, _frames(x, 16000)))
+    raw = engine_stream_result(engine, x, 2.0, word_timestamps=True, word_spans="raw")
+    assert code == 1000 and msgs[0]["word_spans"] == "raw"
+    assert msgs[-1]["segments"] == [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
+                                     "language": s.language, "words": [w.to_dict() for w in s.words]}
+                                    for s in raw.segments] != want
     # without "words" and final passes nothing of this is sent
     msgs, _ = asyncio.run(_stream(server.ws_url, {"type": "start", "sample_rate": 16000, "chunk_size": 2.0,
                                                   "final_pass": False}, _frames(x[:5 * 16000], 16000)))

@@ -5,7 +5,8 @@ Protocol (docs/serving.md has the full description):
 client -> server
   1. a JSON text message ``{"type": "start", "sample_rate": 16000, "format": "s16le"|"f32le",
      "language": null|"en"|"English", "context": "", "chunk_size": 1.0, "vad": false, "words": false,
-     "final_pass": true, "partial_every": null|seconds, "first_words": 0.5|null}``
+     "word_spans": "speech"|"raw"|"checked", "final_pass": true, "partial_every": null|seconds,
+     "first_words": 0.5|null}``
   2. binary messages: mono PCM in that format and rate (any length, whole samples)
   3. ``{"type": "stop"}``: no more audio
 server -> client (JSON text messages)
@@ -21,7 +22,8 @@ server -> client (JSON text messages)
   "start", "end"}]}``: each finished segment, in stream seconds. With ``"final_pass": true``
   (the default) a segment is a piece of speech that ended (at a pause, a VAD speech end or
   stop), its text the one-pass decode of that piece, which replaces the committed pieces sent
-  for that span; ``words`` (with ``"words": true``) are its word times (the forced aligner);
+  for that span; ``words`` (with ``"words": true``) are its word times (the forced aligner;
+  ``"word_spans"`` as TranscribeOptions.word_spans);
   ``{"type": "final", "text": full, "language": ..., "segments": [...]}`` after stop (each
   segment with its ``words`` when asked for; a stream keeps a bounded history: the latest
   65536 characters and 1000 segments), then the server closes with 1000;
@@ -47,7 +49,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from .. import checks
 from ..audio import SAMPLE_RATE, AudioError, PcmConverter, PcmFormat
 from ..languages import LanguageError, resolve_language
-from ..options import chunk_problems, interval_problem
+from ..options import WORD_SPANS, chunk_problems, interval_problem
 from ..work import Cancelled
 from .errors import ApiError
 from .scheduler import LIVE
@@ -98,6 +100,7 @@ class StartMessage:
     chunk_size: float = 1.0  # seconds per decoded chunk (StreamOptions.chunk_size)
     vad: bool = False  # decode only speech (Silero VAD)
     words: bool = False  # word timestamps: a "segment" message per finished segment, words in "final"
+    word_spans: str = "speech"  # what the word times say (TranscribeOptions.word_spans)
     final_pass: bool = True  # each finished piece of speech decoded again in one pass (a "segment" message)
     partial_every: Optional[float] = None  # seconds of audio between previews of the open chunk (None: none)
     first_words: Optional[float] = 0.5  # the same until each segment shows text (None: none)
@@ -108,8 +111,8 @@ class StartMessage:
         if msg.get("type") != "start":
             raise LiveProtocolError(CLOSE_UNSUPPORTED, "expected_start", f"the first message must be "
                                     f"{{\"type\": \"start\", ...}}, got type {checks.show(msg.get('type'))}")
-        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words", "final_pass",
-                 "partial_every", "first_words"}
+        known = {"type", "sample_rate", "format", "language", "context", "chunk_size", "vad", "words", "word_spans",
+                 "final_pass", "partial_every", "first_words"}
         unknown = sorted(set(msg) - known)
         if unknown:
             shown = ", ".join(checks.show(k) for k in unknown[:5]) + (", ..." if unknown[5:] else "")
@@ -150,7 +153,12 @@ class StartMessage:
             if not isinstance(flags[name], bool):
                 raise LiveProtocolError(CLOSE_INVALID, f"invalid_{name}",
                                         f"{name} must be true or false, got {checks.show(flags[name])}")
-        return cls(sample_rate=rate, format=fmt, language=language, context=context, chunk_size=float(chunk), **flags)
+        spans = msg.get("word_spans", cls.word_spans)
+        if not isinstance(spans, str) or spans not in WORD_SPANS:
+            raise LiveProtocolError(CLOSE_INVALID, "invalid_word_spans",
+                                    f"word_spans must be one of {', '.join(WORD_SPANS)}, got {checks.show(spans)}")
+        return cls(sample_rate=rate, format=fmt, language=language, context=context, chunk_size=float(chunk),
+                   word_spans=spans, **flags)
 
 
 def _json(text: str) -> dict:
@@ -279,7 +287,7 @@ async def _serve(stream: LiveStream) -> None:
     try:
         session = await rt.run(engine.create_stream, language=start.language, context=start.context,
                                chunk_size=start.chunk_size, vad=True if start.vad else None,
-                               word_timestamps=start.words, final_pass=start.final_pass,
+                               word_timestamps=start.words, word_spans=start.word_spans, final_pass=start.final_pass,
                                partial_every=start.partial_every, first_words=start.first_words,
                                on_text=pieces.append, work=stream.client.work)
     except (ValueError, FileNotFoundError, ImportError) as exc:
@@ -291,7 +299,8 @@ async def _serve(stream: LiveStream) -> None:
     stream.segment_messages = start.words or start.final_pass
     await stream.send({"type": "ready", "sample_rate": start.sample_rate, "format": start.format,
                        "chunk_size": start.chunk_size, "language": start.language, "vad": start.vad,
-                       "words": start.words, "final_pass": start.final_pass, "partial_every": start.partial_every,
+                       "words": start.words, "word_spans": start.word_spans, "final_pass": start.final_pass,
+                       "partial_every": start.partial_every,
                        "first_words": start.first_words})
     receiver = asyncio.ensure_future(_receive(stream, audio))
     try:
