@@ -218,13 +218,25 @@ def test_server_vad_cuts_two_utterances_into_two_items(server, engine):
     assert stops[0]["audio_end_ms"] <= starts[1]["audio_start_ms"]
 
 
-def test_word_times_extension(server, engine):
-    pcm, sr = load_clip("en_1.wav")
-    events = asyncio.run(_manual(server, pcm, sr, _session({"type": "audio/pcm", "rate": sr}, None, delay="medium"),
+@pytest.mark.parametrize("spans", [None, "raw", "checked"])
+def test_word_times_extension(server, engine, spans):
+    """The words of each completed event are the engine stream's, with the word spans asked for
+    (``transcription.word_spans``, this server's extension; absent: ``speech``), echoed back."""
+    a, sr = load_clip("en_1.wav")
+    b, _ = load_clip("en_3.wav")
+    pcm = np.concatenate([a, np.zeros(int(0.6 * sr), np.int16), b])  # a pause: speech spans end before it
+    given = {} if spans is None else {"word_spans": spans}
+    events = asyncio.run(_manual(server, pcm, sr, _session({"type": "audio/pcm", "rate": sr}, None, delay="medium",
+                                                           **given),
                                  include=["item.input_audio_transcription.words"]))
+    assert events[1]["session"]["audio"]["input"]["transcription"]["word_spans"] == (spans or "speech")
     done = _check_item_events(events)
-    ref = _engine_stream(engine, pcm.astype(np.float32) / 32768, 2.0, word_timestamps=True)
+    x = pcm.astype(np.float32) / 32768
+    ref = _engine_stream(engine, x, 2.0, word_timestamps=True, word_spans=spans or "speech")
     assert done["words"] == [w.to_dict() for s in ref.segments for w in s.words] and done["words"]
+    if spans == "raw":  # the official times: not the spans fitted to the speech
+        speech = _engine_stream(engine, x, 2.0, word_timestamps=True)
+        assert done["words"] != [w.to_dict() for s in speech.segments for w in s.words]
 
 
 def test_beta_transcription_session_update(server):
@@ -233,7 +245,8 @@ def test_beta_transcription_session_update(server):
             await conn.recv()
             await conn.send({"type": "transcription_session.update", "session": {
                 "input_audio_format": "g711_alaw", "turn_detection": None,
-                "input_audio_transcription": {"model": "gpt-4o-transcribe", "language": "en", "prompt": "doors"},
+                "input_audio_transcription": {"model": "gpt-4o-transcribe", "language": "en", "prompt": "doors",
+                                              "word_spans": "raw"},
                 "input_audio_noise_reduction": {"type": "near_field"}}})
             return (await _events_until(conn, lambda ev: True))[0]
 
@@ -242,6 +255,7 @@ def test_beta_transcription_session_update(server):
     s = ev["session"]
     assert s["input_audio_format"] == "g711_alaw" and s["turn_detection"] is None
     assert s["input_audio_transcription"]["language"] == "en" and s["input_audio_transcription"]["prompt"] == "doors"
+    assert s["input_audio_transcription"]["word_spans"] == "raw"
     assert s["input_audio_noise_reduction"] is None  # asked for, not applied
 
 
@@ -277,6 +291,7 @@ def test_bad_events_are_errors_and_the_session_goes_on(server, engine):
                     {"type": "session.update", "session": {"type": "transcription",
                                                            "include": ["item.input_audio_transcription.logprobs"]}},
                     {"type": "session.update", "session": _session(None, {"type": "semantic_vad"})},
+                    {"type": "session.update", "session": _session(None, word_spans="exact")},
                     {"type": "session.update", "session": {"type": "realtime"}},
                     {"type": "response.create", "event_id": "e-resp"},
                     {"type": "no.such.event", "event_id": "e-unknown"},
@@ -301,6 +316,9 @@ def test_bad_events_are_errors_and_the_session_goes_on(server, engine):
     assert ">= 8000 and <= 192000" in _error(out[1], "invalid_audio_format")
     assert "log probabilities" in _error(out[2], "unsupported_value")
     assert "server_vad" in _error(out[3], "unsupported_value")
+    assert "speech, raw, checked" in _error(out[4], "invalid_value")
+    assert out[4]["error"]["param"] == "session.audio.input.transcription.word_spans"
+    out = out[:4] + out[5:]
     assert "intent=transcription" in _error(out[4], "unsupported_session_type")
     assert "not part of a transcription session" in _error(out[5], "unsupported_event")
     assert out[5]["error"]["event_id"] == "e-resp"

@@ -18,6 +18,7 @@ import numpy as np
 from ... import checks
 from ...audio import PcmConverter, PcmFormat
 from ...languages import LanguageError, language_code, resolve_language
+from ...options import WORD_SPANS
 from ...vad_events import VADOptions
 from ..settings import MAX_CONTEXT_CHARS
 
@@ -77,6 +78,7 @@ class RealtimeConfig:
     delay: str = DEFAULT_DELAY  # a key of DELAYS
     turn_detection: Optional[TurnDetection] = TurnDetection()  # None: the client commits
     words: bool = False  # INCLUDE_WORDS asked: word times in each completed event
+    word_spans: str = "speech"  # transcription.word_spans (this server's extension): TranscribeOptions.word_spans
 
     @property
     def chunk_size(self) -> float:
@@ -167,7 +169,7 @@ class RealtimeConfig:
         if t is None:  # "turn transcription off": a transcription session always transcribes
             return self
         t = _object(t, param)
-        _unknown(t, {"model", "language", "languages", "prompt", "keywords", "delay"}, param)
+        _unknown(t, {"model", "language", "languages", "prompt", "keywords", "delay", "word_spans"}, param)
         changes = {}
         if "model" in t:
             model = t["model"]
@@ -204,6 +206,12 @@ class RealtimeConfig:
                                   f"chunk: {', '.join(f'{k} {v:g}' for k, v in DELAYS.items())}), got "
                                   f"{checks.show(t['delay'])}", param=f"{param}.delay")
             changes["delay"] = t["delay"]
+        if "word_spans" in t:
+            if t["word_spans"] not in WORD_SPANS:
+                raise ConfigError(f"{param}.word_spans must be one of {', '.join(WORD_SPANS)} (what the word times of "
+                                  f"{INCLUDE_WORDS} say), got {checks.show(t['word_spans'])}",
+                                  param=f"{param}.word_spans")
+            changes["word_spans"] = t["word_spans"]
         new = dataclasses.replace(self, **changes)
         if len(new.context) > MAX_CONTEXT_CHARS:
             raise ConfigError(f"prompt and keywords are {len(new.context)} characters, over the limit of "
@@ -257,7 +265,7 @@ class RealtimeConfig:
         """The session object of ``session.created`` / ``session.updated`` (GA) or
         ``transcription_session.updated`` (beta)."""
         transcription = {"model": self.model or model_name, "language": _code(self.language),
-                         "prompt": self.prompt, "delay": self.delay}
+                         "prompt": self.prompt, "delay": self.delay, "word_spans": self.word_spans}
         if self.keywords:
             transcription["keywords"] = list(self.keywords)
         turn = self.turn_detection.describe() if self.turn_detection else None

@@ -192,7 +192,8 @@ class InputBuffer:
         c = self.config
         pieces: list = []
         session = self.create_stream(language=c.language, context=c.context, chunk_size=c.chunk_size,
-                                     word_timestamps=c.words, final_pass=FINAL_PASS, on_text=pieces.append)
+                                     word_timestamps=c.words, word_spans=c.word_spans,
+                                     final_pass=FINAL_PASS, on_text=pieces.append)
         self.item = Item(self.upcoming_id, start, session, pieces)
         self.upcoming_id = new_id("item")
 
