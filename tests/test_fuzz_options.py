@@ -235,9 +235,10 @@ def test_vad_options_in_a_stream(engine, clip):
 
 
 @pytest.mark.parametrize("name", _keywords(Qwen3ASREngine.__init__))
-def test_engine_arguments(clip, name):
+def test_engine_arguments(clip, name, monkeypatch, tmp_path):
     """Qwen3ASREngine(**{name: bad}) on the bundled model: a clear error before anything loads,
     or an engine that transcribes."""
+    monkeypatch.chdir(tmp_path)  # a text taken as a relative directory (prepacked_cache) is made here
     for label, value in BAD.items():
         kw = {"backend": "onnx", "threads": 1, name: value}
         e = call(f"Qwen3ASREngine({name}={label})", Qwen3ASREngine, name, ENGINE_ALIASES.get(name, name), **kw)
@@ -318,9 +319,10 @@ SUBCOMMAND_PROGRAMS = ("qwen3asr-models",)  # flags under subcommands: test_subc
 
 
 @pytest.mark.parametrize("script", sorted(set(PROGRAMS) - set(SUBCOMMAND_PROGRAMS)))
-def test_program_flags(script, programs, capsys):
+def test_program_flags(script, programs, capsys, monkeypatch, tmp_path):
     """Every flag that takes a value, every bad text: exit 2 with an ``error:`` line naming the
     flag (no traceback), or a run that gets as far as a good command line does."""
+    monkeypatch.chdir(tmp_path)  # a text taken as a relative directory (--prepacked-cache) is made here
     module, func = PROGRAMS[script].split(":")
     mod = importlib.import_module(module)
     main = getattr(mod, func)

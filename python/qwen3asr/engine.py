@@ -61,8 +61,7 @@ class Qwen3ASREngine:
       threads: CPU threads for ONNX Runtime (default: its own choice).
       spin_wait: ONNX Runtime's idle threads spin before they sleep: True, False (default), or "auto":
         a one-shot run's decoder only, if no other process runs at its load (docs/benchmarks.md).
-      rk: board settings for the rk backend (qwen3asr.RKOptions: SoC, NPU cores,
-        decoder CPUs, librkllmrt.so path and ABI, max context, embed_flash).
+      rk: board settings for the rk backend (qwen3asr.RKOptions: SoC, NPU cores, decoder CPUs, ...).
       options: the default TranscribeOptions of this engine's requests (each call may override).
       prefix_cache: reuse of the prompt prefix's KV cache on the ONNX decoder (qwen3asr.PrefixCacheOptions;
         max_entries=0 turns it off; default 8 prefixes, 128 MiB; rk: docs/rkllm_abi.md).
@@ -73,6 +72,7 @@ class Qwen3ASREngine:
         plan decodes it in one pass (qwen3asr.plan.preload_seconds) its encoder graphs load now (up to
         5 s with threads = the CPUs: one thread fewer) and the ONNX decoder in a thread, which that
         request waits for only when it decodes. Default None: on first use; rk: all at start.
+      prepacked_cache: a directory keeping ONNX sessions' prepacked weights for a quicker next load.
       aligner: a forced-aligner bundle for word timestamps (docs/aligner.md); default
         ``$QWEN3ASR_ALIGNER``, else, with the bundled default model, the bundled demo aligner.
         Loaded on the first request that asks for words, with this engine's backend settings.
@@ -88,7 +88,7 @@ class Qwen3ASREngine:
                  options: Optional[TranscribeOptions] = None, platform: Optional[str] = None,
                  enabled_cpus=None, repeat_penalty: Optional[float] = None, prefix_cache=None,
                  spin_wait: Union[bool, str] = False, aligner: Optional[str] = None, memory: str = "default",
-                 preload_seconds: Optional[float] = None):
+                 preload_seconds: Optional[float] = None, prepacked_cache: Optional[str] = None):
         for name, value in (("model_dir", model_dir), ("aligner", aligner)):
             problem = checks.path(name, value, optional=True)
             if problem:
@@ -96,7 +96,7 @@ class Qwen3ASREngine:
         backend_options = engine_backend_options(
             backend, rk=rk, platform=platform, enabled_cpus=enabled_cpus, prefix_cache=prefix_cache,
             encoder_form=encoder_form, encoder_sizes=encoder_sizes, decoder_dtype=decoder_dtype, threads=threads,
-            spin_wait=spin_wait, memory=memory, preload_seconds=preload_seconds)
+            spin_wait=spin_wait, memory=memory, preload_seconds=preload_seconds, prepacked_cache=prepacked_cache)
         overrides = {} if repeat_penalty is None else {"repetition_penalty": repeat_penalty}
         self.options = build_options(options, overrides, "Qwen3ASREngine")
         self._closed = True  # until loaded: close() is harmless on a half-built engine

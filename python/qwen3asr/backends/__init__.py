@@ -65,6 +65,9 @@ class BackendOptions:
     # ONNX decoder then loading in a thread (backends/pending.py); None: on first use
     # (Qwen3ASREngine's preload_seconds)
     preload_seconds: Optional[float] = None
+    # a directory that keeps the ONNX sessions' prepacked weights for the next load (backends/prepacked.py;
+    # Qwen3ASREngine's prepacked_cache); None: none
+    prepacked_cache: Optional[str] = None
 
     def __post_init__(self):
         problems = []
@@ -86,7 +89,10 @@ class BackendOptions:
                                   else checks.problem("spin_wait", "True, False or \"auto\"", self.spin_wait),
                                   checks.choice("memory", self.memory, MEMORY_PROFILES),
                                   checks.number("preload_seconds", self.preload_seconds, 0, MAX_PRELOAD_SECONDS,
-                                                kind="a number of seconds", low_open=True, optional=True)))
+                                                kind="a number of seconds", low_open=True, optional=True),
+                                  checks.path("prepacked_cache", self.prepacked_cache, optional=True)))
+        if isinstance(self.prepacked_cache, os.PathLike):
+            object.__setattr__(self, "prepacked_cache", os.fspath(self.prepacked_cache))
         if not isinstance(self.prefix_cache, PrefixCacheOptions):
             problems.append(f"prefix_cache must be a qwen3asr.PrefixCacheOptions "
                             f"(got {type(self.prefix_cache).__name__})")
@@ -155,12 +161,13 @@ def create_backend(name: str, bundle: Bundle, options: BackendOptions = BackendO
     from .onnx import create_onnx_decoder, create_onnx_encoder, pick_dtype
 
     encoder_threads, encoder_spins, decoder_spins = host.one_shot(o.threads, o.spin_wait, o.preload_seconds)
-    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, encoder_threads, encoder_spins, o.memory)
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, encoder_threads, encoder_spins, o.memory,
+                                  o.prepacked_cache)
 
     def make_decoder():
         return create_onnx_decoder(bundle, o.decoder_dtype, o.threads, embed=embeddings.row,
                                    eos_ids=tokenizer.eos_ids, prefix_cache=o.prefix_cache,
-                                   spin_wait=decoder_spins, memory=o.memory)
+                                   spin_wait=decoder_spins, memory=o.memory, prepacked=o.prepacked_cache)
 
     if o.preload_seconds is None:
         try:
@@ -210,9 +217,11 @@ def create_aligner_backend(name: str, bundle: Bundle, options: BackendOptions = 
         return chosen
     from .onnx import create_onnx_encoder, create_onnx_scorer
 
-    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait is True, o.memory)
+    encoder = create_onnx_encoder(bundle, o.encoder_form, o.encoder_sizes, o.threads, o.spin_wait is True, o.memory,
+                                  o.prepacked_cache)
     try:
-        scorer = create_onnx_scorer(bundle, o.decoder_dtype, o.threads, o.spin_wait is True, o.memory)
+        scorer = create_onnx_scorer(bundle, o.decoder_dtype, o.threads, o.spin_wait is True, o.memory,
+                                    o.prepacked_cache)
     except BaseException:
         encoder.close()
         raise

@@ -29,37 +29,59 @@ def _ort():
     return onnxruntime
 
 
-def make_session(path: str, threads: int | None = None, spin_wait: bool = False, arena: bool = True):
+def make_session(path: str, threads: int | None = None, spin_wait: bool = False, arena: bool = True,
+                 prepacked: str | None = None, drop_pages: bool = False):
     """An ONNX Runtime CPU session with full graph optimisation, ``threads`` intra-op threads
     (default: ONNX Runtime's choice); idle worker threads spin before they sleep only with
     ``spin_wait`` (see Qwen3ASREngine); ``arena=False``: no CPU memory arena (each run's
-    intermediate tensors are freed after it instead of kept for the next)."""
+    intermediate tensors are freed after it instead of kept for the next); ``prepacked``: a
+    directory that keeps the session's prepacked weights for the next load (backends/prepacked.py);
+    ``drop_pages``: the resident pages of the weight files it maps dropped once it is made (the
+    lean profile, backends/pages.py)."""
     ort = _ort()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads:
-        so.intra_op_num_threads = int(threads)
-        so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    # by default idle worker threads sleep instead of spinning: on a shared or busy CPU, spinning
-    # threads fight the thread that has work (a 2-thread decode step got 2-3x slower under load);
-    # on a quiet one, waking them costs a few ms per decode step (docs/benchmarks.md)
-    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
-    so.enable_cpu_mem_arena = bool(arena)
-    try:
-        return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception types
-        raise RuntimeError(f"ONNX Runtime cannot load {path}: {exc}") from exc
+
+    def create(graph: str, entries: dict):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads:
+            so.intra_op_num_threads = int(threads)
+            so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        # by default idle worker threads sleep instead of spinning: on a shared or busy CPU, spinning
+        # threads fight the thread that has work (a 2-thread decode step got 2-3x slower under load);
+        # on a quiet one, waking them costs a few ms per decode step (docs/benchmarks.md)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
+        so.enable_cpu_mem_arena = bool(arena)
+        for key, value in entries.items():
+            if key == "optimized_model_filepath":
+                so.optimized_model_filepath = value
+            else:
+                so.add_session_config_entry(key, value)
+        try:
+            return ort.InferenceSession(graph, sess_options=so, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise RuntimeError(f"ONNX Runtime cannot load {graph}: {exc}") from exc
+
+    if prepacked:
+        from .prepacked import cached_session
+
+        session, mapped = cached_session(ort, path, prepacked, create)
+    else:
+        session, mapped = create(path, {}), os.path.dirname(path)
+    if drop_pages:
+        drop_mapped_pages(mapped)
+    return session
 
 
 class OnnxEncoderRunner:
     """Runs merged / split encoder graphs; sessions are created on first use and kept."""
 
     def __init__(self, frontend_path: str | None, threads: int | None = None, spin_wait: bool = False,
-                 memory: str = "default"):
+                 memory: str = "default", prepacked: str | None = None):
         self._frontend_path = frontend_path
+        self._prepacked = prepacked
         self._threads = threads
         self._spin_wait = spin_wait
         self._memory = memory
@@ -71,10 +93,9 @@ class OnnxEncoderRunner:
             logger.debug("loading encoder graph %s", path)
             # lean: no arena for the encoder, whose activations (attention of the whole window) the arena
             # would keep after the run: 70 MB less peak on the 0.6B, no slower (docs/benchmarks.md)
-            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait,
-                                                       arena=self._memory != "lean")
-            if self._memory == "lean":
-                drop_mapped_pages(os.path.dirname(path))
+            lean = self._memory == "lean"
+            sess = self._sessions[path] = make_session(path, self._threads, self._spin_wait, arena=not lean,
+                                                       prepacked=self._prepacked, drop_pages=lean)
         return sess
 
     def load(self, variant: EncoderVariant) -> None:
@@ -102,11 +123,11 @@ class OnnxEncoderRunner:
 
 
 def create_onnx_encoder(bundle, form: str = "merged", sizes=None, threads: int | None = None,
-                        spin_wait: bool = False, memory: str = "default"):
+                        spin_wait: bool = False, memory: str = "default", prepacked: str | None = None):
     """An AudioEncoder on ONNX Runtime for ``bundle``'s ``form`` variants (optionally only ``sizes`` s);
     the CPU counterpart of qwen3asr.backends.rk.rknn.create_rknn_encoder. Each graph's session is
     made when it is first run."""
-    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait, memory)
+    runner = OnnxEncoderRunner(bundle.frontend_path(), threads, spin_wait, memory, prepacked)
     return AudioEncoder(runner, bundle.encoder_variants(form, sizes), bundle.manifest["encoder"]["window_tokens"],
                         int(bundle.audio_config["num_mel_bins"]), form)
 
@@ -165,11 +186,10 @@ class OnnxDecoder:
     """
 
     def __init__(self, path: str, n_layers: int, kv_heads: int, head_dim: int, threads: int | None = None,
-                 max_positions: int = 4096, spin_wait: bool = False, memory: str = "default"):
+                 max_positions: int = 4096, spin_wait: bool = False, memory: str = "default",
+                 prepacked: str | None = None):
         """``max_positions``: rows of the rotary tables stored in the graph (the bundle's max_context)."""
-        self.session = make_session(path, threads, spin_wait)
-        if memory == "lean":
-            drop_mapped_pages(os.path.dirname(path))
+        self.session = make_session(path, threads, spin_wait, prepacked=prepacked, drop_pages=memory == "lean")
         self._lean = memory == "lean"
         self.n_layers, self.kv_heads, self.head_dim = n_layers, kv_heads, head_dim
         self.max_positions = int(max_positions)
@@ -404,14 +424,15 @@ class OnnxSlotScorer:
 
 
 def create_onnx_scorer(bundle, dtype: str = "auto", threads: int | None = None, spin_wait: bool = False,
-                       memory: str = "default"):
+                       memory: str = "default", prepacked: str | None = None):
     """The ONNX slot scorer of an aligner ``bundle``: its decoder graph of ``dtype`` ("auto": int8
     if present, else fp32, in either memory profile: the time classes of an int4 scorer are not
     measured against the official aligner), whose logits are the aligner's time classes."""
     dtype = pick_dtype(bundle, dtype)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
-                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory,
+                     prepacked=prepacked)
     scorer = OnnxSlotScorer(kv)
     scorer.dtype = dtype
     return scorer
@@ -431,7 +452,8 @@ def pick_dtype(bundle, dtype: str, memory: str = "default") -> str:
 
 def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None, *, embed,
                         eos_ids, prefix_cache: PrefixCacheOptions | None = None,
-                        spin_wait: bool = False, memory: str = "default") -> OnnxTextDecoder:
+                        spin_wait: bool = False, memory: str = "default",
+                        prepacked: str | None = None) -> OnnxTextDecoder:
     """The ONNX text decoder of ``bundle``: ``dtype`` "auto" (int8 if present, else fp32; with
     ``memory="lean"`` int4 first), "fp32", "int8" or "int4"; ``embed`` the bundle's embedding row
     function; ``eos_ids`` the ids that end; ``prefix_cache`` the prompt-prefix reuse (default
@@ -439,7 +461,8 @@ def create_onnx_decoder(bundle, dtype: str = "auto", threads: int | None = None,
     dtype = pick_dtype(bundle, dtype, memory)
     t = bundle.text_config
     kv = OnnxDecoder(bundle.decoder_path(dtype), t["num_hidden_layers"], t["num_key_value_heads"], t["head_dim"],
-                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory)
+                     threads, max_positions=bundle.max_context, spin_wait=spin_wait, memory=memory,
+                     prepacked=prepacked)
     dec = OnnxTextDecoder(kv, eos_ids, embed, prefix_cache or PrefixCacheOptions())
     dec.dtype = dtype
     return dec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from ..checks import show
 from ..options import TranscribeOptions
@@ -39,6 +40,7 @@ def float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid number value: {show(text)}") from None
 
 
+PREPACKED_DIR = "~/.cache/qwen3asr/prepacked"  # --prepacked-cache without a directory
 SPIN_WAITS = {"on": True, "off": False, "auto": "auto"}  # --spin-wait -> Qwen3ASREngine(spin_wait=)
 
 
@@ -67,6 +69,12 @@ def add_engine_args(ap: argparse.ArgumentParser, spin_default: str = "off") -> N
                     help="CPU memory profile: lean = int4 decoder by default and smaller KV-cache steps; with a "
                          "bundle exported --memory lean also int8 encoder weights and memory-mapped decoder "
                          "weights (docs/benchmarks.md \"Lean profile\"; default %(default)s)")
+    ap.add_argument("--prepacked-cache", nargs="?", const=PREPACKED_DIR, metavar="DIR",
+                    default=os.environ.get("QWEN3ASR_PREPACKED_CACHE") or None,
+                    help="keep ONNX Runtime's prepacked weights in DIR and load them from there next time: a "
+                         "quicker start for one-shot runs, for this CPU and onnxruntime only, about twice the "
+                         f"weights on disk (bare: {PREPACKED_DIR}; default $QWEN3ASR_PREPACKED_CACHE, else off; "
+                         "docs/benchmarks.md)")
     rk = ap.add_argument_group("board (rk backend)")
     rk.add_argument("--soc", default=None, choices=["rk3576", "rk3588"],
                     help="the board's SoC (default: $QWEN3ASR_SOC, else the device tree)")
@@ -124,7 +132,8 @@ def backend_options_from_args(args):
                    drafts=not args.no_rk_drafts)
     return BackendOptions(encoder_form=args.encoder_form,
                           decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,  # mic: none
-                          spin_wait=SPIN_WAITS[args.spin_wait], rk=rk, memory=args.memory)
+                          spin_wait=SPIN_WAITS[args.spin_wait], rk=rk, memory=args.memory,
+                          prepacked_cache=getattr(args, "prepacked_cache", None))
 
 
 def engine_from_args(args, preload_seconds=None, options=None):
@@ -135,7 +144,8 @@ def engine_from_args(args, preload_seconds=None, options=None):
     o = backend_options_from_args(args)
     return Qwen3ASREngine(args.model, backend=args.backend, threads=o.threads, rk=o.rk, spin_wait=o.spin_wait,
                           encoder_form=o.encoder_form, decoder_dtype=o.decoder_dtype, aligner=args.aligner,
-                          memory=o.memory, preload_seconds=preload_seconds, options=options)
+                          memory=o.memory, preload_seconds=preload_seconds, options=options,
+                          prepacked_cache=o.prepacked_cache)
 
 
 def options_from_args(args, **extra) -> TranscribeOptions:
