@@ -167,3 +167,21 @@ def test_the_lean_int4_decoder_with_its_pages_dropped(tmp_path):
             got = _numbers(e)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
     assert any(d.startswith("decoder_int4-") for d in _entries(str(tmp_path)))
+
+
+def test_the_aligner_loads_from_the_cache_too(tmp_path):
+    """Word times of the bundled demo aligner (loaded with the engine's settings) from the cache:
+    the same as without it, and its graphs have entries of their own."""
+    cache = str(tmp_path)
+    text = "open the back door"
+    with Qwen3ASREngine(DEFAULT, backend="onnx", threads=1) as plain:
+        want = plain.align(CLIP, text, language="English")
+    before = set()
+    for _ in range(2):
+        with Qwen3ASREngine(DEFAULT, backend="onnx", threads=1, prepacked_cache=cache) as e:
+            before = before or set(_entries(cache))
+            assert e.align(CLIP, text, language="English") == want
+    aligner_dir = os.path.realpath(os.path.join(ROOT, "models", "default-aligner"))
+    made = set(_entries(cache)) - before
+    assert made and all(open(os.path.join(cache, d, prepacked.COMPLETE)).read().startswith(aligner_dir)
+                        for d in made)
