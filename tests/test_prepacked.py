@@ -140,8 +140,9 @@ def test_the_programs_flag_reaches_the_engine(tmp_path, monkeypatch):
 
     parse = build_parser().parse_args
     assert common.backend_options_from_args(parse(["--audio", CLIP])).prepacked_cache is None
+    monkeypatch.setenv("QWEN3ASR_CACHE", str(tmp_path / "models-cache"))
     bare = common.backend_options_from_args(parse(["--audio", CLIP, "--prepacked-cache"]))
-    assert bare.prepacked_cache == common.PREPACKED_DIR
+    assert bare.prepacked_cache == str(tmp_path / "models-cache" / "prepacked")
     args = parse(["--audio", CLIP, "--prepacked-cache", str(tmp_path / "c"), "--backend", "onnx"])
     with common.engine_from_args(args) as e:
         assert e.transcribe(CLIP).text == "open the back door"

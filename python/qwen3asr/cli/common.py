@@ -40,7 +40,6 @@ def float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid number value: {show(text)}") from None
 
 
-PREPACKED_DIR = "~/.cache/qwen3asr/prepacked"  # --prepacked-cache without a directory
 SPIN_WAITS = {"on": True, "off": False, "auto": "auto"}  # --spin-wait -> Qwen3ASREngine(spin_wait=)
 
 
@@ -69,11 +68,12 @@ def add_engine_args(ap: argparse.ArgumentParser, spin_default: str = "off") -> N
                     help="CPU memory profile: lean = int4 decoder by default and smaller KV-cache steps; with a "
                          "bundle exported --memory lean also int8 encoder weights and memory-mapped decoder "
                          "weights (docs/benchmarks.md \"Lean profile\"; default %(default)s)")
-    ap.add_argument("--prepacked-cache", nargs="?", const=PREPACKED_DIR, metavar="DIR",
+    ap.add_argument("--prepacked-cache", nargs="?", const="", metavar="DIR",
                     default=os.environ.get("QWEN3ASR_PREPACKED_CACHE") or None,
                     help="keep ONNX Runtime's prepacked weights in DIR and load them from there next time: a "
                          "quicker start for one-shot runs, for this CPU and onnxruntime only, about twice the "
-                         f"weights on disk (bare: {PREPACKED_DIR}; default $QWEN3ASR_PREPACKED_CACHE, else off; "
+                         "weights on disk (bare: prepacked/ in the models' cache, ~/.cache/qwen3asr or $QWEN3ASR_CACHE; default "
+                         "$QWEN3ASR_PREPACKED_CACHE, else off; "
                          "docs/benchmarks.md)")
     rk = ap.add_argument_group("board (rk backend)")
     rk.add_argument("--soc", default=None, choices=["rk3576", "rk3588"],
@@ -123,6 +123,16 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
                          "no language header (no detection)")
 
 
+def prepacked_dir(flag):
+    """--prepacked-cache's directory: None (off), the one given, or for the bare flag ("")
+    prepacked/ in the models' cache (qwen3asr.hub.cache.cache_root)."""
+    if flag != "":
+        return flag
+    from ..hub.cache import cache_root
+
+    return os.path.join(cache_root(), "prepacked")
+
+
 def backend_options_from_args(args):
     """The BackendOptions of the engine flags (checked here, before any model loads: ValueError)."""
     from ..backends import BackendOptions, RKOptions
@@ -133,7 +143,7 @@ def backend_options_from_args(args):
     return BackendOptions(encoder_form=args.encoder_form,
                           decoder_dtype=getattr(args, "decoder_dtype", "auto"), threads=args.threads,  # mic: none
                           spin_wait=SPIN_WAITS[args.spin_wait], rk=rk, memory=args.memory,
-                          prepacked_cache=getattr(args, "prepacked_cache", None))
+                          prepacked_cache=prepacked_dir(getattr(args, "prepacked_cache", None)))
 
 
 def engine_from_args(args, preload_seconds=None, options=None):
