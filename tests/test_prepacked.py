@@ -186,3 +186,32 @@ def test_the_aligner_loads_from_the_cache_too(tmp_path):
     made = set(_entries(cache)) - before
     assert made and all(open(os.path.join(cache, d, prepacked.COMPLETE)).read().startswith(aligner_dir)
                         for d in made)
+
+
+def test_a_load_that_another_program_saved_first_keeps_theirs(tmp_path):
+    """Two programs starting at once with an empty cache: each saves into a temporary directory of
+    its own; the one that finishes second finds the entry made and drops its copy (no half-written
+    directory is left, the entry loads)."""
+    import onnxruntime
+
+    cache = str(tmp_path)
+    graph = os.path.join(DEFAULT, "decoder", "decoder_int8.onnx")
+
+    def create(path, entries):
+        if entries:  # while this one saves, the other program finishes first
+            make_session(graph, 1, prepacked=cache)
+            first[:] = _entries(cache)
+        so = onnxruntime.SessionOptions()
+        for k, v in entries.items():
+            if k == prepacked.OPTIMIZED_PATH:
+                so.optimized_model_filepath = v
+            else:
+                so.add_session_config_entry(k, v)
+        return onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+    first: list = []
+    session, mapped = prepacked.cached_session(onnxruntime, graph, cache, create)
+    assert session.get_inputs() and len(first) == 1
+    assert sorted(os.listdir(cache)) == first == _entries(cache)  # theirs kept, ours dropped
+    assert mapped == os.path.dirname(graph)  # made from the bundle: its files are the ones mapped
+    assert prepacked.cached_session(onnxruntime, graph, cache, create)[1] == os.path.join(cache, first[0])

@@ -118,7 +118,7 @@ def cached_session(ort, path: str, cache: str, create):
         logger.warning("cannot save the prepacked cache entry %s (%s): the session is made without it", entry, exc)
         return create(path, {}), here
     logger.info("prepacked weights of %s saved in %s", path, entry)
-    return session, entry
+    return session, here  # made from the bundle: it maps the bundle's files
 
 
 __all__ = ["cache_key", "cached_session", "cpu_signature", "supported"]
