@@ -197,16 +197,15 @@ def test_a_load_that_another_program_saved_first_keeps_theirs(tmp_path):
     cache = str(tmp_path)
     graph = os.path.join(DEFAULT, "decoder", "decoder_int8.onnx")
 
-    def create(path, entries):
-        if entries:  # while this one saves, the other program finishes first
+    def create(path, entries, optimized=None):
+        if optimized:  # while this one saves, the other program finishes first
             make_session(graph, 1, prepacked=cache)
             first[:] = _entries(cache)
         so = onnxruntime.SessionOptions()
         for k, v in entries.items():
-            if k == prepacked.OPTIMIZED_PATH:
-                so.optimized_model_filepath = v
-            else:
-                so.add_session_config_entry(k, v)
+            so.add_session_config_entry(k, v)
+        if optimized:
+            so.optimized_model_filepath = optimized
         return onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
     first: list = []

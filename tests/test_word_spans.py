@@ -17,7 +17,7 @@ import pytest
 from long_audio import LONG_SECONDS, check_long, ten_minutes
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import ForcedAligner
-from qwen3asr.aligner.refine import Levels, aligned_at_pauses, collapse, pieces_at_pauses, refined, snap, unheard
+from qwen3asr.aligner.refine import Levels, assigned_at_pauses, collapse, pieces_at_pauses, refined, snap, unheard
 from qwen3asr.aligner.segments import align_segments
 from qwen3asr.backends import BackendOptions
 from qwen3asr.results import Segment, Word
@@ -205,7 +205,7 @@ def test_identical_classes_are_flagged_and_logged_never_silent(demo_aligner, sta
     assert raw.to_dict()["words_flag"] == "collapsed: same start"
     caplog.clear()
     speech = _segment(demo_aligner, pcm, "speech", offset=30.0, text=EIGHT)
-    # the first pass (16 slots); piece by piece from the left (aligned_at_pauses: every word's
+    # the first pass (16 slots); piece by piece from the left (assigned_at_pauses: every word's
     # middle is before the first cut, so the first piece takes all 8: 16 slots, as collapsed); then,
     # collapsed, at its 3 pauses (4 pieces; words shared by time: all in the first, as bad; by
     # speech, since the times left three pieces with speech and no word: two in each, each piece's
@@ -316,7 +316,7 @@ def test_the_paused_set_moves_the_reference_with_the_pauses_it_puts_in():
 def test_drift_restarts_at_every_pause(demo_aligner, stand_in):
     """An aligner that places its first word well and every later one earlier and earlier (what
     the demo aligner does on paused speech, docs/aligner.md): with "speech" the words are aligned
-    again piece by piece from the left (aligned_at_pauses), each in its own burst; the raw times
+    again piece by piece from the left (assigned_at_pauses), each in its own burst; the raw times
     stay the official ones."""
     # word i from bin 7 + 11 i (0.56 s + 0.88 s each, 6 bins long) of whatever audio it is given;
     # the bursts start 1.1 s apart, so word i drifts 0.22 i s early
@@ -350,14 +350,14 @@ class _Placing:
 
 
 def test_a_piece_takes_the_word_that_starts_in_it():
-    """aligned_at_pauses gives a piece the words whose middle is inside it, and, when none is, the
+    """assigned_at_pauses gives a piece the words whose middle is inside it, and, when none is, the
     first word if it starts inside it (else a piece whose words all run long is skipped and its
     words pile into the last)."""
 
     pcm = bursts(FOUR, 5.0)
     al = _Placing()
     first = al.align(pcm, TEXT, "English")
-    got = aligned_at_pauses(al, pcm, first, "English", Levels.of(pcm, 0.0))
+    got = assigned_at_pauses(al, pcm, first, "English", Levels.of(pcm, 0.0))[0]
     cuts = (0.0, 1.35, 2.45, 3.55, 5.0)
     assert [w.word for w in got] == TEXT.split()
     for i, w in enumerate(got):

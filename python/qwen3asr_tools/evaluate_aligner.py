@@ -41,11 +41,13 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from qwen3asr.options import WORD_SPANS
+
 from . import REPO_ROOT as ROOT
 from . import textgen
 
 MAX_JOINED_SECONDS = 55.0  # joined inputs stay under the aligner's 60 s pass
-SPANS = ("speech", "raw", "checked", "true-pieces")
+SPANS = WORD_SPANS + ("true-pieces",)  # the library's word spans, and the ceiling of the pieces
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,8 @@ def aligned(engine, pcm: np.ndarray, text: str, language: str, words: Sequence[s
         got = al.align(pcm, text, language)
     else:  # refine.realign shares words by their start: the reference's middles stand in for it
         middles = [Word(w, (s + e) / 2, (s + e) / 2) for w, (s, e) in zip(words, ref)]
-        again = refine.realign(al, pcm, middles, language, levels, pieces, "time")
+        again = refine.realign(al, pcm, middles, language, levels, pieces,
+                               refine.share_words(middles, levels, pieces, "time"))
         if again is None:
             raise RuntimeError(f"a piece's alignment did not give back its words {list(words)}")
         got = again[0]

@@ -1,7 +1,7 @@
 """The words of each piece at a pause, checked by the ASR model (``word_spans="checked"``).
 
 With "speech", a segment with pauses is aligned piece by piece from the left
-(qwen3asr.aligner.refine.aligned_at_pauses), and a piece that takes a word too few or too many
+(qwen3asr.aligner.refine.assigned_at_pauses), and a piece that takes a word too few or too many
 hands the error to every piece after it (docs/aligner.md, "A wrong boundary cascades"). The
 aligner cannot tell: it is as sure of a wrong text as of the right one. The ASR model can: the
 text of a piece, read from the piece's audio alone, is likelier when it is the piece's own.
@@ -183,7 +183,7 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
     segment's transcript, whose spans (punctuation and case kept, as the ASR writes them) are
     the candidate texts; None or not matching the words: the words joined (with no space in
     Chinese and Cantonese)."""
-    from .refine import FRAME_S, HOP
+    from .refine import FRAME_S, HOP, realign
 
     units = [w.word for w in words]
     starts = unit_starts(text, units) if text else None
@@ -222,17 +222,13 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         return tuple(words)
     if list(new) == list(counts):
         return tuple(words)
-    out: List[Word] = []
-    j = 0
-    for (a, b), k in zip(pieces, new):
-        if k:
-            got = aligner.align(pcm[a * HOP:b * HOP], " ".join(units[j:j + k]), language, offset=levels.time(a))
-            if [w.word for w in got] != units[j:j + k]:
-                return tuple(words)
-            out += got
-            j += k
+    ends = np.cumsum(new)
+    again = realign(aligner, pcm, words, language, levels, pieces,
+                    [list(range(e - k, e)) for e, k in zip(ends, new)])
+    if again is None:
+        return tuple(words)
     logger.debug("the ASR moved the words of the pieces at pauses: %s -> %s", list(counts), new)
-    return tuple(out)
+    return again[0]
 
 
 class _CannotRead(Exception):

@@ -6,7 +6,7 @@ official repair), applied to each segment by ``align_segments``:
 - **pauses** (``word_spans="speech"``): an aligner places a segment's first words well and drifts
   early on the words after long pauses (the demo aligner by 0.3-0.9 s at the 6th-9th word). A
   segment with pauses of SPLIT_PAUSE_S or more is aligned again piece by piece from the left
-  (``aligned_at_pauses``): each piece takes the words whose middle an alignment from its start
+  (``assigned_at_pauses``): each piece takes the words whose middle an alignment from its start
   (over HORIZON_PIECES more pieces) puts inside it (or, with none, the first word if it starts
   inside it), so the drift starts again after every pause (docs/aligner.md).
 - **snapping** (``word_spans="speech"``): the aligner's bins are coarse and its end slot often
@@ -59,8 +59,8 @@ FLOOR_SHARE = 0.25  # ... and so is one within this share of the way from the fl
 MIN_CONTRAST_DB = 12.0  # loud end - floor below this: speech cannot be told from noise, no snapping
 MIN_PAUSE_S = 0.12  # a quiet run this long is a pause (stop closures and weak consonants are shorter)
 EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak onset or decay)
-SPLIT_PAUSE_S = 0.25  # pauses at least this long cut a segment into pieces (aligned_at_pauses, a collapse)
-HORIZON_PIECES = 2  # aligned_at_pauses: each later alignment runs this many pieces past its own
+SPLIT_PAUSE_S = 0.25  # pauses at least this long cut a segment into pieces (assigned_at_pauses, a collapse)
+HORIZON_PIECES = 2  # assigned_at_pauses: each later alignment runs this many pieces past its own
 MIN_RUN = 3  # this many consecutive words with one start is a collapse
 PILE_WORDS = 2  # this many words starting in a segment's last bin is a pile-up
 
@@ -238,14 +238,16 @@ def unheard(words: Sequence[Word], levels: Levels, pieces: Sequence[Tuple[int, i
 
 
 def realign(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, levels: Levels,
-            pieces: Sequence[Tuple[int, int]], by: str) -> Optional[Tuple[Tuple[Word, ...], Optional[str], int]]:
-    """``words`` aligned again piece by piece (pieces in frames of ``pcm``, words shared ``by``
-    share_words), with the collapse check over the pieces (the first reason, the words caught);
-    None when a piece's text does not give back its words."""
+            pieces: Sequence[Tuple[int, int]],
+            shares: Sequence[Sequence[int]]) -> Optional[Tuple[Tuple[Word, ...], Optional[str], int]]:
+    """``words`` aligned again piece by piece (pieces in frames of ``pcm``; ``shares``: the
+    indices of the words each piece holds, in order, as share_words gives them), with the
+    collapse check over the pieces (the first reason, the words caught); None when a piece's
+    text does not give back its words."""
     bin_s = aligner.segment_ms / 1000.0
     out: List[Word] = []
     reason, bad = None, 0
-    for (a, b), held in zip(pieces, share_words(words, levels, pieces, by)):
+    for (a, b), held in zip(pieces, shares):
         if not held:
             continue
         units = [words[i].word for i in held]
@@ -257,13 +259,6 @@ def realign(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, leve
         reason, bad = reason or why, bad + n
         out += got
     return tuple(out), reason, bad
-
-
-def aligned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language: str,
-                      levels: Levels) -> Optional[Tuple[Word, ...]]:
-    """``words`` aligned again piece by piece (assigned_at_pauses), or None."""
-    got = assigned_at_pauses(aligner, pcm, words, language, levels)
-    return None if got is None else got[0]
 
 
 def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language: str,
@@ -321,7 +316,7 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
             spans: str, reader=None, text: Optional[str] = None) -> Tuple[Tuple[Word, ...], Optional[str]]:
     """One segment's words (``aligner.align`` of its audio ``pcm``, (n,) float32 16 kHz, whose first
     sample is at ``offset`` seconds), with ``spans`` "speech" aligned again piece by piece at its
-    pauses (aligned_at_pauses), checked for a collapse and, with "speech", aligned again in pieces
+    pauses (assigned_at_pauses), checked for a collapse and, with "speech", aligned again in pieces
     when collapsed (the pieces at its pauses, then its halves; words shared by their first times,
     then by the speech where those leave a piece with speech unheard: the first way without a
     collapse, else the one with the fewest words caught) and fitted to the speech; with "raw" the
@@ -349,7 +344,8 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
             for by in ("time", "speech") if len(pieces) > 1 else ():
                 if by == "speech" and not unheard(words, levels, pieces):
                     continue
-                again = realign(aligner, pcm, words, language, levels, pieces, by)
+                again = realign(aligner, pcm, words, language, levels, pieces,
+                                share_words(words, levels, pieces, by))
                 if again is not None and again[2] < bad:
                     words, reason, bad = again
                     logger.info("the words of %.2f-%.2f s collapsed (%s): aligned again in %d pieces cut at %s, "
@@ -369,5 +365,5 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     return words, flag
 
 
-__all__ = ["Levels", "aligned_at_pauses", "assigned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign",
+__all__ = ["Levels", "assigned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign",
            "refined", "share_words", "snap", "unheard"]

@@ -42,7 +42,7 @@ def make_session(path: str, threads: int | None = None, spin_wait: bool = False,
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file missing: {path}; re-run scripts/export_onnx.py for this bundle")
 
-    def create(graph: str, entries: dict):
+    def create(graph: str, entries: dict, optimized: str | None = None):
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads:
@@ -55,10 +55,9 @@ def make_session(path: str, threads: int | None = None, spin_wait: bool = False,
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
         so.enable_cpu_mem_arena = bool(arena)
         for key, value in entries.items():
-            if key == "optimized_model_filepath":
-                so.optimized_model_filepath = value
-            else:
-                so.add_session_config_entry(key, value)
+            so.add_session_config_entry(key, value)
+        if optimized:
+            so.optimized_model_filepath = optimized
         try:
             return ort.InferenceSession(graph, sess_options=so, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types

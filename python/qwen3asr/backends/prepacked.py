@@ -38,7 +38,6 @@ SAVE_ENTRIES = {
     "session.save_external_prepacked_constant_initializers": "1",
     "session.optimized_model_external_initializers_min_size_in_bytes": "1024",
 }
-OPTIMIZED_PATH = "optimized_model_filepath"  # not a config entry: SessionOptions.optimized_model_filepath
 
 
 def supported(ort) -> bool:
@@ -67,11 +66,7 @@ def cpu_signature() -> str:
 def cache_key(ort, path: str) -> str:
     """The entry name of graph ``path``: a hash of what makes its packed weights valid."""
     folder = os.path.dirname(os.path.abspath(path))
-    files = []
-    for name in sorted(os.listdir(folder)):
-        st = os.stat(os.path.join(folder, name))
-        if os.path.isfile(os.path.join(folder, name)):
-            files.append([name, st.st_size, st.st_mtime_ns])
+    files = sorted([e.name, e.stat().st_size, e.stat().st_mtime_ns] for e in os.scandir(folder) if e.is_file())
     facts = {"ort": ort.__version__, "machine": platform.machine(), "cpu": cpu_signature(),
              "graph": os.path.abspath(path), "files": files}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
@@ -81,7 +76,8 @@ def cache_key(ort, path: str) -> str:
 def cached_session(ort, path: str, cache: str, create):
     """The session of graph ``path``, loaded from ``cache`` (a directory, made if missing) when it
     holds this graph's entry, else made from ``path`` with the entry saved. ``create(graph,
-    entries)`` makes a session of ``graph`` with the session config ``entries`` (a dict) added.
+    entries, optimized=None)`` makes a session of ``graph`` with the session config ``entries`` (a
+    dict) added and, given ``optimized``, its optimised graph saved there.
     Returns (session, the directory of the weight files it maps)."""
     cache = os.path.expanduser(cache)
     here = os.path.dirname(os.path.abspath(path))
@@ -103,10 +99,9 @@ def cached_session(ort, path: str, cache: str, create):
     except OSError as exc:
         logger.warning("cannot write the prepacked cache %s (%s): the session is made without it", cache, exc)
         return create(path, {}), here
-    entries = dict(SAVE_ENTRIES, **{"session.optimized_model_external_initializers_file_name": name + ".data",
-                                    OPTIMIZED_PATH: os.path.join(work, name)})
+    entries = dict(SAVE_ENTRIES, **{"session.optimized_model_external_initializers_file_name": name + ".data"})
     try:
-        session = create(path, entries)
+        session = create(path, entries, os.path.join(work, name))
         with open(os.path.join(work, COMPLETE), "w", encoding="utf-8") as f:
             f.write(os.path.abspath(path) + "\n")
         if os.path.isdir(entry):  # another process saved it first

@@ -72,9 +72,8 @@ def add_engine_args(ap: argparse.ArgumentParser, spin_default: str = "off") -> N
                     default=os.environ.get("QWEN3ASR_PREPACKED_CACHE") or None,
                     help="keep ONNX Runtime's prepacked weights in DIR and load them from there next time: a "
                          "quicker start for one-shot runs, for this CPU and onnxruntime only, about twice the "
-                         "weights on disk (bare: prepacked/ in the models' cache, ~/.cache/qwen3asr or $QWEN3ASR_CACHE; default "
-                         "$QWEN3ASR_PREPACKED_CACHE, else off; "
-                         "docs/benchmarks.md)")
+                         "weights on disk (bare: prepacked/ in the models' cache, ~/.cache/qwen3asr or "
+                         "$QWEN3ASR_CACHE; default $QWEN3ASR_PREPACKED_CACHE, else off; docs/benchmarks.md)")
     rk = ap.add_argument_group("board (rk backend)")
     rk.add_argument("--soc", default=None, choices=["rk3576", "rk3588"],
                     help="the board's SoC (default: $QWEN3ASR_SOC, else the device tree)")
