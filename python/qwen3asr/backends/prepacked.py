@@ -1,11 +1,13 @@
 """ONNX Runtime sessions kept with their prepacked weights (``prepacked_cache``, an opt-in).
 
-Making a session repacks every quantised weight into the layout of this CPU's kernels: the 0.6B
-lean decoder spends about half a second of one core on it, the load's critical path in a one-shot
-run (docs/benchmarks.md, "The wait before the first call"). ONNX Runtime (1.20 and newer) can save
-the optimised graph with those packed weights and load them from the file later. That file is
-only valid for the CPU, the ONNX Runtime version and the model it was made from, so it is a cache
-made on the machine that uses it, never shipped:
+Making a session repacks every quantised weight into the layout of this CPU's kernels, into new
+memory: for the 0.6B lean decoder about 100 k pages zeroed one fault at a time, a fifth to a
+quarter of its session's CPU, on the load's critical path in a one-shot run (docs/benchmarks.md,
+"The wait before the first call"). ONNX Runtime (1.20 and newer) can save the optimised graph with
+those packed weights; loading it, the runtime still packs each weight and checks the saved blob
+against the result, then keeps the blob, whose pages are the file's (already in the page cache on a
+repeated run) instead of new ones. That file is only valid for the CPU, the ONNX Runtime version
+and the model it was made from, so it is a cache made on the machine that uses it, never shipped:
 
     <cache>/<key>/<graph file name>        the optimised graph
     <cache>/<key>/<graph file name>.data   its weights: the originals and the packed ones
