@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
-from qwen3asr.aligner.checked import (MOVE_NATS, WINDOW_WORDS, AsrReader, Reading, checked_counts, unit_starts)
+from qwen3asr.aligner import checked
+from qwen3asr.aligner.checked import (ANCHOR_PIECES, ANCHOR_WORDS, MOVE_NATS, WINDOW_WORDS, AsrReader, Reading,
+                                      anchored_counts, checked_counts, unit_starts)
 from qwen3asr.aligner.refine import Levels, pieces_at_pauses
 from qwen3asr.aligner.segments import align_segments
 from qwen3asr.aligner.words import align_words
@@ -114,6 +116,71 @@ def test_boundaries_stay_in_order_and_the_words_are_all_kept():
     assert checked_counts([5], [True], reading_of([(0, 5)])) == [5]
 
 
+def start_of(true, exact=None, near=20.0):
+    """A stand-in ``start``: the audio after boundary p read as beginning with words [a, b) has
+    log P 0 where a is its ``true`` boundary (true[p - 1]) and ``near`` nats less per word off;
+    it is read exactly when ``exact(p, a, b)`` (default: only at the true boundary). Records the
+    calls."""
+    calls = []
+
+    def start(p, a, b):
+        calls.append((p, a, b))
+        ok = exact(p, a, b) if exact else a == true[p - 1]
+        return Reading(-near * abs(a - true[p - 1]), ok)
+
+    start.calls = calls
+    return start
+
+
+def bounds_of(counts):
+    return [int(x) for x in np.cumsum(counts)[:-1]]
+
+
+def test_each_boundary_is_read_from_the_audio_after_it():
+    true = bounds_of([3, 3, 3, 3])
+    assert anchored_counts([4, 2, 3, 3], start_of(true)) == [3, 3, 3, 3]
+    # a cascade (every boundary a word late, each piece handing a word on): each boundary is
+    # decided from its own audio, not from the boundary before it
+    assert anchored_counts([4, 3, 3, 2], start_of(true)) == [3, 3, 3, 3]
+    assert anchored_counts([2, 3, 3, 4], start_of(true)) == [3, 3, 3, 3]
+    assert anchored_counts([3, 3, 3, 3], start_of(true)) == [3, 3, 3, 3]
+    # candidates: within WINDOW_WORDS of the default's, ANCHOR_WORDS words from each, none from past
+    # the last word
+    start = start_of(true)
+    anchored_counts([4, 2, 3, 3], start)
+    assert {a for p, a, b in start.calls if p == 1} == set(range(4 - WINDOW_WORDS, 4 + WINDOW_WORDS + 1))
+    assert all(b == min(12, a + ANCHOR_WORDS) for p, a, b in start.calls)
+    start = start_of([2])
+    anchored_counts([3, 1], start)
+    assert {a for p, a, b in start.calls} == set(range(3 - WINDOW_WORDS, 4))
+
+
+def test_a_boundary_moves_only_to_a_start_read_exactly_and_worth_its_cost():
+    true = bounds_of([3, 3, 3])
+    # likelier but not read exactly: the default stands
+    assert anchored_counts([4, 2, 3], start_of(true, lambda p, a, b: False)) == [4, 2, 3]
+    # the default's start competes whatever its reading: read exactly, the likelier true start wins
+    assert anchored_counts([4, 2, 3], start_of(true, lambda p, a, b: True)) == [3, 3, 3]
+    # one word moved must gain more than MOVE_NATS
+    assert anchored_counts([4, 2, 3], start_of(true, near=MOVE_NATS - 0.5)) == [4, 2, 3]
+    assert anchored_counts([4, 2, 3], start_of(true, near=MOVE_NATS + 0.5)) == [3, 3, 3]
+    # a default that gives a piece nothing (its boundary at the last word's end) is not a start
+    assert anchored_counts([3, 0], start_of([2], near=1000.0)) == [2, 1]
+
+
+def test_anchored_boundaries_stay_in_order_and_the_words_are_all_kept():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n_pieces = int(rng.integers(2, 6))
+        counts = [int(x) for x in rng.integers(0, 4, n_pieces)]
+        if not sum(counts):
+            continue
+        true = sorted(int(x) for x in rng.integers(0, sum(counts), n_pieces - 1))
+        got = anchored_counts(counts, start_of(true, lambda p, a, b: bool(rng.integers(0, 2)),
+                                                near=float(rng.uniform(0, 20))))
+        assert len(got) == n_pieces and min(got) >= 0 and sum(got) == sum(counts)
+
+
 def test_the_candidate_texts_are_spans_of_the_transcript():
     text = "Open the back-door, please. Turn ON the fan!"
     units = align_words(text, "English")
@@ -167,6 +234,14 @@ def test_the_reader_scores_texts_as_one_prefill_of_the_prompt_and_the_text(engin
     assert other.runs == 1  # "" begins every text
     read("please " + heard)
     assert reader.runs == 2
+    # as a prefix: the text's own tokens, without the end of text after them
+    runs = reader.runs
+    whole_prefix, cut_prefix = read(heard, end=False), read(shorter, end=False)
+    assert cut_prefix.exact and whole_prefix.exact  # the reading begins with both
+    assert 0 <= whole_prefix.log_p - whole.log_p < 1.0  # the end is likely after the whole text
+    assert cut_prefix.log_p - cut.log_p > MOVE_NATS  # ... and unlikely after the cut one
+    assert not read("please", end=False).exact
+    assert reader.runs == runs  # all read from the rows of earlier runs
 
 
 # ------------------------------------------------------------------ the whole chain
@@ -206,6 +281,42 @@ def test_a_word_the_default_puts_in_the_wrong_command_is_given_back(engine):
     assert (commands_of(checked, cuts) == owner).all()
     heard = engine.transcribe(pcm, language="Chinese", word_timestamps=True, word_spans="checked")
     assert heard.text == text and heard.words == tuple(checked)
+
+
+def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
+    """A held-out paused English input (paused_speech, test split, example 74: 18 s, 35 words
+    in 6 pieces; espeak-ng) where the default's pieces and the check without the boundaries read
+    from the audio after them put words in the wrong piece, and with them none; the windows read
+    are the piece after each boundary and the next; a Chinese segment reads no windows."""
+    from qwen3asr.aligner.refine import HOP
+    from qwen3asr_tools import paused_speech
+
+    ex = paused_speech.make_example("test", 74)
+    words, starts, ends = paused_speech.aligner_units(ex)
+    levels = Levels.of(ex.audio, 0.0)
+    pieces = pieces_at_pauses(levels)
+    cuts = [levels.time(a) for a, _ in pieces[1:]]
+    owner = np.searchsorted(cuts, (np.asarray(starts) + np.asarray(ends)) / 2)
+
+    def wrong(got):
+        assert [w.word for w in got] == list(words)
+        return int((np.searchsorted(cuts, [(w.start + w.end) / 2 for w in got]) != owner).sum())
+
+    assert wrong(engine.align(ex.audio, ex.text, "English")) >= 2  # "speech"
+    monkeypatch.setattr(checked, "ANCHORED", frozenset())
+    assert wrong(engine.align(ex.audio, ex.text, "English", word_spans="checked")) >= 2
+    monkeypatch.undo()
+    read = []
+    piece = AsrReader.piece
+    monkeypatch.setattr(AsrReader, "piece", lambda self, pcm, *a: read.append(len(pcm)) or piece(self, pcm, *a))
+    assert wrong(engine.align(ex.audio, ex.text, "English", word_spans="checked")) == 0
+    windows = {min(len(ex.audio), pieces[min(p + ANCHOR_PIECES, len(pieces)) - 1][1] * HOP) - pieces[p][0] * HOP
+               for p in range(1, len(pieces))}
+    assert windows <= set(read)
+    read.clear()
+    pcm, text, _, _ = three_commands()
+    engine.align(pcm, text, "Chinese", word_spans="checked")
+    assert len(read) == len(pieces_at_pauses(Levels.of(pcm, 0.0)))  # its pieces alone
 
 
 def test_pieces_read_as_the_default_gives_them_are_not_aligned_again(engine, monkeypatch):

@@ -144,8 +144,9 @@ class TranscribeOptions:
     # word, a start moved out of the one before it, a zero-length word given one 80 ms bin) and
     # aligns a collapsed segment again in smaller pieces; "raw" keeps the official aligner's
     # times; "checked" is "speech" with the words each piece at a pause gets checked by the ASR
-    # model reading the piece (qwen3asr.aligner.checked: an encoder pass and a few decoder runs per
-    # piece; its cost and figures in docs/aligner.md). All flag a collapse (Segment.words_flag).
+    # model reading the piece, and in languages written with spaces each boundary read from the
+    # audio after it (qwen3asr.aligner.checked: an encoder pass and a few decoder runs per piece
+    # and boundary; its cost and figures in docs/aligner.md). All flag a collapse (Segment.words_flag).
     word_spans: str = "speech"
     # The compact prompt of the reference design (docs/reference_design.md): no system turn, the
     # answer starting at <asr_text> (no "language X" header, so no language detection). Off by default: it departs

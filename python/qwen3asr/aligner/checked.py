@@ -6,7 +6,16 @@ hands the error to every piece after it (docs/aligner.md, "A wrong boundary casc
 aligner cannot tell: it is as sure of a wrong text as of the right one. The ASR model can: the
 text of a piece, read from the piece's audio alone, is likelier when it is the piece's own.
 
-``checked_counts`` takes the default's words per piece and moves each boundary between pieces
+In languages written with spaces between words (ANCHORED), ``anchored_counts`` first decides
+each boundary on its own: among the default's and those up to WINDOW_WORDS words either side,
+the likeliest start of the audio after it (the piece after the boundary and the next,
+ANCHOR_PIECES) as read by the ASR, ANCHOR_WORDS words long, MOVE_NATS per word moved; a moved
+boundary only where the ASR's greedy reading of that audio begins exactly with those words.
+Deciding each boundary from the audio after it breaks a cascade where it starts. Measured worse
+for Chinese, whose units are characters (docs/aligner.md, "Boundaries read from the audio after
+them").
+
+``checked_counts`` takes the words per piece and moves each boundary between pieces
 by up to WINDOW_WORDS words, choosing (one dynamic programme over the segment) the split whose
 summed log P(piece text, end of text | piece audio) minus MOVE_NATS per word moved, and
 EMPTY_NATS for a piece with AUDIBLE_S of speech left without words, is highest. A moved
@@ -21,8 +30,9 @@ and prefilled once in the official prompt with the segment's language, then the 
 teacher-forced after it (``text_logits`` of the decoder: on the CPU a branch of the prompt's KV
 cache, on the board one GET_LOGITS prefill of the prompt and the text), the longest text from
 each start first so that the shorter ones are read from its rows. Cost: an encoder pass and a
-prefill of each piece, and a text run for each of its starts (docs/aligner.md, "The ASR's
-check, built in").
+prefill of each piece, and a text run for each of its starts; in ANCHORED languages the same for
+the audio after each boundary, with a text run for each candidate start (docs/aligner.md, "The
+ASR's check, built in").
 """
 
 from __future__ import annotations
@@ -43,17 +53,48 @@ WINDOW_WORDS = 2  # a boundary moves by at most this many words from the default
 MOVE_NATS = 6.0  # the log-likelihood a split must gain per word it moves
 EMPTY_NATS = 10.0  # ... and the cost of leaving a piece with speech without a word
 AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: no move empties it (one without counts as read)
+ANCHOR_WORDS = 1  # anchored_counts: the words at the start of the audio after a boundary that must be read there
+ANCHOR_PIECES = 2  # ... that audio: the piece after the boundary and the next
+# anchored_counts runs for these (words between spaces; measured on English, worse on Chinese)
+ANCHORED = frozenset({"English", "German", "Spanish", "French", "Italian", "Portuguese", "Russian"})
 
 
 @dataclasses.dataclass(frozen=True)
 class Reading:
     """How the ASR model reads one candidate text from one piece's audio."""
 
-    log_p: float  # log P(the text's tokens, then an end of text | the audio)
-    exact: bool  # its greedy reading is exactly the text
+    log_p: float  # log P(the text's tokens, then an end of text | the audio); without the end as a prefix
+    exact: bool  # its greedy reading is exactly the text (as a prefix: begins with it)
 
 
 Read = Callable[[int, int, int], Reading]  # (piece, first word, end word) -> the piece read as those words
+Start = Callable[[int, int, int], Reading]  # (boundary, first word, end word) -> its audio after read as beginning so
+
+
+def anchored_counts(counts: Sequence[int], start: Start) -> List[int]:
+    """The words per piece with each boundary decided on its own from the audio after it (the
+    module docstring). ``counts``: the default's words per piece; ``start(p, a, b)``: the audio
+    after boundary p (p = 1 .. pieces - 1, the start of piece p) read as beginning with words [a,
+    b), as a prefix. A boundary moves to the candidate whose first ANCHOR_WORDS words are likeliest
+    less MOVE_NATS a word moved, among those read exactly there (the default's competes whatever
+    its reading); no boundary moves past the segment's last word. Boundaries stay in order."""
+    bounds = [0] + [int(x) for x in np.cumsum(counts)]
+    n = bounds[-1]
+    new = list(bounds)
+    for p in range(1, len(counts)):
+        at = bounds[p]
+        best = (start(p, at, min(n, at + ANCHOR_WORDS)).log_p if at < n else -np.inf, at)
+        for s in range(max(0, at - WINDOW_WORDS), min(n - 1, at + WINDOW_WORDS) + 1):
+            if s == at:
+                continue
+            got = start(p, s, min(n, s + ANCHOR_WORDS))
+            score = got.log_p - MOVE_NATS * abs(s - at)
+            if got.exact and score > best[0]:
+                best = (score, s)
+        new[p] = best[1]
+    for p in range(1, len(new)):
+        new[p] = max(new[p], new[p - 1])
+    return [new[p + 1] - new[p] for p in range(len(counts))]
 
 
 def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read) -> List[int]:
@@ -142,7 +183,7 @@ class AsrReader:
         self.engine = engine
         self.runs = 0  # decoder runs (one per text not read from an earlier run's rows)
 
-    def piece(self, pcm: np.ndarray, language: str) -> Optional[Callable[[str], Reading]]:
+    def piece(self, pcm: np.ndarray, language: str) -> Optional[Callable[..., Reading]]:
         engine = self.engine
         if not hasattr(engine.decoder, "text_logits"):
             return None
@@ -163,12 +204,15 @@ class AsrReader:
                          np.argmax(lp, axis=-1)))
             return done[-1]
 
-        def reading(text: str) -> Reading:
+        def reading(text: str, end: bool = True) -> Reading:
+            """``text`` read from the audio: then an end of text, or (``end`` False) as a prefix."""
             ids = tok.encode(text) if text else []
             n = len(ids)
             ran, id_lp, end_lp, greedy = next((r for r in done if r[0][:n] == ids), None) or run(ids)
-            return Reading(float(id_lp[:n].sum() + end_lp[n]),
-                           bool(all(greedy[j] == t for j, t in enumerate(ids)) and greedy[n] in eos))
+            read = all(greedy[j] == t for j, t in enumerate(ids))
+            if not end:
+                return Reading(float(id_lp[:n].sum()), bool(read))
+            return Reading(float(id_lp[:n].sum() + end_lp[n]), bool(read and greedy[n] in eos))
 
         return reading
 
@@ -197,25 +241,37 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         return text[starts[a]:starts[b] if b < len(units) else len(text)].strip()
 
     audible = [levels.loud is not None and levels.loud[a:b].sum() * FRAME_S >= AUDIBLE_S for a, b in pieces]
-    readers: dict = {}
+    readers: dict = {}  # piece -> its reading
+    windows: dict = {}  # boundary -> the reading of its audio after
+    longest: List[int] = []  # per piece, its last end (checked_counts reads from each start the longest first)
 
-    bounds = [0] + [int(x) for x in np.cumsum(counts)]
-    longest = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]  # a piece's last end
+    def reading_of(store: dict, key: int, a: int, b: int):
+        if key not in store:
+            store[key] = reader.piece(pcm[a * HOP:b * HOP], language)
+        if store[key] is None:
+            raise _CannotRead("it cannot score texts")
+        return store[key]
 
-    def read(p: int, a: int, b: int) -> Reading:
+    def start(p: int, a: int, b: int) -> Reading:
         try:
-            if p not in readers:
-                fa, fb = pieces[p]
-                readers[p] = reader.piece(pcm[fa * HOP:fb * HOP], language)
-            if readers[p] is None:
-                raise _CannotRead("it cannot score texts")
-            readers[p](span(a, longest[p]))  # the longest text from a first: the shorter ones are read from it
-            return readers[p](span(a, b))
+            last = pieces[min(p + ANCHOR_PIECES, len(pieces)) - 1][1]
+            return reading_of(windows, p, pieces[p][0], last)(span(a, b), end=False)
         except Qwen3ASRError as exc:  # the board's runtime gives no logits rows, or its run failed
             raise _CannotRead(str(exc)) from exc
 
+    def read(p: int, a: int, b: int) -> Reading:
+        try:
+            of = reading_of(readers, p, *pieces[p])
+            of(span(a, longest[p]))  # the longest text from a first: the shorter ones are read from it
+            return of(span(a, b))
+        except Qwen3ASRError as exc:
+            raise _CannotRead(str(exc)) from exc
+
     try:
-        new = checked_counts(counts, audible, read)
+        first = anchored_counts(counts, start) if language in ANCHORED else list(counts)
+        bounds = [0] + [int(x) for x in np.cumsum(first)]
+        longest[:] = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]
+        new = checked_counts(first, audible, read)
     except _CannotRead as exc:
         logger.warning("the ASR model could not check the words of the pieces at pauses (decoder %s: %s): "
                        "they keep the default's", getattr(reader.engine.decoder, "name", "?"), exc)
@@ -235,5 +291,5 @@ class _CannotRead(Exception):
     pass
 
 
-__all__ = ["AUDIBLE_S", "AsrReader", "EMPTY_NATS", "MOVE_NATS", "Reading", "WINDOW_WORDS", "checked_counts",
-           "checked_pieces", "unit_starts"]
+__all__ = ["ANCHORED", "ANCHOR_PIECES", "ANCHOR_WORDS", "AUDIBLE_S", "AsrReader", "EMPTY_NATS", "MOVE_NATS",
+           "Reading", "WINDOW_WORDS", "anchored_counts", "checked_counts", "checked_pieces", "unit_starts"]
