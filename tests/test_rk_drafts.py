@@ -302,7 +302,8 @@ def test_each_text_the_pieces_check_reads_is_one_logits_run_of_the_prompt_and_th
     """word_spans="checked" (qwen3asr.aligner.checked) on the board: a text read from a piece's
     audio is one GET_LOGITS run of exactly the prompt (the piece's audio, the language given) and
     the text's embedding rows, its logits read back as the ONNX reader reads its own: the same
-    log-likelihood and the same verdict on the greedy reading."""
+    log-likelihood and the same verdict on the greedy reading, with the end of text after it or
+    as a prefix."""
     from qwen3asr.aligner.checked import AsrReader
 
     cases, logits, ref = oracle
@@ -318,8 +319,10 @@ def test_each_text_the_pieces_check_reads_is_one_logits_run_of_the_prompt_and_th
     for text, n_runs in ((want.text, 1), (" ".join(want.text.split()[:-1]), 1), ("", 1), ("please " + want.text, 2)):
         ids = tok.encode(text) if text else []
         shim.logits(logits(prompt, ids))
-        got, expected = read(text), cpu(text)
-        assert got.exact == expected.exact and abs(got.log_p - expected.log_p) < 1e-3 * max(1.0, abs(expected.log_p))
+        for end in (True, False):  # a piece's text, and the start of the audio after a boundary (a prefix)
+            got, expected = read(text, end=end), cpu(text, end=end)
+            assert got.exact == expected.exact
+            assert abs(got.log_p - expected.log_p) < 1e-3 * max(1.0, abs(expected.log_p))
         assert len(runs_of_mode(shim, 2)) == n_runs == reader.runs
         if text:
             assert same_bits(shim.runs()[-1], rows_of(ref, prompt, tok.encode(text if n_runs == 2 else want.text)))
