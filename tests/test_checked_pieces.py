@@ -285,13 +285,24 @@ def test_a_word_the_default_puts_in_the_wrong_command_is_given_back(engine):
 
 def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
     """A held-out paused English input (paused_speech, test split, example 74: 18 s, 35 words
-    in 6 pieces; espeak-ng) where the default's pieces and the check without the boundaries read
+    in 6 pieces; espeak-ng, rendered in a fresh process) where the default's pieces and the check without the boundaries read
     from the audio after them put words in the wrong piece, and with them none; the windows read
     are the piece after each boundary and the next; a Chinese segment reads no windows."""
     from qwen3asr.aligner.refine import HOP
     from qwen3asr_tools import paused_speech
 
-    ex = paused_speech.make_example("test", 74)
+    # rendered in a fresh interpreter: libespeak-ng carries state from one synthesis to the next,
+    # so in this process the example's audio would depend on the tests that ran before
+    import pickle
+    import subprocess
+    import sys
+
+    from qwen3asr_tools import child_env
+
+    code = ("import pickle, sys; from qwen3asr_tools import paused_speech; "
+            "pickle.dump(paused_speech.make_example('test', 74), sys.stdout.buffer)")
+    ex = pickle.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=300,
+                                     env=child_env()).stdout)
     words, starts, ends = paused_speech.aligner_units(ex)
     levels = Levels.of(ex.audio, 0.0)
     pieces = pieces_at_pauses(levels)
