@@ -13,6 +13,9 @@ piece a word too many and the check gives it back.
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,7 +24,7 @@ from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import checked
 from qwen3asr.aligner.checked import (ANCHOR_PIECES, ANCHOR_WORDS, MOVE_NATS, WINDOW_WORDS, AsrReader, Reading,
                                       anchored_counts, checked_counts, unit_starts)
-from qwen3asr.aligner.refine import Levels, pieces_at_pauses
+from qwen3asr.aligner.refine import HOP, Levels, pieces_at_pauses
 from qwen3asr.aligner.segments import align_segments
 from qwen3asr.aligner.words import align_words
 
@@ -285,20 +288,13 @@ def test_a_word_the_default_puts_in_the_wrong_command_is_given_back(engine):
 
 def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
     """A held-out paused English input (paused_speech, test split, example 74: 18 s, 35 words
-    in 6 pieces; espeak-ng, rendered in a fresh process) where the default's pieces and the check without the boundaries read
+    in 6 pieces; espeak-ng) where the default's pieces and the check without the boundaries read
     from the audio after them put words in the wrong piece, and with them none; the windows read
     are the piece after each boundary and the next; a Chinese segment reads no windows."""
-    from qwen3asr.aligner.refine import HOP
-    from qwen3asr_tools import paused_speech
+    from qwen3asr_tools import child_env, paused_speech
 
     # rendered in a fresh interpreter: libespeak-ng carries state from one synthesis to the next,
     # so in this process the example's audio would depend on the tests that ran before
-    import pickle
-    import subprocess
-    import sys
-
-    from qwen3asr_tools import child_env
-
     code = ("import pickle, sys; from qwen3asr_tools import paused_speech; "
             "pickle.dump(paused_speech.make_example('test', 74), sys.stdout.buffer)")
     ex = pickle.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=300,

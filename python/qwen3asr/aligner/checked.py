@@ -243,7 +243,6 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
     audible = [levels.loud is not None and levels.loud[a:b].sum() * FRAME_S >= AUDIBLE_S for a, b in pieces]
     readers: dict = {}  # piece -> its reading
     windows: dict = {}  # boundary -> the reading of its audio after
-    longest: List[int] = []  # per piece, its last end (checked_counts reads from each start the longest first)
 
     def reading_of(store: dict, key: int, a: int, b: int):
         if key not in store:
@@ -253,26 +252,20 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         return store[key]
 
     def start(p: int, a: int, b: int) -> Reading:
-        try:
-            last = pieces[min(p + ANCHOR_PIECES, len(pieces)) - 1][1]
-            return reading_of(windows, p, pieces[p][0], last)(span(a, b), end=False)
-        except Qwen3ASRError as exc:  # the board's runtime gives no logits rows, or its run failed
-            raise _CannotRead(str(exc)) from exc
+        last = pieces[min(p + ANCHOR_PIECES, len(pieces)) - 1][1]
+        return reading_of(windows, p, pieces[p][0], last)(span(a, b), end=False)
 
     def read(p: int, a: int, b: int) -> Reading:
-        try:
-            of = reading_of(readers, p, *pieces[p])
-            of(span(a, longest[p]))  # the longest text from a first: the shorter ones are read from it
-            return of(span(a, b))
-        except Qwen3ASRError as exc:
-            raise _CannotRead(str(exc)) from exc
+        of = reading_of(readers, p, *pieces[p])
+        of(span(a, longest[p]))  # the longest text from a first: the shorter ones are read from it
+        return of(span(a, b))
 
     try:
         first = anchored_counts(counts, start) if language in ANCHORED else list(counts)
         bounds = [0] + [int(x) for x in np.cumsum(first)]
-        longest[:] = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]
+        longest = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]  # a piece's last end
         new = checked_counts(first, audible, read)
-    except _CannotRead as exc:
+    except (_CannotRead, Qwen3ASRError) as exc:  # the board's runtime gives no logits rows, or its run failed
         logger.warning("the ASR model could not check the words of the pieces at pauses (decoder %s: %s): "
                        "they keep the default's", getattr(reader.engine.decoder, "name", "?"), exc)
         return tuple(words)
