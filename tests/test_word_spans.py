@@ -20,8 +20,7 @@ import pytest
 from long_audio import LONG_SECONDS, check_long, ten_minutes
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import ForcedAligner
-from qwen3asr.aligner.refine import (Levels, assigned_at_pauses, collapse, cut_long_pieces, pieces_at_pauses, refined,
-                                     snap, unheard)
+from qwen3asr.aligner.refine import Levels, assigned_at_pauses, collapse, pieces_at_pauses, refined, snap, unheard
 from qwen3asr.aligner.segments import align_segments
 from qwen3asr.backends import BackendOptions
 from qwen3asr.results import Segment, Word
@@ -430,58 +429,15 @@ def test_each_later_alignment_stops_two_pieces_on(demo_aligner, stand_in):
     assert scorer.calls == [12, 2, 8, 8, 6, 4, 2]
 
 
-class _Drifting:
-    """A stand-in aligner whose words start 0.3 s into whatever audio it is given and 0.75 s apart,
-    each 0.5 s long: over bursts 0.8 s apart every word after the first lands 0.05 s earlier."""
-
-    segment_ms = 80.0
-
-    def __init__(self):
-        self.calls = []
-
-    def align(self, pcm, text, language, offset=0.0):
-        units = text.split()
-        self.calls.append((round(offset, 2), len(units)))
-        return tuple(Word(u, round(offset + 0.3 + 0.75 * j, 3), round(offset + 0.8 + 0.75 * j, 3))
-                     for j, u in enumerate(units))
-
-
-def test_a_long_piece_is_cut_again_at_its_shorter_pauses(monkeypatch):
-    """cut_long_pieces: a piece at pauses of more than LONG_PIECE_S (4.4 s: five bursts with 0.2 s
-    between them, under SPLIT_PAUSE_S) is cut again in the middle of its quiet runs of SHORT_PAUSE_S,
-    each part aligned alone with the words whose middle it holds, so the drift starts again in each;
-    the short piece after the pause is not aligned again; with no quiet run that long nothing is."""
-    from qwen3asr.aligner import refine
-
-    assert refine.LONG_PIECE_S == 3.0 and refine.SHORT_PAUSE_S == 0.18
-    five = ((0.3, 0.9), (1.1, 1.7), (1.9, 2.5), (2.7, 3.3), (3.5, 4.1))
-    pcm = bursts(five + ((4.7, 5.3),), 5.8)
-    levels = Levels.of(pcm, 0.0)
-    assert [(a, b) for a, b in pieces_at_pauses(levels)] == [(0, 440), (440, 580)]
-    al = _Drifting()
-    first = al.align(pcm[:70400], "one two three four five", "English") + al.align(pcm[70400:], "six", "English",
-                                                                                offset=4.4)
-    assert [w.start for w in first] == [0.3, 1.05, 1.8, 2.55, 3.3, 4.7]  # the fifth 0.2 s before its burst
-    al.calls.clear()
-    got = cut_long_pieces(al, pcm, first, "English", levels)
-    assert [w.word for w in got] == [w.word for w in first]
-    assert al.calls == [(0.0, 1), (1.0, 1), (1.8, 1), (2.6, 1), (3.4, 1)]  # the parts; not the piece at 4.4 s
-    for w, (a, b) in zip(got, five):
-        assert a <= w.start < b, (w, (a, b))
-    assert got[5] == first[5]
-    monkeypatch.setattr(refine, "SHORT_PAUSE_S", 0.25)
-    al.calls.clear()
-    assert cut_long_pieces(al, pcm, first, "English", levels) == tuple(first) and al.calls == []
-
-
-def test_a_held_out_input_whose_long_piece_holds_two_utterances(engine, monkeypatch):
-    """A held-out paused Mandarin input (paused_speech, test split, example 108: 6.2 s, 9 words,
-    pieces of 1.6, 4.0 and 0.6 s at its pauses; espeak-ng) whose 4.0 s piece holds two utterances
-    with a short pause between them: the demo aligner drifts across it, and cut there the mean
-    shift halves (119.5 -> 57.1 ms when written)."""
+def test_a_held_out_input_cut_at_its_shorter_pauses(engine, monkeypatch):
+    """A held-out paused Mandarin input (paused_speech, test split, example 108: 6.2 s, 9 words;
+    espeak-ng) with two utterances 0.18-0.25 s apart: cut at pauses of SPLIT_PAUSE_S (0.18 s) it
+    has 8 pieces and its mean shift is 74.6 ms (when written); cut at 0.25 s (the setting before)
+    3 pieces, the second 4.0 s holding both utterances, over which the demo aligner drifts: 119.5."""
     from qwen3asr.aligner import refine
     from qwen3asr_tools import child_env, paused_speech
 
+    assert refine.SPLIT_PAUSE_S == 0.18
     code = ("import pickle, sys; from qwen3asr_tools import paused_speech; "  # fresh: libespeak-ng keeps state
             "pickle.dump(paused_speech.make_example('test', 108), sys.stdout.buffer)")
     ex = pickle.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=300,
@@ -494,8 +450,10 @@ def test_a_held_out_input_whose_long_piece_holds_two_utterances(engine, monkeypa
         assert [w.word for w in got] == list(units)
         return float(np.abs(np.array([(w.start, w.end) for w in got]) - ref).mean() * 1000)
 
-    assert shift_ms() < 75
-    monkeypatch.setattr(refine, "LONG_PIECE_S", float("inf"))
+    assert len(pieces_at_pauses(Levels.of(ex.audio, 0.0))) == 8
+    assert shift_ms() < 90
+    monkeypatch.setattr(refine, "SPLIT_PAUSE_S", 0.25)
+    assert len(pieces_at_pauses(Levels.of(ex.audio, 0.0))) == 3
     assert shift_ms() > 100
 
 

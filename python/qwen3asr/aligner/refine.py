@@ -8,9 +8,7 @@ official repair), applied to each segment by ``align_segments``:
   segment with pauses of SPLIT_PAUSE_S or more is aligned again piece by piece from the left
   (``assigned_at_pauses``): each piece takes the words whose middle an alignment from its start
   (over HORIZON_PIECES more pieces) puts inside it (or, with none, the first word if it starts
-  inside it), so the drift starts again after every pause (docs/aligner.md). The drift also
-  grows inside a long piece spoken in one go, so a piece of more than LONG_PIECE_S is then cut
-  again at its shorter pauses (SHORT_PAUSE_S) and aligned again there (``cut_long_pieces``).
+  inside it), so the drift starts again after every pause (docs/aligner.md).
 - **snapping** (``word_spans="speech"``): the aligner's bins are coarse and its end slot often
   lands on the next word's start, so a word before a pause keeps the pause (a subtitle stays
   on screen through it). From the segment's 10 ms frame levels (``streaming.pause.frame_db``,
@@ -61,10 +59,8 @@ FLOOR_SHARE = 0.25  # ... and so is one within this share of the way from the fl
 MIN_CONTRAST_DB = 12.0  # loud end - floor below this: speech cannot be told from noise, no snapping
 MIN_PAUSE_S = 0.12  # a quiet run this long is a pause (stop closures and weak consonants are shorter)
 EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak onset or decay)
-SPLIT_PAUSE_S = 0.25  # pauses at least this long cut a segment into pieces (assigned_at_pauses, a collapse)
+SPLIT_PAUSE_S = 0.18  # pauses at least this long cut a segment into pieces (assigned_at_pauses, a collapse)
 HORIZON_PIECES = 2  # assigned_at_pauses: each later alignment runs this many pieces past its own
-LONG_PIECE_S = 3.0  # cut_long_pieces: a piece at pauses longer than this is cut again ...
-SHORT_PAUSE_S = 0.18  # ... in the middle of its quiet runs of at least this long
 MIN_RUN = 3  # this many consecutive words with one start is a collapse
 PILE_WORDS = 2  # this many words starting in a segment's last bin is a pile-up
 
@@ -316,41 +312,11 @@ def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language
     return tuple(out), counts
 
 
-def cut_long_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], language: str,
-                    levels: Levels) -> Tuple[Word, ...]:
-    """``words`` (a segment's, aligned piece by piece at its pauses) with every piece of more than
-    LONG_PIECE_S cut again in the middle of its quiet runs of SHORT_PAUSE_S or more, each part
-    given the piece's words whose middle it holds and aligned again alone, so that the aligner's
-    drift starts again inside long stretches of speech. A piece whose parts do not give back its
-    words keeps its times; ``words`` as they are when no piece is cut."""
-    pieces = pieces_at_pauses(levels)
-    quiet = levels.pauses(SHORT_PAUSE_S)
-    middles = np.array([(w.start + w.end) / 2 for w in words])
-    if np.any(np.diff(middles) < 0):
-        return tuple(words)
-    out: List[Word] = []
-    for a, b in pieces:
-        mine = [w for w, m in zip(words, middles) if levels.time(a) <= m < levels.time(b)]
-        cuts = [(x + y) // 2 for x, y in quiet if a < x and y < b]
-        if (b - a) * FRAME_S <= LONG_PIECE_S or not cuts or len(mine) < 2:
-            out += mine
-            continue
-        parts = list(zip([a] + cuts, cuts + [b]))
-        owner = np.searchsorted([levels.time(x) for x, _ in parts[1:]], [(w.start + w.end) / 2 for w in mine],
-                                side="right")
-        again = realign(aligner, pcm, mine, language, levels, parts,
-                        [[int(i) for i in np.flatnonzero(owner == p)] for p in range(len(parts))])
-        out += mine if again is None else again[0]
-    if [w.word for w in out] != [w.word for w in words]:  # a word outside every piece: keep the times
-        return tuple(words)
-    return tuple(out)
-
-
 def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], language: str,
             spans: str, reader=None, text: Optional[str] = None) -> Tuple[Tuple[Word, ...], Optional[str]]:
     """One segment's words (``aligner.align`` of its audio ``pcm``, (n,) float32 16 kHz, whose first
     sample is at ``offset`` seconds), with ``spans`` "speech" aligned again piece by piece at its
-    pauses (assigned_at_pauses; long pieces again at their shorter pauses, cut_long_pieces), checked for a collapse and, with "speech", aligned again in pieces
+    pauses (assigned_at_pauses), checked for a collapse and, with "speech", aligned again in pieces
     when collapsed (the pieces at its pauses, then its halves; words shared by their first times,
     then by the speech where those leave a piece with speech unheard: the first way without a
     collapse, else the one with the fewest words caught) and fitted to the speech; with "raw" the
@@ -371,7 +337,6 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
 
                 words = checked_pieces(aligner, pcm, words, at[1], language, levels, pieces_at_pauses(levels),
                                        reader, text)
-            words = cut_long_pieces(aligner, pcm, words, language, levels)
     reason, bad = collapse(words, offset, end, bin_s)
     if reason and spans != "raw":
         first = reason
@@ -400,5 +365,5 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     return words, flag
 
 
-__all__ = ["LONG_PIECE_S", "Levels", "SHORT_PAUSE_S", "assigned_at_pauses", "collapse", "cut_long_pieces", "halves",
-           "pieces_at_pauses", "realign", "refined", "share_words", "snap", "unheard"]
+__all__ = ["Levels", "assigned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign",
+           "refined", "share_words", "snap", "unheard"]
