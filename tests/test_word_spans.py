@@ -85,6 +85,18 @@ def test_times_move_by_the_segment_offset():
         words(("one", 60.48, 61.02), ("two", 61.98, 62.6))
 
 
+def test_the_last_word_of_a_piece_ends_where_its_speech_ends():
+    """A piece's last word (pieces at pauses of SPLIT_PAUSE_S) that ends at most STRETCH_S before
+    the piece's speech ends is drawn out to it (EDGE_S of the pause kept); one ending further
+    before it, and a word with another after it in its piece, keep their ends."""
+    from qwen3asr.aligner.refine import STRETCH_S
+
+    assert STRETCH_S == 0.25
+    lv = Levels.of(bursts(((0.5, 1.0), (1.5, 2.0), (2.5, 3.0)), 3.5), 0.0)
+    got = snap(words(("one", 0.5, 0.85), ("two", 1.5, 1.6), ("three", 1.6, 1.7), ("four", 2.5, 2.8)), lv, BIN)
+    assert got == words(("one", 0.5, 1.02), ("two", 1.5, 1.6), ("three", 1.6, 1.7), ("four", 2.5, 3.02))
+
+
 def test_a_zero_length_word_gets_one_bin_within_its_neighbours():
     lv = Levels.of(bursts(((0.0, 4.0),), 4.0), 0.0)  # all speech: nothing else moves
     # three commands joined into one upload: "off" 2.64-2.64 between two words that touch it
@@ -237,8 +249,9 @@ def test_a_collapse_is_aligned_again_at_the_pauses(demo_aligner, stand_in, caplo
     assert seg.words_flag is None and [w.word for w in seg.words] == TEXT.split()
     assert "aligned again in 4 pieces cut at its pauses, shared by speech: aligned" in caplog.text
     # each word in its own burst's piece (cut in the middle of the pauses: 0, 1.35, 2.45, 3.55 s),
-    # 160-640 ms after the cut, its start then moved out of the pause to the burst's onset less EDGE_S
-    assert [(w.start, w.end) for w in seg.words] == [(0.48, 0.64), (1.58, 1.99), (2.68, 3.09), (3.78, 4.19)]
+    # 160-640 ms after the cut, its start then moved out of the pause to the burst's onset less EDGE_S;
+    # an end 0.21 s before its burst's end drawn out to it (plus EDGE_S), one 0.46 s before it not
+    assert [(w.start, w.end) for w in seg.words] == [(0.48, 0.64), (1.58, 2.22), (2.68, 3.32), (3.78, 4.42)]
     # raw; speech: the first pass, the first piece from the left (all 4 words' middles before its
     # end: 8 slots, as collapsed), then by time (no better), by speech
     assert scorer.calls == [8, 8, 8, 8, 2, 2, 2, 2]

@@ -14,9 +14,11 @@ official repair), applied to each segment by ``align_segments``:
   on screen through it). From the segment's 10 ms frame levels (``streaming.pause.frame_db``,
   the level the stream already computes), a word's end that reaches into a pause, or through it
   by at most one bin, is pulled back to where its speech ends, and a start in a pause is moved
-  forward to the onset after it (each keeping EDGE_S of the pause). Spans only shrink, so the
-  order of the times is kept. A word of zero length gets one bin, the shortest span the bins
-  can tell, within its neighbours.
+  forward to the onset after it (each keeping EDGE_S of the pause). The last word of each piece
+  at pauses that ends at most STRETCH_S before the piece's speech ends is drawn out to it (the
+  demo aligner ends a piece's last word early); no end passes the next word's start, so the
+  order of the times is kept. A word of zero length gets one bin, the shortest span the bins can tell,
+  within its neighbours.
 - **collapse check** (both settings): a segment whose words share one start, start at the
   segment's start past the first word, or pile up in its last bin did not align (noisy audio,
   a very long input). With "speech" it is aligned again in smaller pieces, first cut at its own
@@ -60,6 +62,7 @@ MIN_CONTRAST_DB = 12.0  # loud end - floor below this: speech cannot be told fro
 MIN_PAUSE_S = 0.12  # a quiet run this long is a pause (stop closures and weak consonants are shorter)
 EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak onset or decay)
 SPLIT_PAUSE_S = 0.18  # pauses at least this long cut a segment into pieces (assigned_at_pauses, a collapse)
+STRETCH_S = 0.25  # snap: a piece's last word ending at most this long before its speech ends ends there
 HORIZON_PIECES = 2  # assigned_at_pauses: each later alignment runs this many pieces past its own
 MIN_RUN = 3  # this many consecutive words with one start is a collapse
 PILE_WORDS = 2  # this many words starting in a segment's last bin is a pile-up
@@ -105,7 +108,8 @@ class Levels:
 def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...]:
     """``words`` (one segment's, in order, times in seconds) with each span fitted to its speech
     (the module docstring): zero-length words widened to one bin ``bin_s`` within their
-    neighbours, starts moved out of pauses, ends pulled back out of them."""
+    neighbours, starts moved out of pauses, ends pulled back out of them, each piece's last word
+    drawn out to the end of the piece's speech when that is at most STRETCH_S after it."""
     out = _widened(words, levels, bin_s)
     pauses = levels.pauses()
     reach = int(round(bin_s / FRAME_S))
@@ -124,7 +128,27 @@ def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...
         start, end = max(w.start, levels.time(fs)), min(w.end, levels.time(fe))
         if (start, end) != (w.start, w.end) and end > start:
             out[i] = dataclasses.replace(w, start=start, end=end)
-    return tuple(out)
+    return _to_speech_end(out, levels, edge)
+
+
+def _to_speech_end(words: List[Word], levels: Levels, edge: int) -> Tuple[Word, ...]:
+    """The last word of each piece at pauses (pieces_at_pauses) ending before the piece's speech
+    ends, by at most STRETCH_S, ends there (keeping ``edge`` frames of the pause): what the piece
+    holds after its last word is that word's (the demo aligner's last end in a piece falls early)."""
+    if levels.loud is None or not words:
+        return tuple(words)
+    middles = [(w.start + w.end) / 2 for w in words]
+    for a, b in pieces_at_pauses(levels):
+        inside = [i for i, m in enumerate(middles) if levels.time(a) <= m < levels.time(b)]
+        loud = np.flatnonzero(levels.loud[a:b])
+        if not inside or not loud.size:
+            continue
+        i, stop = inside[-1], a + int(loud[-1]) + 1
+        end = levels.time(min(b, stop + edge))
+        if words[i].end < levels.time(stop) <= words[i].end + STRETCH_S and (i + 1 == len(words)
+                                                                             or end <= words[i + 1].start):
+            words[i] = dataclasses.replace(words[i], end=end)
+    return tuple(words)
 
 
 def _widened(words: Sequence[Word], levels: Levels, bin_s: float) -> List[Word]:
