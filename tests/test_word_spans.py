@@ -368,7 +368,8 @@ class _Placing:
 def test_a_piece_takes_the_word_that_starts_in_it():
     """assigned_at_pauses gives a piece the words whose middle is inside it, and, when none is, the
     first word if it starts inside it (else a piece whose words all run long is skipped and its
-    words pile into the last)."""
+    words pile into the last), each ending by the piece's end (else the next piece's first word
+    could start before it ends)."""
 
     pcm = bursts(FOUR, 5.0)
     al = _Placing()
@@ -376,8 +377,8 @@ def test_a_piece_takes_the_word_that_starts_in_it():
     got = assigned_at_pauses(al, pcm, first, "English", Levels.of(pcm, 0.0))[0]
     cuts = (0.0, 1.35, 2.45, 3.55, 5.0)
     assert [w.word for w in got] == TEXT.split()
-    for i, w in enumerate(got):
-        assert cuts[i] <= w.start < cuts[i + 1], (w, cuts[i:i + 2])
+    for i, w in enumerate(got):  # each inside its piece: an end past the cut cut back to it
+        assert cuts[i] <= w.start < w.end <= cuts[i + 1], (w, cuts[i:i + 2])
     # the whole; the first piece alone (alpha's middle 1.15 s); the rest from each cut, whose first
     # word starts 0.7 s in but ends past the next cut
     assert al.calls == [(0.0, 4), (0.0, 1), (1.35, 3), (2.45, 2), (3.55, 1)]
@@ -440,6 +441,26 @@ def test_each_later_alignment_stops_two_pieces_on(demo_aligner, stand_in):
     # alignment started before 4.65 (8 slots, not the five left), from 2.45 s to 5.75 s four again,
     # then to the segment's end: the three, two and one left
     assert scorer.calls == [12, 2, 8, 8, 6, 4, 2]
+
+
+def test_in_chinese_each_later_alignment_stops_three_pieces_on():
+    """In a language whose units are characters (CHARACTER_LANGUAGES) the alignment from a cut runs
+    to the end of the piece three on (HORIZON_PIECES_CHARACTERS), in others two on."""
+    from qwen3asr.aligner.refine import CHARACTER_LANGUAGES, HORIZON_PIECES_CHARACTERS
+
+    assert HORIZON_PIECES_CHARACTERS == 3 and CHARACTER_LANGUAGES == {"Chinese", "Cantonese"}
+    six = FOUR + ((4.9, 5.5), (6.0, 6.6))  # cuts at 1.35, 2.45, 3.55, 4.65, 5.75 s
+    pcm = bursts(six, 7.2)
+    first = tuple(Word(u, a, b) for u, (a, b) in zip("一二三四五六", six))
+    calls = {}
+    for language in ("English", "Chinese"):
+        al = _Placing()
+        got = assigned_at_pauses(al, pcm, first, language, Levels.of(pcm, 0.0))[0]
+        assert [w.word for w in got] == list("一二三四五六")
+        calls[language] = al.calls
+    # from 1.35 s: to 4.65 s (two on: the three words starting before it) or to 5.75 s (three on: four)
+    assert calls["English"] == [(0.0, 1), (1.35, 3), (2.45, 3), (3.55, 3), (4.65, 2), (5.75, 1)]
+    assert calls["Chinese"] == [(0.0, 1), (1.35, 4), (2.45, 4), (3.55, 3), (4.65, 2), (5.75, 1)]
 
 
 def test_a_held_out_input_cut_at_its_shorter_pauses(engine, monkeypatch):

@@ -7,7 +7,7 @@ official repair), applied to each segment by ``align_segments``:
   early on the words after long pauses (the demo aligner by 0.3-0.9 s at the 6th-9th word). A
   segment with pauses of SPLIT_PAUSE_S or more is aligned again piece by piece from the left
   (``assigned_at_pauses``): each piece takes the words whose middle an alignment from its start
-  (over HORIZON_PIECES more pieces) puts inside it (or, with none, the first word if it starts
+  (over HORIZON_PIECES more pieces, HORIZON_PIECES_CHARACTERS in Chinese) puts inside it (or, with none, the first word if it starts
   inside it), so the drift starts again after every pause (docs/aligner.md).
 - **snapping** (``word_spans="speech"``): the aligner's bins are coarse and its end slot often
   lands on the next word's start, so a word before a pause keeps the pause (a subtitle stays
@@ -64,6 +64,8 @@ EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak ons
 SPLIT_PAUSE_S = 0.18  # pauses at least this long cut a segment into pieces (assigned_at_pauses, a collapse)
 STRETCH_S = 0.25  # snap: a piece's last word ending at most this long before its speech ends ends there
 HORIZON_PIECES = 2  # assigned_at_pauses: each later alignment runs this many pieces past its own
+HORIZON_PIECES_CHARACTERS = 3  # ... in a language whose units are characters (CHARACTER_LANGUAGES)
+CHARACTER_LANGUAGES = frozenset({"Chinese", "Cantonese"})  # measured on Mandarin (docs/aligner.md)
 MIN_RUN = 3  # this many consecutive words with one start is a collapse
 PILE_WORDS = 2  # this many words starting in a segment's last bin is a pile-up
 
@@ -290,10 +292,12 @@ def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language
     """``words`` (the whole segment's alignment) aligned again piece by piece from the left, the
     pieces cut at the segment's pauses (pieces_at_pauses), so that the aligner's drift starts
     again after every pause. The first piece's words are aligned in it alone; from each later cut
-    the remaining text is aligned over the audio up to HORIZON_PIECES pieces further (the words
-    the whole alignment starts before that end; the rest of the text where it is the segment's
+    the remaining text is aligned over the audio up to HORIZON_PIECES pieces further
+    (HORIZON_PIECES_CHARACTERS in CHARACTER_LANGUAGES, whose units are characters): the words
+    the whole alignment starts before that end (the rest of the text where it is the segment's
     end), its first words placed well. A piece keeps the words whose middle (start + end, halved)
-    lies before its end (with none, the first word if it starts before it), with those times; the
+    lies before its end (with none, the first word if it starts before it), with those times (an
+    end past the piece's end cut back to it, so the next piece's words do not start before it); the
     last piece takes what is left. About four aligner passes' worth of audio for the segment in
     all. Returns (the words, how many each of pieces_at_pauses holds); None when there is one
     piece or an alignment does not give back its words (the caller keeps ``words``)."""
@@ -301,13 +305,14 @@ def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language
     if len(pieces) < 2 or not words:
         return None
     last = len(pieces) - 1
+    ahead = HORIZON_PIECES_CHARACTERS if language in CHARACTER_LANGUAGES else HORIZON_PIECES
     rest = [w.word for w in words]
     got: Sequence[Word] = words
     out: List[Word] = []
     counts = [0] * len(pieces)
     for i, (a, b) in enumerate(pieces):
         if i:
-            h = min(i + HORIZON_PIECES, last)
+            h = min(i + ahead, last)
             text = rest
             if h < last:
                 horizon = levels.time(pieces[h][1])
@@ -315,11 +320,11 @@ def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language
             got = aligner.align(pcm[a * HOP:pieces[h][1] * HOP], " ".join(text), language, offset=levels.time(a))
             if [w.word for w in got] != text:
                 return None
+        end = levels.time(b)
         if i == last:
-            out += got
+            out += _ending_by(got, end)
             counts[i] = len(got)
             break
-        end = levels.time(b)
         k = sum((w.start + w.end) / 2 < end for w in got)
         if not k and got and got[0].start < end:  # the first word starts in the piece: it is the piece's
             k = 1
@@ -328,12 +333,17 @@ def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language
                                                    offset=levels.time(a))
             if [w.word for w in mine] != rest[:k]:
                 return None
-            out += mine
+            out += _ending_by(mine, end)
             counts[i] = k
             rest = rest[k:]
         if not rest:
             break
     return tuple(out), counts
+
+
+def _ending_by(words: Sequence[Word], end: float) -> List[Word]:
+    """``words`` (a piece's, each starting before ``end``) with an end past ``end`` cut back to it."""
+    return [w if w.end <= end else dataclasses.replace(w, end=max(w.start, end)) for w in words]
 
 
 def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], language: str,
@@ -389,5 +399,5 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     return words, flag
 
 
-__all__ = ["Levels", "assigned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign",
-           "refined", "share_words", "snap", "unheard"]
+__all__ = ["CHARACTER_LANGUAGES", "HORIZON_PIECES", "HORIZON_PIECES_CHARACTERS", "Levels", "assigned_at_pauses",
+           "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap", "unheard"]
