@@ -7,8 +7,9 @@ official repair), applied to each segment by ``align_segments``:
   early on the words after long pauses (the demo aligner by 0.3-0.9 s at the 6th-9th word). A
   segment with pauses of SPLIT_PAUSE_S or more is aligned again piece by piece from the left
   (``assigned_at_pauses``): each piece takes the words whose middle an alignment from its start
-  (over HORIZON_PIECES more pieces, HORIZON_PIECES_CHARACTERS in Chinese) puts inside it (or, with none, the first word if it starts
-  inside it), so the drift starts again after every pause (docs/aligner.md).
+  (over HORIZON_PIECES more pieces, HORIZON_PIECES_CHARACTERS in Chinese) puts inside it (or,
+  with none, the first word if it starts inside it), so the drift starts again after every pause
+  (docs/aligner.md).
 - **snapping** (``word_spans="speech"``): the aligner's bins are coarse and its end slot often
   lands on the next word's start, so a word before a pause keeps the pause (a subtitle stays
   on screen through it). From the segment's 10 ms frame levels (``streaming.pause.frame_db``,
@@ -17,8 +18,8 @@ official repair), applied to each segment by ``align_segments``:
   forward to the onset after it (each keeping EDGE_S of the pause). The last word of each piece
   at pauses that ends at most STRETCH_S before the piece's speech ends is drawn out to it (the
   demo aligner ends a piece's last word early); no end passes the next word's start, so the
-  order of the times is kept. A word of zero length gets one bin, the shortest span the bins can tell,
-  within its neighbours.
+  order of the times is kept. A word of zero length gets one bin, the shortest span the bins can
+  tell, within its neighbours.
 - **collapse check** (both settings): a segment whose words share one start, start at the
   segment's start past the first word, or pile up in its last bin did not align (noisy audio,
   a very long input). With "speech" it is aligned again in smaller pieces, first cut at its own
