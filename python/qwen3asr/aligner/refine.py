@@ -316,8 +316,8 @@ def assigned_at_pauses(aligner, pcm: np.ndarray, words: Sequence[Word], language
             h = min(i + ahead, last)
             text = rest
             if h < last:
-                horizon = levels.time(pieces[h][1])
-                text = rest[:max(1, sum(w.start < horizon for w in words[len(out):]))]
+                until = levels.time(pieces[h][1])  # the window's end (seconds)
+                text = rest[:max(1, sum(w.start < until for w in words[len(out):]))]
             got = aligner.align(pcm[a * HOP:pieces[h][1] * HOP], " ".join(text), language, offset=levels.time(a))
             if [w.word for w in got] != text:
                 return None
