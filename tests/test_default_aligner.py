@@ -335,3 +335,53 @@ def test_the_attention_loss_on_more_heads_and_layers_reads_their_official_attent
         with pytest.raises(SystemExit):
             main(["--work", str(tmp_path), *bad])
         assert "--attention-" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not shutil.which("espeak-ng"), reason="espeak-ng is not installed")
+def test_window_examples_are_paused_speech_cut_in_the_middle_of_its_pauses():
+    """--window-share: a paused example's windows start and end in the middle of a pause (or at its
+    edges), hold the words wholly inside with times from the window's start, and their log-mel is
+    the cut audio's (what assigned_at_pauses gives the aligner), away from the cut's STFT edges,
+    but for the quiet frames: they keep the whole example's clamp (the cached log-mel lost what lay
+    below it), higher than the cut's own by at most the difference of their loudest frames."""
+    import random
+
+    from qwen3asr.mel import log_mel
+    from qwen3asr_tools import paused_speech
+    from qwen3asr_tools.train_aligner import (AlignerTrainConfig, ClipWords, Example, example_mel, example_words,
+                                              window_crops)
+
+    ex = next(e for e in (paused_speech.make_example("test", i) for i in range(40))
+              if e.kind != "isolated" and len(e.audio) < 20 * 16000)
+    units, starts, ends = paused_speech.aligner_units(ex)
+    mel = log_mel(ex.audio, 128).astype(np.float32)
+    words = [ClipWords(tuple(units), tuple(starts), tuple(ends), ())]
+    off = np.array([0, mel.shape[1]])
+    whole = Example((0,), mel.shape[1])
+    pauses = [(e, s) for e, s in zip(ends, starts[1:]) if s - e >= 0.18]
+    assert pauses, "the example has no pause to cut at"
+    cfg = AlignerTrainConfig(window_share=1.0, window_pieces=3)
+    rng = random.Random(1)
+    crops = [c for _ in range(30) for c in window_crops([whole], words, 0, cfg, rng)]
+    assert crops and all(c.crop is not None for c in crops)
+    assert not window_crops([whole], words, 1, cfg, rng)  # not a paused example: no window
+    assert not window_crops([Example((0, 0), 2 * whole.frames)], words, 0, cfg, rng)  # joined: none
+    mids = {0, whole.frames} | {round(50.0 * (e + s)) for e, s in pauses}
+    for c in crops:
+        a, b = c.crop
+        assert a in mids and b in mids and c.frames == b - a
+        inside = [k for k in range(len(units)) if starts[k] >= a / 100.0 and ends[k] <= b / 100.0]
+        pieces = sum(a < round(50.0 * (e + s)) < b for e, s in pauses) + 1
+        assert 1 <= pieces <= 3 and inside
+        w, s, e, _ = example_words(words, off, c)
+        assert list(w) == [units[k] for k in inside]
+        np.testing.assert_allclose(s, [starts[k] - a / 100.0 for k in inside], atol=1e-9)
+        np.testing.assert_allclose(e, [ends[k] - a / 100.0 for k in inside], atol=1e-9)
+        got = example_mel(mel, off, c)
+        cut = log_mel(ex.audio[a * 160:b * 160], 128)
+        assert got.shape == (128, b - a) and cut.shape[1] >= b - a
+        inner = slice(2, b - a - 2)
+        floor = mel.min()  # the whole example's clamp (its maximum - 2): a cut of a quieter part clamps lower
+        want = np.maximum(cut[:, inner], floor)
+        assert np.abs(got[:, inner] - want).max() < 1e-3, (a, b)
+        assert np.abs(got[:, inner] - cut[:, inner]).max() <= mel.max() - cut.max() + 1e-3

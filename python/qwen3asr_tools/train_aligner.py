@@ -137,6 +137,13 @@ class AlignerTrainConfig:
     attention_heads: int = 1
     attention_layers: int = 1
     attention_at: Optional[Tuple[Tuple[int, int], ...]] = None
+    # Windows of paused examples, as the engine's word spans align them (qwen3asr.aligner.refine,
+    # assigned_at_pauses): each epoch, with this chance per paused example, one more example of its
+    # audio cut in the middle of two of its pauses (gaps of at least window_pause_s between words, or
+    # its edges) holding 1..window_pieces of the pieces between them, with the words inside.
+    window_share: float = 0.0
+    window_pieces: int = 4
+    window_pause_s: float = 0.18
 
 
 # --------------------------------------------------------------------------- stages 2 and 4
@@ -305,6 +312,7 @@ def build_input(tok, n_audio: int, words: Sequence[str], starts: Sequence[float]
 class Example:
     clips: Tuple[int, ...]          # clip indices, joined in this order
     frames: int                     # mel frames of the joined audio
+    crop: Optional[Tuple[int, int]] = None  # mel frames [a, b) of the joined audio kept (window_crops)
 
 
 def compose(frames: Sequence[int], has_words: Sequence[bool], cfg: AlignerTrainConfig,
@@ -334,13 +342,39 @@ def compose(frames: Sequence[int], has_words: Sequence[bool], cfg: AlignerTrainC
     return out
 
 
+def window_crops(examples: Sequence[Example], words: Sequence[ClipWords], first_paused: int,
+                 cfg: AlignerTrainConfig, rng: random.Random) -> List[Example]:
+    """The epoch's extra window examples (``cfg.window_share``): for a paused example alone in an
+    Example (clip index >= ``first_paused``), with that chance, its audio from the middle of one
+    pause (or its start) to the middle of the pause 1..window_pieces pieces later (or its end), a
+    pause being a gap of at least window_pause_s between consecutive words: what one window of
+    assigned_at_pauses hears."""
+    out = []
+    for ex in examples:
+        if len(ex.clips) != 1 or ex.clips[0] < first_paused or rng.random() >= cfg.window_share:
+            continue
+        cw = words[ex.clips[0]]
+        cuts = [round(50.0 * (e + s)) for e, s in zip(cw.ends, cw.starts[1:]) if s - e >= cfg.window_pause_s]
+        bounds = [0] + cuts + [ex.frames]
+        i = rng.randrange(len(bounds) - 1)
+        j = min(len(bounds) - 1, i + rng.randint(1, cfg.window_pieces))
+        a, b = bounds[i], bounds[j]
+        if (a, b) != (0, ex.frames) and b - a >= 20:
+            out.append(Example(ex.clips, b - a, (a, b)))
+    return out
+
+
 def example_mel(mel_all: np.ndarray, off: np.ndarray, ex: Example) -> np.ndarray:
-    """(128, frames) float32 log-mel of the example's clips joined (train_tiny.joined_mel)."""
-    return tt.joined_mel(mel_all, off, ex.clips)
+    """(128, frames) float32 log-mel of the example's clips joined (train_tiny.joined_mel), cut to
+    its crop: the cut audio's log-mel but for its quiet frames, which keep the whole's clamp (its
+    maximum - 8): above the cut's own by at most the difference of their loudest frames (tested)."""
+    m = tt.joined_mel(mel_all, off, ex.clips)
+    return m if ex.crop is None else m[:, ex.crop[0]:ex.crop[1]]
 
 
 def example_words(words: Sequence[ClipWords], off: np.ndarray, ex: Example):
-    """(words, starts, ends, token spans) of the joined clips, times shifted by each part's start."""
+    """(words, starts, ends, token spans) of the joined clips, times shifted by each part's start;
+    of a crop, the words (and spans) wholly inside it, times from its start."""
     w, s, e, sp, t = [], [], [], [], 0.0
     for i in ex.clips:
         cw = words[i]
@@ -349,6 +383,11 @@ def example_words(words: Sequence[ClipWords], off: np.ndarray, ex: Example):
         e += [x + t for x in cw.ends]
         sp += [(tid, a + t, b + t) for tid, a, b in cw.spans]
         t += (off[i + 1] - off[i]) / 100.0
+    if ex.crop is not None:
+        lo, hi = ex.crop[0] / 100.0, ex.crop[1] / 100.0
+        keep = [k for k in range(len(w)) if s[k] >= lo and e[k] <= hi]
+        w, s, e = [w[k] for k in keep], [s[k] - lo for k in keep], [e[k] - lo for k in keep]
+        sp = [(tid, a - lo, b - lo) for tid, a, b in sp if a >= lo and b <= hi]
     return w, s, e, sp
 
 
@@ -646,6 +685,7 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
     dev_mel = tt.make_features(work, data, "dev")
     dev_words = make_words(work, data, "dev", cfg.n_dev, cfg.seed, tok_dir)
     paused_dev = None
+    first_paused = len(words)  # the paused examples follow the make_dataset clips
     if cfg.paused > 0:
         pf, pw = make_paused(work, "train", cfg.paused, cfg.seed, tok_dir)
         mel_all = np.concatenate([mel_all, pf["mel"]], axis=1)
@@ -730,7 +770,10 @@ def train(work: str, data: str, tok_dir: str, cfg: AlignerTrainConfig, log_every
     done = progress() >= 1.0
     while not done:
         epoch += 1
-        for batch in tt.make_batches(compose(frames, has_words, cfg, rng), bcfg, rng):
+        epoch_examples = compose(frames, has_words, cfg, rng)
+        if cfg.window_share > 0:
+            epoch_examples += window_crops(epoch_examples, words, first_paused, cfg, rng)
+        for batch in tt.make_batches(epoch_examples, bcfg, rng):
             done = progress() >= 1.0
             if done:
                 break
@@ -878,6 +921,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="the attention loss on these LAYER:HEAD pairs instead (layer -1 the last), e.g. "
                          "--attention-at=-1:0,-2:1 (with '=': the value starts with '-'); the first is logged on "
                          "its own")
+    ap.add_argument("--window-share", type=float, default=d.window_share,
+                    help="chance per paused example and epoch of one more example: a window of it cut in the "
+                         "middle of two pauses, as the word spans align one (0 = none)")
+    ap.add_argument("--window-pieces", type=int, default=d.window_pieces,
+                    help="most pieces between pauses in such a window")
     ap.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between dev checks and snapshots")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--from-snapshot", action="store_true",
@@ -887,7 +935,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     for name in ("pretrain_minutes", "minutes", "concat_share", "long_share", "paused", "paused_long",
                  "paused_long_seconds", "lr", "warmup",
-                 "decoder_layers", "position_weight", "attention_weight"):
+                 "decoder_layers", "position_weight", "attention_weight", "window_share"):
         if not getattr(args, name) >= 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
     if args.attention_heads < 1 or args.attention_layers < 1:
@@ -903,8 +951,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
         ap.error(f"--init-from {args.init_from}: not a bundle directory (no model.json); give the ASR demo's "
                  f"(models/default) or '' to train from scratch")
-    if args.concat_share > 1 or args.long_share > 1:
-        ap.error("--concat-share and --long-share are shares between 0 and 1")
+    if args.concat_share > 1 or args.long_share > 1 or args.window_share > 1:
+        ap.error("--concat-share, --long-share and --window-share are shares between 0 and 1")
+    if args.window_pieces < 1:
+        ap.error("--window-pieces must be >= 1")
     os.makedirs(args.work, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(), logging.FileHandler(os.path.join(args.work, "train.log"))])
@@ -915,7 +965,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   paused_long_seconds=args.paused_long_seconds, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
                   decoder_layers=args.decoder_layers, position_weight=args.position_weight,
                   attention_weight=args.attention_weight, attention_heads=args.attention_heads,
-                  attention_layers=args.attention_layers, attention_at=attention_at)
+                  attention_layers=args.attention_layers, attention_at=attention_at,
+                  window_share=args.window_share, window_pieces=args.window_pieces)
     t0 = time.time()
     data = tt.make_data(args.work, tt.TrainConfig(seed=cfg.seed, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                   n_test=cfg.n_test))
