@@ -359,9 +359,15 @@ def window_crops(examples: Sequence[Example], words: Sequence[ClipWords], first_
         i = rng.randrange(len(bounds) - 1)
         j = min(len(bounds) - 1, i + rng.randint(1, cfg.window_pieces))
         a, b = bounds[i], bounds[j]
-        if (a, b) != (0, ex.frames) and b - a >= 20:
+        if (a, b) != (0, ex.frames) and b - a >= 20 and any(_inside(s, e, (a, b)) for s, e in zip(cw.starts, cw.ends)):
             out.append(Example(ex.clips, b - a, (a, b)))
     return out
+
+
+def _inside(start: float, end: float, crop: Tuple[int, int]) -> bool:
+    """Whether a word of [start, end] seconds lies in the crop (mel frames [a, b)), to a frame: an
+    example's last word may end a millisecond past its last whole frame."""
+    return start >= crop[0] / 100.0 - 0.01 and end <= crop[1] / 100.0 + 0.01
 
 
 def example_mel(mel_all: np.ndarray, off: np.ndarray, ex: Example) -> np.ndarray:
@@ -384,10 +390,10 @@ def example_words(words: Sequence[ClipWords], off: np.ndarray, ex: Example):
         sp += [(tid, a + t, b + t) for tid, a, b in cw.spans]
         t += (off[i + 1] - off[i]) / 100.0
     if ex.crop is not None:
-        lo, hi = ex.crop[0] / 100.0, ex.crop[1] / 100.0
-        keep = [k for k in range(len(w)) if s[k] >= lo and e[k] <= hi]
+        lo = ex.crop[0] / 100.0
+        keep = [k for k in range(len(w)) if _inside(s[k], e[k], ex.crop)]
         w, s, e = [w[k] for k in keep], [s[k] - lo for k in keep], [e[k] - lo for k in keep]
-        sp = [(tid, a - lo, b - lo) for tid, a, b in sp if a >= lo and b <= hi]
+        sp = [(tid, a - lo, b - lo) for tid, a, b in sp if _inside(a, b, ex.crop)]
     return w, s, e, sp
 
 
