@@ -348,6 +348,8 @@ def test_window_examples_are_paused_speech_cut_in_the_middle_of_its_pauses():
 
     from qwen3asr.mel import log_mel
     from qwen3asr_tools import paused_speech
+    from dataclasses import replace
+
     from qwen3asr_tools.train_aligner import (AlignerTrainConfig, ClipWords, Example, example_mel, example_words,
                                               window_crops)
 
@@ -390,3 +392,20 @@ def test_window_examples_are_paused_speech_cut_in_the_middle_of_its_pauses():
     ends_late = {c.crop: example_words(short, np.array([0, 300]), c)[0]
                  for c in window_crops([Example((0,), 300)] * 20, short, 0, cfg, random.Random(2))}
     assert ends_late == {(125, 300): ["b"], (0, 125): ["a"]}
+    # --window-shift: the text one word off at the start, the audio the window's
+    shifted = [c for c in window_crops([whole] * 200, words, 0, replace(cfg, window_shift=1.0), random.Random(3))]
+    assert {-1, 1} <= {c.shift for c in shifted}
+    for c in shifted:
+        a, b = c.crop
+        inside = [k for k in range(len(units)) if starts[k] >= a / 100.0 - 0.01 and ends[k] <= b / 100.0 + 0.01]
+        w, s, e, _ = example_words(words, off, c)
+        if c.shift == 0:  # no word before the window, or one word in it: its text as it is
+            assert inside[0] == 0 or len(inside) == 1
+        elif c.shift < 0:  # the word before the window first, at its start
+            assert inside[0] > 0 and list(w) == [units[inside[0] - 1]] + [units[k] for k in inside]
+            assert s[0] == e[0] == 0.0
+            np.testing.assert_allclose(s[1:], [starts[k] - a / 100.0 for k in inside], atol=1e-9)
+        else:  # its first word left out, the others where they sound
+            assert len(inside) > 1 and list(w) == [units[k] for k in inside[1:]]
+            np.testing.assert_allclose(s, [starts[k] - a / 100.0 for k in inside[1:]], atol=1e-9)
+    assert all(c.shift == 0 for c in crops)  # none without the option

@@ -144,6 +144,11 @@ class AlignerTrainConfig:
     window_share: float = 0.0
     window_pieces: int = 4
     window_pause_s: float = 0.18
+    # The chance that such a window's text starts one word off, as it does after the word spans gave
+    # the piece before it a word too few or too many: half of them start with the word before the
+    # window (its audio not in it; target: the window's start), half leave out its first word (the
+    # audio kept). Taught to place the rest where they sound, a window stops such an error there.
+    window_shift: float = 0.0
 
 
 # --------------------------------------------------------------------------- stages 2 and 4
@@ -313,6 +318,7 @@ class Example:
     clips: Tuple[int, ...]          # clip indices, joined in this order
     frames: int                     # mel frames of the joined audio
     crop: Optional[Tuple[int, int]] = None  # mel frames [a, b) of the joined audio kept (window_crops)
+    shift: int = 0  # a crop's text: -1 the word before it first, +1 without its first word (window_shift)
 
 
 def compose(frames: Sequence[int], has_words: Sequence[bool], cfg: AlignerTrainConfig,
@@ -359,8 +365,14 @@ def window_crops(examples: Sequence[Example], words: Sequence[ClipWords], first_
         i = rng.randrange(len(bounds) - 1)
         j = min(len(bounds) - 1, i + rng.randint(1, cfg.window_pieces))
         a, b = bounds[i], bounds[j]
-        if (a, b) != (0, ex.frames) and b - a >= 20 and any(_inside(s, e, (a, b)) for s, e in zip(cw.starts, cw.ends)):
-            out.append(Example(ex.clips, b - a, (a, b)))
+        inside = [k for k, (s, e) in enumerate(zip(cw.starts, cw.ends)) if _inside(s, e, (a, b))]
+        if (a, b) != (0, ex.frames) and b - a >= 20 and inside:
+            shift = 0
+            if rng.random() < cfg.window_shift:
+                shift = -1 if rng.random() < 0.5 else 1
+                if (shift < 0 and inside[0] == 0) or (shift > 0 and len(inside) < 2):
+                    shift = 0
+            out.append(Example(ex.clips, b - a, (a, b), shift))
     return out
 
 
@@ -380,7 +392,8 @@ def example_mel(mel_all: np.ndarray, off: np.ndarray, ex: Example) -> np.ndarray
 
 def example_words(words: Sequence[ClipWords], off: np.ndarray, ex: Example):
     """(words, starts, ends, token spans) of the joined clips, times shifted by each part's start;
-    of a crop, the words (and spans) wholly inside it, times from its start."""
+    of a crop, the words (and spans) wholly inside it, times from its start, its text one word off
+    as its ``shift`` says (the word before it at 0-0 s first, or its first word left out)."""
     w, s, e, sp, t = [], [], [], [], 0.0
     for i in ex.clips:
         cw = words[i]
@@ -392,7 +405,12 @@ def example_words(words: Sequence[ClipWords], off: np.ndarray, ex: Example):
     if ex.crop is not None:
         lo = ex.crop[0] / 100.0
         keep = [k for k in range(len(w)) if _inside(s[k], e[k], ex.crop)]
+        if ex.shift > 0:
+            keep = keep[1:]
+        first = keep[0] - 1 if ex.shift < 0 else None
         w, s, e = [w[k] for k in keep], [s[k] - lo for k in keep], [e[k] - lo for k in keep]
+        if first is not None:  # a word whose audio is before the window: placed at its start
+            w, s, e = [words[ex.clips[0]].words[first]] + w, [0.0] + s, [0.0] + e
         sp = [(tid, a - lo, b - lo) for tid, a, b in sp if _inside(a, b, ex.crop)]
     return w, s, e, sp
 
@@ -932,6 +950,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "middle of two pauses, as the word spans align one (0 = none)")
     ap.add_argument("--window-pieces", type=int, default=d.window_pieces,
                     help="most pieces between pauses in such a window")
+    ap.add_argument("--window-shift", type=float, default=d.window_shift,
+                    help="chance that a window's text starts one word off: the word before it first (placed at "
+                         "its start) or without its first word")
     ap.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between dev checks and snapshots")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--from-snapshot", action="store_true",
@@ -941,7 +962,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     for name in ("pretrain_minutes", "minutes", "concat_share", "long_share", "paused", "paused_long",
                  "paused_long_seconds", "lr", "warmup",
-                 "decoder_layers", "position_weight", "attention_weight", "window_share"):
+                 "decoder_layers", "position_weight", "attention_weight", "window_share", "window_shift"):
         if not getattr(args, name) >= 0:
             ap.error(f"--{name.replace('_', '-')} must be >= 0")
     if args.attention_heads < 1 or args.attention_layers < 1:
@@ -957,8 +978,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.init_from and not os.path.isfile(os.path.join(args.init_from, "model.json")):
         ap.error(f"--init-from {args.init_from}: not a bundle directory (no model.json); give the ASR demo's "
                  f"(models/default) or '' to train from scratch")
-    if args.concat_share > 1 or args.long_share > 1 or args.window_share > 1:
-        ap.error("--concat-share, --long-share and --window-share are shares between 0 and 1")
+    if args.concat_share > 1 or args.long_share > 1 or args.window_share > 1 or args.window_shift > 1:
+        ap.error("--concat-share, --long-share, --window-share and --window-shift are shares between 0 and 1")
     if args.window_pieces < 1:
         ap.error("--window-pieces must be >= 1")
     os.makedirs(args.work, exist_ok=True)
@@ -972,7 +993,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   decoder_layers=args.decoder_layers, position_weight=args.position_weight,
                   attention_weight=args.attention_weight, attention_heads=args.attention_heads,
                   attention_layers=args.attention_layers, attention_at=attention_at,
-                  window_share=args.window_share, window_pieces=args.window_pieces)
+                  window_share=args.window_share, window_pieces=args.window_pieces, window_shift=args.window_shift)
     t0 = time.time()
     data = tt.make_data(args.work, tt.TrainConfig(seed=cfg.seed, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                   n_test=cfg.n_test))
