@@ -345,11 +345,10 @@ def test_window_examples_are_paused_speech_cut_in_the_middle_of_its_pauses():
     but for the quiet frames: they keep the whole example's clamp (the cached log-mel lost what lay
     below it), higher than the cut's own by at most the difference of their loudest frames."""
     import random
+    from dataclasses import replace
 
     from qwen3asr.mel import log_mel
     from qwen3asr_tools import paused_speech
-    from dataclasses import replace
-
     from qwen3asr_tools.train_aligner import (AlignerTrainConfig, ClipWords, Example, example_mel, example_words,
                                               window_crops)
 
@@ -360,9 +359,9 @@ def test_window_examples_are_paused_speech_cut_in_the_middle_of_its_pauses():
     words = [ClipWords(tuple(units), tuple(starts), tuple(ends), ())]
     off = np.array([0, mel.shape[1]])
     whole = Example((0,), mel.shape[1])
-    pauses = [(e, s) for e, s in zip(ends, starts[1:]) if s - e >= 0.18]
-    assert pauses, "the example has no pause to cut at"
     cfg = AlignerTrainConfig(window_share=1.0, window_pieces=3)
+    pauses = [(e, s) for e, s in zip(ends, starts[1:]) if s - e >= cfg.window_pause_s]
+    assert pauses, "the example has no pause to cut at"
     rng = random.Random(1)
     crops = [c for _ in range(30) for c in window_crops([whole], words, 0, cfg, rng)]
     assert crops and all(c.crop is not None for c in crops)
@@ -409,3 +408,20 @@ def test_window_examples_are_paused_speech_cut_in_the_middle_of_its_pauses():
             assert len(inside) > 1 and list(w) == [units[k] for k in inside[1:]]
             np.testing.assert_allclose(s, [starts[k] - a / 100.0 for k in inside[1:]], atol=1e-9)
     assert all(c.shift == 0 for c in crops)  # none without the option
+
+
+
+def test_the_window_options_are_checked_before_any_work(monkeypatch, capsys, tmp_path):
+    """--window-share and --window-shift are shares, --window-pieces a count of at least one; a bad
+    one stops train_aligner with a message naming it before it builds any data."""
+    from qwen3asr_tools import train_aligner
+
+    def no_run(*_a, **_k):
+        raise AssertionError("the arguments were accepted")
+
+    monkeypatch.setattr(train_aligner.tt, "make_data", no_run)
+    for bad in (["--window-share", "1.5"], ["--window-shift", "-0.1"], ["--window-shift", "2"],
+                ["--window-pieces", "0"]):
+        with pytest.raises(SystemExit):
+            train_aligner.main(["--work", str(tmp_path), *bad])
+        assert bad[0] in capsys.readouterr().err

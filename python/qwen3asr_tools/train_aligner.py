@@ -59,6 +59,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from qwen3asr.aligner.refine import HORIZON_PIECES_CHARACTERS, SPLIT_PAUSE_S
 from qwen3asr.encoder import tokens_for_frames as n_audio_tokens
 
 from . import REPO_ROOT as ROOT
@@ -140,10 +141,11 @@ class AlignerTrainConfig:
     # Windows of paused examples, as the engine's word spans align them (qwen3asr.aligner.refine,
     # assigned_at_pauses): each epoch, with this chance per paused example, one more example of its
     # audio cut in the middle of two of its pauses (gaps of at least window_pause_s between words, or
-    # its edges) holding 1..window_pieces of the pieces between them, with the words inside.
+    # its edges) holding 1..window_pieces of the pieces between them, with the words inside. The
+    # defaults are the word spans' own: their cut, and their longest window in Chinese.
     window_share: float = 0.0
-    window_pieces: int = 4
-    window_pause_s: float = 0.18
+    window_pieces: int = HORIZON_PIECES_CHARACTERS + 1
+    window_pause_s: float = SPLIT_PAUSE_S
     # The chance that such a window's text starts one word off, as it does after the word spans gave
     # the piece before it a word too few or too many: half of them start with the word before the
     # window (its audio not in it; target: the window's start), half leave out its first word (the
@@ -407,10 +409,10 @@ def example_words(words: Sequence[ClipWords], off: np.ndarray, ex: Example):
         keep = [k for k in range(len(w)) if _inside(s[k], e[k], ex.crop)]
         if ex.shift > 0:
             keep = keep[1:]
-        first = keep[0] - 1 if ex.shift < 0 else None
+        before = w[keep[0] - 1] if ex.shift < 0 else None  # a word whose audio is before the window
         w, s, e = [w[k] for k in keep], [s[k] - lo for k in keep], [e[k] - lo for k in keep]
-        if first is not None:  # a word whose audio is before the window: placed at its start
-            w, s, e = [words[ex.clips[0]].words[first]] + w, [0.0] + s, [0.0] + e
+        if before is not None:  # ... placed at its start
+            w, s, e = [before] + w, [0.0] + s, [0.0] + e
         sp = [(tid, a - lo, b - lo) for tid, a, b in sp if _inside(a, b, ex.crop)]
     return w, s, e, sp
 
