@@ -1,7 +1,7 @@
 """The words of the pieces at pauses checked by the ASR model (``word_spans="checked"``,
 qwen3asr.aligner.checked).
 
-The programme over the boundaries is checked with a stand-in reading whose likelihoods and
+The programme over the boundaries is checked with stand-in readings whose likelihoods and
 greedy readings are chosen; the reader with the demo ASR model (ONNX) against one prefill of
 the prompt and the text; on the board path (tests/test_rk_drafts.py's C double of
 librkllmrt.so) that each text is one GET_LOGITS run of exactly the prompt and the text's rows,
@@ -22,8 +22,9 @@ import pytest
 
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import checked
-from qwen3asr.aligner.checked import (ANCHOR_PIECES, ANCHOR_WORDS, MOVE_NATS, WINDOW_WORDS, AsrReader, Reading,
-                                      anchored_counts, checked_counts, unit_starts)
+from qwen3asr.aligner.checked import (ANCHOR_PIECES, ANCHOR_WORDS, CHARACTER_COSTS, EMPTY_NATS, MOVE_NATS, SPACED_COSTS,
+                                      WINDOW_WORDS, AsrReader, Reading, anchored_counts, checked_counts, edit_distance,
+                                      letters, unit_starts)
 from qwen3asr.aligner.refine import HOP, Levels, pieces_at_pauses
 from qwen3asr.aligner.segments import align_segments
 from qwen3asr.aligner.words import align_words
@@ -58,51 +59,84 @@ AUDIBLE = [True, True, True]
 
 # ------------------------------------------------------------------ the programme
 
+def heard_as(units, true):
+    """A stand-in ``edits``: piece p's greedy reading is its ``true`` words of ``units``, each
+    text's edits to it counted by the module's own edit_distance. Records the calls."""
+    calls = []
+
+    def edits(p, a, b):
+        calls.append((p, a, b))
+        lo, hi = true[p]
+        return edit_distance("".join(units[a:b]), "".join(units[lo:hi]))
+
+    edits.calls = calls
+    return edits
+
+
+def flat(p, a, b):
+    """A stand-in ``read`` whose likelihoods prefer no text."""
+    return Reading(0.0, True)
+
+
+def no_edits(p, a, b):
+    return 0
+
+
+WORDS = ("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+         "eighteen nineteen twenty").split()
+LETTERS = list("abcdefghijklmnopqrstuvwxyz")  # words of one character each, as Chinese's
+
+
 def test_a_boundary_the_asr_reads_right_moves_there():
     true = ranges([3, 3, 3])
-    read = reading_of(true)
-    assert checked_counts([4, 2, 3], AUDIBLE, read) == [3, 3, 3]  # piece 0 had a word too many
-    assert checked_counts([3, 1, 5], AUDIBLE, read) == [3, 3, 3]  # piece 1 a word too few ... by two
-    assert checked_counts([3, 3, 3], AUDIBLE, read) == [3, 3, 3]
+    edits = heard_as(WORDS, true)
+    assert checked_counts([4, 2, 3], AUDIBLE, flat, edits) == [3, 3, 3]  # piece 0 had a word too many
+    assert checked_counts([3, 1, 5], AUDIBLE, flat, edits) == [3, 3, 3]  # piece 1 a word too few ... by two
+    assert checked_counts([3, 3, 3], AUDIBLE, flat, edits) == [3, 3, 3]
     # only boundaries within WINDOW_WORDS of the default's are read
-    read = reading_of(true)
-    checked_counts([4, 2, 3], AUDIBLE, read)
-    assert {b for p, a, b in read.calls if p == 0} == set(range(4 - WINDOW_WORDS, 4 + WINDOW_WORDS + 1))
-    assert {a for p, a, b in read.calls if p == 2} == set(range(6 - WINDOW_WORDS, 6 + WINDOW_WORDS + 1))
+    read, edits = reading_of(true), heard_as(WORDS, true)
+    checked_counts([4, 2, 3], AUDIBLE, read, edits)
+    for calls in (read.calls, edits.calls):
+        assert {b for p, a, b in calls if p == 0} == set(range(4 - WINDOW_WORDS, 4 + WINDOW_WORDS + 1))
+        assert {a for p, a, b in calls if p == 2} == set(range(6 - WINDOW_WORDS, 6 + WINDOW_WORDS + 1))
+    # a boundary further off than WINDOW_WORDS cannot reach the truth
+    assert checked_counts([6, 0, 3], AUDIBLE, flat, heard_as(WORDS, true)) == [4, 2, 3]
 
 
-def test_a_move_is_kept_only_where_more_of_its_pieces_are_read_exactly():
+def test_a_run_of_wrong_boundaries_is_moved_as_one_and_paid_once():
+    """Pieces of one-character words with Chinese's costs: a single boundary a word off costs its
+    two pieces an edit each, less than a run's cost, and stays; three boundaries a word off in a
+    row cost six edits, moved together for one run's cost (three moves paid one by one would
+    cost more than they gain); the return to the default's boundary after a run is free (two
+    boundaries a word off cost four edits: more than a run, less than a run and a paid return)."""
+    run = CHARACTER_COSTS[1]
+    assert 2 < run < 4 < 2 * run and 3 * run > 6
     true = ranges([3, 3, 3])
-    default = ranges([4, 2, 3])
-    # read exactly: the true piece 0 and piece 1, not the default's: the move is kept
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true)) == [3, 3, 3]
-    # only the true piece 0 (the default's none): one more piece read exactly, kept
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: p == 0 and (a, b) == true[0])) \
-        == [3, 3, 3]
-    # the true piece 1 and the default's piece 0: as many read exactly either way, the default stands
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(
-        true, lambda p, a, b: (p, a, b) in ((1,) + true[1], (0,) + default[0]))) == [4, 2, 3]
-    # the default's pieces are read exactly too: it stands, whatever the likelihood says
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: (a, b) in (true[p], default[p]))) \
-        == [4, 2, 3]
-    # none read exactly: the likelihood alone moves nothing
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, lambda p, a, b: False)) == [4, 2, 3]
-    # a piece with speech is never emptied (the demo ASR completes a word cut at a pause: 关闭花园的音 |
-    # 箱 read as 关闭花园的音箱 | nothing), whatever the readings; one without speech may be
-    assert checked_counts([6, 1], [True, True], reading_of([(0, 7), (7, 7)])) == [6, 1]
-    assert checked_counts([6, 1], [True, False], reading_of([(0, 7), (7, 7)])) == [7, 0]
-    # a piece of less than AUDIBLE_S of speech counts as read
-    assert checked_counts([4, 2, 3], [True, False, True],
-                          reading_of(true, lambda p, a, b: p == 0 and (a, b) == true[0])) == [3, 3, 3]
-    assert checked_counts([4, 2, 3], [True, False, True], reading_of(
-        true, lambda p, a, b: (p, a, b) in ((0,) + true[0], (0,) + default[0]))) == [4, 2, 3]
+    assert checked_counts([4, 2, 3], AUDIBLE, flat, heard_as(LETTERS, true), CHARACTER_COSTS) == [4, 2, 3]
+    true = ranges([3] * 5)
+    assert checked_counts([3, 4, 3, 3, 2], [True] * 5, flat, heard_as(LETTERS, true), CHARACTER_COSTS) == [3] * 5
+    # boundaries 2-3 a word late, 4 right again
+    assert checked_counts([3, 4, 3, 2, 3], [True] * 5, flat, heard_as(LETTERS, true), CHARACTER_COSTS) == [3] * 5
+    # a run whose shift changes pays the change: one word (a run's cost) then two (one more)
+    true = ranges([3] * 6)
+    assert checked_counts([4, 3, 4, 3, 3, 1], [True] * 6, flat, heard_as(WORDS, true), SPACED_COSTS) == [3] * 6
 
 
 def test_a_move_must_gain_more_than_its_cost():
+    """With no edits to tell, the likelihoods alone: moving one boundary a word gains 2 x near
+    nats (both pieces beside it), weighed at the costs' nats each, against a run's cost; an
+    audible piece emptied costs EMPTY_NATS more."""
     true = ranges([3, 3, 3])
-    # moving one boundary a word gains 2 x near nats (both pieces beside it)
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, near=MOVE_NATS / 2 - 0.5)) == [4, 2, 3]
-    assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, near=MOVE_NATS / 2 + 0.5)) == [3, 3, 3]
+    for costs in (SPACED_COSTS, CHARACTER_COSTS):
+        nats, run = costs
+        near = run / nats / 2
+        assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, near=near - 1), no_edits, costs) == [4, 2, 3]
+        assert checked_counts([4, 2, 3], AUDIBLE, reading_of(true, near=near + 1), no_edits, costs) == [3, 3, 3]
+        near = (run / nats + EMPTY_NATS / 2) / 2  # gains more than the move, less than it and the emptying
+        assert checked_counts([6, 1], [True, False], reading_of([(0, 7), (7, 7)], near=near), no_edits, costs) \
+            == [7, 0]
+        assert checked_counts([6, 1], [True, True], reading_of([(0, 7), (7, 7)], near=near), no_edits, costs) \
+            == [6, 1]
 
 
 def test_boundaries_stay_in_order_and_the_words_are_all_kept():
@@ -114,9 +148,20 @@ def test_boundaries_stay_in_order_and_the_words_are_all_kept():
         true[-1] = (true[-1][0], sum(counts))
         if true[-1][0] > sum(counts):
             continue
-        got = checked_counts(counts, [True] * n_pieces, reading_of(true, lambda p, a, b: bool(rng.integers(0, 2))))
+        got = checked_counts(counts, [True] * n_pieces, reading_of(true, near=float(rng.uniform(0, 60))),
+                             lambda p, a, b: int(rng.integers(0, 6)))
         assert len(got) == n_pieces and min(got) >= 0 and sum(got) == sum(counts)
-    assert checked_counts([5], [True], reading_of([(0, 5)])) == [5]
+        bounds = np.cumsum(counts)[:-1]
+        assert np.abs(np.cumsum(got)[:-1] - bounds).max(initial=0) <= WINDOW_WORDS
+    assert checked_counts([5], [True], reading_of([(0, 5)]), no_edits) == [5]
+
+
+def test_texts_are_compared_by_their_letters():
+    assert letters("Turn ON, the 2 lights!") == "turnonthe2lights"
+    assert letters("关掉，走廊的 灯。") == "关掉走廊的灯"
+    assert edit_distance("kitten", "sitting") == 3 == edit_distance("sitting", "kitten")
+    assert edit_distance("", "abc") == 3 == edit_distance("abc", "")
+    assert edit_distance("关掉走廊", "关走廊灯") == 2
 
 
 def start_of(true, exact=None, near=20.0):
@@ -245,6 +290,10 @@ def test_the_reader_scores_texts_as_one_prefill_of_the_prompt_and_the_text(engin
     assert cut_prefix.log_p - cut.log_p > MOVE_NATS  # ... and unlikely after the cut one
     assert not read("please", end=False).exact
     assert reader.runs == runs  # all read from the rows of earlier runs
+    # its greedy reading: the one-pass transcript of the audio in its language, decoded once
+    assert reader.decodes == 0
+    assert read.heard(64) == heard and read.heard(64) == heard and reader.decodes == 1
+    assert heard.startswith(read.heard(3)) and len(read.heard(3)) < len(heard)  # at most that many tokens
 
 
 # ------------------------------------------------------------------ the whole chain
@@ -288,9 +337,10 @@ def test_a_word_the_default_puts_in_the_wrong_command_is_given_back(engine):
 
 def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
     """A held-out paused English input (paused_speech, test split, example 74: 18 s, 35 words
-    in 6 pieces; espeak-ng) where the default's pieces and the check without the boundaries read
-    from the audio after them put words in the wrong piece, and with them none; the windows read
-    are the piece after each boundary and the next; a Chinese segment reads no windows."""
+    in 6 pieces; espeak-ng) where the default's pieces put three boundaries in a row a word
+    late (a cascade): the check moves them back together, with the boundaries read from the
+    audio after them (which move them first) and without; the windows read are the piece after
+    each boundary and the next; a Chinese segment reads no windows."""
     from qwen3asr.aligner import refine
     from qwen3asr_tools import child_env, paused_speech
 
@@ -313,10 +363,22 @@ def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
         assert [w.word for w in got] == list(words)
         return int((np.searchsorted(cuts, [(w.start + w.end) / 2 for w in got]) != owner).sum())
 
-    assert wrong(engine.align(ex.audio, ex.text, "English")) >= 2  # "speech"
+    assert wrong(engine.align(ex.audio, ex.text, "English")) == 3  # "speech"
     anchored = checked.ANCHORED
     monkeypatch.setattr(checked, "ANCHORED", frozenset())
-    assert wrong(engine.align(ex.audio, ex.text, "English", word_spans="checked")) >= 2
+    moved = []
+    counts_of = checked.checked_counts
+
+    def recorded(counts, *args):
+        moved.append((list(counts), counts_of(counts, *args)))
+        return moved[-1][1]
+
+    monkeypatch.setattr(checked, "checked_counts", recorded)
+    assert wrong(engine.align(ex.audio, ex.text, "English", word_spans="checked")) == 0
+    (before, after), = moved
+    shifts = np.cumsum(after)[:-1] - np.cumsum(before)[:-1]
+    assert shifts.tolist() == [0, 0, -1, -1, -1]  # the run, moved as one
+    monkeypatch.setattr(checked, "checked_counts", counts_of)
     monkeypatch.setattr(checked, "ANCHORED", anchored)
     read = []
     piece = AsrReader.piece

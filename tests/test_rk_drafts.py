@@ -303,7 +303,7 @@ def test_each_text_the_pieces_check_reads_is_one_logits_run_of_the_prompt_and_th
     audio is one GET_LOGITS run of exactly the prompt (the piece's audio, the language given) and
     the text's embedding rows, its logits read back as the ONNX reader reads its own: the same
     log-likelihood and the same verdict on the greedy reading, with the end of text after it or
-    as a prefix."""
+    as a prefix; the piece's greedy reading one GENERATE run of the same prompt."""
     from qwen3asr.aligner.checked import AsrReader
 
     cases, logits, ref = oracle
@@ -327,6 +327,10 @@ def test_each_text_the_pieces_check_reads_is_one_logits_run_of_the_prompt_and_th
         if text:
             assert same_bits(shim.runs()[-1], rows_of(ref, prompt, tok.encode(text if n_runs == 2 else want.text)))
     assert runs_of_mode(shim, 0) == []
+    # the piece's greedy reading: one GENERATE run of the same prompt, what the runtime says decoded
+    shim.script(*runtime_script(tok, tok.encode(want.text) + [tok.im_end]))
+    assert read.heard(64) == cpu.heard(64) == want.text and reader.decodes == 1
+    assert len(runs_of_mode(shim, 0)) == 1 and same_bits(shim.runs()[-1], prompt)
     engine.close()
     assert shim.violations == []
 

@@ -15,31 +15,34 @@ Deciding each boundary from the audio after it breaks a cascade where it starts.
 for Chinese, whose units are characters (docs/aligner.md, "Boundaries read from the audio after
 them").
 
-``checked_counts`` takes the words per piece and moves each boundary between pieces
-by up to WINDOW_WORDS words, choosing (one dynamic programme over the segment) the split whose
-summed log P(piece text, end of text | piece audio) minus MOVE_NATS per word moved, and
-EMPTY_NATS for a piece with AUDIBLE_S of speech left without words, is highest. A moved
-boundary is kept only where the ASR's own greedy reading gives more of the two pieces beside it
-exactly as their new texts than as the default's, and leaves no piece with speech without a word
-(the demo model reads fragments badly: it completes a cut word or gives nothing for a lone
-syllable, and the likelihood alone then moves right boundaries). Where a boundary moved, the
-pieces are aligned again alone, as ``speech`` does.
+``checked_counts`` then moves the boundaries between pieces by up to WINDOW_WORDS words each, by
+one dynamic programme over the segment: each piece costs the character edits between its words
+and the ASR's greedy reading of its audio alone, plus a weight per nat of -log P(piece text,
+end of text | piece audio) (and EMPTY_NATS for a piece with AUDIBLE_S of speech left without
+words). The moves come in runs: the default's counts err in runs, a piece given a word too many
+or too few shifting every boundary after it (docs/aligner.md, "Runs of wrong boundaries"), so a
+run is paid once, a cost per word where its shift starts or changes, and a return to the
+default's boundary is free (the weight and the cost by the language's word units:
+CHARACTER_COSTS, SPACED_COSTS). Where a boundary moved, the pieces are aligned again alone, as
+``speech`` does.
 
 ``AsrReader`` scores texts with the engine's ASR model and decoder: the piece's audio encoded
 and prefilled once in the official prompt with the segment's language, then the candidate texts
 teacher-forced after it (``text_logits`` of the decoder: on the CPU a branch of the prompt's KV
 cache, on the board one GET_LOGITS prefill of the prompt and the text), the longest text from
-each start first so that the shorter ones are read from its rows. Cost: an encoder pass and a
-prefill of each piece, and a text run for each of its starts; in ANCHORED languages the same for
-the audio after each boundary, with a text run for each candidate start (docs/aligner.md, "The
-ASR's check, built in").
-"""
+each start first so that the shorter ones are read from its rows; its greedy reading is one
+decode of the same prompt (``engine.decode``, with the loop guard). Cost: an encoder pass, a
+greedy decode and a prefill of each piece, and a text run for each of its starts; in ANCHORED
+languages the same for the audio after each boundary (no decode), with a text run for each
+candidate start (docs/aligner.md, "The ASR's check, built in", "Runs of boundaries moved
+together")."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
+import unicodedata
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -50,9 +53,14 @@ from ..results import Word
 logger = logging.getLogger(__name__)
 
 WINDOW_WORDS = 2  # a boundary moves by at most this many words from the default's
-MOVE_NATS = 6.0  # the log-likelihood a split must gain per word it moves
-EMPTY_NATS = 10.0  # ... and the cost of leaving a piece with speech without a word
-AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: no move empties it (one without counts as read)
+MOVE_NATS = 6.0  # anchored_counts: the log-likelihood a start must gain per word it moves the boundary
+EMPTY_NATS = 10.0  # checked_counts: the cost of leaving a piece with speech without a word, in nats
+# checked_counts, by the languages' word units: (nats, run), how many character edits a nat of a
+# piece text's likelihood weighs, and how many a run of moved boundaries costs per word where its
+# shift starts or changes; chosen on dev (docs/aligner.md, "Runs of boundaries moved together")
+CHARACTER_COSTS = (0.03, 3.0)  # languages written in characters (a word moved is two edits)
+SPACED_COSTS = (0.3, 4.0)  # languages written with spaces between words
+AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: emptying it costs EMPTY_NATS
 ANCHOR_WORDS = 1  # anchored_counts: the words at the start of the audio after a boundary that must be read there
 ANCHOR_PIECES = 2  # ... that audio: the piece after the boundary and the next
 # anchored_counts runs for these (words between spaces; measured on English, worse on Chinese)
@@ -68,6 +76,7 @@ class Reading:
 
 
 Read = Callable[[int, int, int], Reading]  # (piece, first word, end word) -> the piece read as those words
+Edits = Callable[[int, int, int], int]  # (piece, first word, end word) -> character edits to the piece's greedy reading
 Start = Callable[[int, int, int], Reading]  # (boundary, first word, end word) -> its audio after read as beginning so
 
 
@@ -97,54 +106,67 @@ def anchored_counts(counts: Sequence[int], start: Start) -> List[int]:
     return [new[p + 1] - new[p] for p in range(len(counts))]
 
 
-def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read) -> List[int]:
+def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, edits: Edits,
+                   costs: Tuple[float, float] = SPACED_COSTS) -> List[int]:
     """The words per piece after the ASR's check (the module docstring). ``counts``: the
     default's words per piece (summing to the words of the segment); ``audible``: per piece,
-    whether it holds AUDIBLE_S of speech; ``read(p, a, b)``: piece p read as words [a, b).
-    Boundaries stay in order; a segment of one piece is returned as it is."""
+    whether it holds AUDIBLE_S of speech; ``read(p, a, b)``: piece p read as words [a, b);
+    ``edits(p, a, b)``: the character edits between words [a, b) and piece p's greedy reading;
+    ``costs``: (nats, run), CHARACTER_COSTS or SPACED_COSTS. Each boundary stays within
+    WINDOW_WORDS of the default's; boundaries stay in order; a segment of one piece is returned
+    as it is. Among equal costs the smaller shift wins."""
     n_pieces = len(counts)
     bounds = [0] + [int(x) for x in np.cumsum(counts)]
     n = bounds[-1]
     if n_pieces < 2:
         return list(counts)
+    nats_edits, run_edits = costs
 
-    @functools.lru_cache(maxsize=None)
-    def gain(p: int, a: int, b: int) -> float:
-        return read(p, a, b).log_p - (EMPTY_NATS if a == b and audible[p] else 0.0)
+    def cost(p: int, a: int, b: int) -> float:
+        nats = -read(p, a, b).log_p + (EMPTY_NATS if a == b and audible[p] else 0.0)
+        return nats_edits * nats + edits(p, a, b)
 
-    choices = [[0]] + [sorted({min(n, max(0, bounds[p] + d)) for d in range(-WINDOW_WORDS, WINDOW_WORDS + 1)})
-                       for p in range(1, n_pieces)] + [[n]]
-    best = {0: (0.0, -1)}  # boundary -> (best score up to it, the boundary before it)
+    best = {0: (0.0, 0)}  # shift of the boundary from the default's -> (least cost up to it, the shift before)
     steps = [best]
-    for p in range(n_pieces):
-        nxt = {}
-        for b in choices[p + 1]:
-            options = [(score + gain(p, a, b) - MOVE_NATS * abs(b - bounds[p + 1]), a)
-                       for a, (score, _) in best.items() if a <= b]
-            if options:
-                nxt[b] = max(options)
+    for p in range(1, n_pieces + 1):
+        nxt: dict = {}
+        for shift in (range(-WINDOW_WORDS, WINDOW_WORDS + 1) if p < n_pieces else (0,)):
+            b = bounds[p] + shift
+            if not 0 <= b <= n:
+                continue
+            for before, (score, _) in best.items():
+                a = bounds[p - 1] + before
+                if a > b:
+                    continue
+                change = 0.0 if shift in (before, 0) else run_edits * abs(shift - before)
+                total = score + change + cost(p - 1, a, b)
+                if shift not in nxt or total < nxt[shift][0] or (total == nxt[shift][0] and
+                                                                 abs(before) < abs(nxt[shift][1])):
+                    nxt[shift] = (total, before)
         best = nxt
         steps.append(best)
-    chosen = [n]
+    shifts = [0]
     for p in range(n_pieces, 0, -1):
-        chosen.append(steps[p][chosen[-1]][1])
-    chosen.reverse()
+        shifts.append(steps[p][shifts[-1]][1])
+    chosen = [bound + shift for bound, shift in zip(bounds, reversed(shifts))]
+    return [chosen[p + 1] - chosen[p] for p in range(n_pieces)]
 
-    def exact(p: int, a: int, b: int) -> bool:
-        return not audible[p] or (b > a and read(p, a, b).exact)
 
-    kept = list(bounds)
-    for p in range(1, n_pieces):
-        if chosen[p] == bounds[p]:
-            continue
-        new = exact(p - 1, chosen[p - 1], chosen[p]) + exact(p, chosen[p], chosen[p + 1])
-        old = exact(p - 1, bounds[p - 1], bounds[p]) + exact(p, bounds[p], bounds[p + 1])
-        emptied = (audible[p - 1] and chosen[p - 1] == chosen[p]) or (audible[p] and chosen[p] == chosen[p + 1])
-        if new > old and not emptied:
-            kept[p] = chosen[p]
-    for p in range(1, n_pieces + 1):
-        kept[p] = max(kept[p], kept[p - 1])
-    return [kept[p + 1] - kept[p] for p in range(n_pieces)]
+def letters(text: str) -> str:
+    """``text`` as the check compares it: its letters and digits, lower case."""
+    return "".join(ch for ch in text.lower() if unicodedata.category(ch)[0] in "LN")
+
+
+def edit_distance(a: str, b: str) -> int:
+    """The characters inserted, deleted or replaced to make ``a`` into ``b`` (Levenshtein)."""
+    if len(a) < len(b):
+        a, b = b, a
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
 
 
 def unit_starts(text: str, units: Sequence[str]) -> Optional[List[int]]:
@@ -172,8 +194,8 @@ def unit_starts(text: str, units: Sequence[str]) -> Optional[List[int]]:
 
 class AsrReader:
     """Reads texts from audio with an engine's ASR model (the module docstring): ``piece(pcm,
-    language)`` gives a function of a text -> Reading for that audio, or None when the engine's
-    decoder cannot score texts (then the default's words stand).
+    language)`` gives a PieceReading of that audio, or None when the engine's decoder cannot
+    score texts (then the default's words stand).
 
     A text whose token ids begin the ids of a text already run on that audio is read from that
     run's rows (the logits after each id hold its likelihood, its greedy check and its end), so
@@ -182,14 +204,15 @@ class AsrReader:
     def __init__(self, engine):
         self.engine = engine
         self.runs = 0  # decoder runs (one per text not read from an earlier run's rows)
+        self.decodes = 0  # greedy readings (one per piece whose reading the check needed)
 
-    def piece(self, pcm: np.ndarray, language: str) -> Optional[Callable[..., Reading]]:
+    def piece(self, pcm: np.ndarray, language: str) -> Optional["PieceReading"]:
         engine = self.engine
         if not hasattr(engine.decoder, "text_logits"):
             return None
         emb = engine.encode(engine.features(pcm))
-        logits_of = engine.decoder.text_logits(engine.embed_prompt(engine.prompt(emb.shape[0], language=language),
-                                                                   emb))
+        prompt = engine.embed_prompt(engine.prompt(emb.shape[0], language=language), emb)
+        logits_of = engine.decoder.text_logits(prompt)
         tok = engine.tokenizer
         eos = list(tok.eos_ids)
 
@@ -205,7 +228,6 @@ class AsrReader:
             return done[-1]
 
         def reading(text: str, end: bool = True) -> Reading:
-            """``text`` read from the audio: then an end of text, or (``end`` False) as a prefix."""
             ids = tok.encode(text) if text else []
             n = len(ids)
             ran, id_lp, end_lp, greedy = next((r for r in done if r[0][:n] == ids), None) or run(ids)
@@ -214,7 +236,31 @@ class AsrReader:
                 return Reading(float(id_lp[:n].sum()), bool(read))
             return Reading(float(id_lp[:n].sum() + end_lp[n]), bool(read and greedy[n] in eos))
 
-        return reading
+        @functools.lru_cache(maxsize=None)
+        def heard(max_tokens: int) -> str:
+            from ..audio import SAMPLE_RATE
+            from ..decoding import MAX_NEW_TOKENS, DecodingOptions
+
+            self.decodes += 1
+            got = engine.decode(prompt, DecodingOptions(max_new_tokens=min(max_tokens, MAX_NEW_TOKENS)),
+                                audio_seconds=pcm.shape[0] / SAMPLE_RATE)
+            return tok.decode(got.tokens)
+
+        return PieceReading(reading, heard)
+
+
+@dataclasses.dataclass(frozen=True)
+class PieceReading:
+    """One piece's audio as AsrReader reads it: called with a text (and ``end``), how the ASR
+    model reads that text from it, then an end of text or (``end`` False) as a prefix;
+    ``heard(max_tokens)``, its greedy reading (at most ``max_tokens`` tokens, the loop guard
+    on)."""
+
+    reading: Callable[..., Reading]
+    heard: Callable[[int], str]
+
+    def __call__(self, text: str, end: bool = True) -> Reading:
+        return self.reading(text, end)
 
 
 def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequence[int], language: str,
@@ -227,7 +273,7 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
     segment's transcript, whose spans (punctuation and case kept, as the ASR writes them) are
     the candidate texts; None or not matching the words: the words joined (with no space in
     Chinese and Cantonese)."""
-    from .refine import FRAME_S, HOP, realign
+    from .refine import CHARACTER_LANGUAGES, FRAME_S, HOP, realign
 
     units = [w.word for w in words]
     starts = unit_starts(text, units) if text else None
@@ -260,11 +306,18 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         of(span(a, longest[p]))  # the longest text from a first: the shorter ones are read from it
         return of(span(a, b))
 
+    @functools.lru_cache(maxsize=None)
+    def edits(p: int, a: int, b: int) -> int:
+        widest = span(max(0, bounds[p] - WINDOW_WORDS), longest[p])
+        heard = reading_of(readers, p, *pieces[p]).heard(2 * len(reader.engine.tokenizer.encode(widest)) + 8)
+        return edit_distance(letters("".join(units[a:b])), letters(heard))
+
     try:
         first = anchored_counts(counts, start) if language in ANCHORED else list(counts)
         bounds = [0] + [int(x) for x in np.cumsum(first)]
         longest = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]  # a piece's last end
-        new = checked_counts(first, audible, read)
+        costs = CHARACTER_COSTS if language in CHARACTER_LANGUAGES else SPACED_COSTS
+        new = checked_counts(first, audible, read, edits, costs)
     except (_CannotRead, Qwen3ASRError) as exc:  # the board's runtime gives no logits rows, or its run failed
         logger.warning("the ASR model could not check the words of the pieces at pauses (decoder %s: %s): "
                        "they keep the default's", getattr(reader.engine.decoder, "name", "?"), exc)
@@ -284,5 +337,6 @@ class _CannotRead(Exception):
     pass
 
 
-__all__ = ["ANCHORED", "ANCHOR_PIECES", "ANCHOR_WORDS", "AUDIBLE_S", "AsrReader", "EMPTY_NATS", "MOVE_NATS",
-           "Reading", "WINDOW_WORDS", "anchored_counts", "checked_counts", "checked_pieces", "unit_starts"]
+__all__ = ["ANCHORED", "ANCHOR_PIECES", "ANCHOR_WORDS", "AUDIBLE_S", "AsrReader", "CHARACTER_COSTS", "EMPTY_NATS",
+           "MOVE_NATS", "PieceReading", "SPACED_COSTS", "Reading", "WINDOW_WORDS", "anchored_counts", "checked_counts",
+           "checked_pieces", "edit_distance", "letters", "unit_starts"]
