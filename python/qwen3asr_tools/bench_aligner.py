@@ -18,8 +18,10 @@ aligner's encoder, one prefill through its scorer). Reported: medians (min-max),
 ``--spans speech,checked`` (any of TranscribeOptions.word_spans) also times, in each run after
 the alignment, ``engine.align`` with each of those word spans (the engine's aligner is the same
 bundle), and reports each against the transcription and against the first of them. On random
-weights the ASR reads no piece exactly, so "checked" moves no boundary: what it costs is its
-scoring (an encoder pass and prefill per piece, the candidate texts), not a second alignment.
+weights the ASR's readings are noise: "checked" costs its scoring (an encoder pass and prefill
+per piece, the candidate texts) and each piece's greedy reading, which never ends there and runs
+to its token cap (qwen3asr.aligner.checked), more than a real model's; where the noise moves a
+boundary, the pieces are aligned again.
 """
 
 from __future__ import annotations
