@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
-from qwen3asr.aligner import checked
+from qwen3asr.aligner import checked, shifted
 from qwen3asr.aligner.checked import (ANCHOR_PIECES, ANCHOR_WORDS, CHARACTER_COSTS, EMPTY_NATS, MOVE_NATS, SPACED_COSTS,
                                       WINDOW_WORDS, AsrReader, Reading, anchored_counts, checked_counts, edit_distance,
                                       letters, unit_starts)
@@ -364,6 +364,10 @@ def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
         return int((np.searchsorted(cuts, [(w.start + w.end) / 2 for w in got]) != owner).sum())
 
     assert wrong(engine.align(ex.audio, ex.text, "English")) == 3  # "speech"
+    assert wrong(engine.align(ex.audio, ex.text, "English", word_spans="checked")) == 0
+    # the run, with one aligner pass per alignment (with the shifted passes the windows already
+    # give each piece its words here)
+    monkeypatch.setattr(shifted, "CHECKED_PASSES", 1)
     anchored = checked.ANCHORED
     monkeypatch.setattr(checked, "ANCHORED", frozenset())
     moved = []
@@ -394,7 +398,10 @@ def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
 
 
 def test_pieces_read_as_the_default_gives_them_are_not_aligned_again(engine, monkeypatch):
-    """Where no boundary moves the words are the default's ("speech"), with no alignment more."""
+    """Where no boundary moves the words are the default's ("speech", with as many shifted passes
+    per alignment as "checked" makes), with no alignment more."""
+    monkeypatch.setattr(shifted, "PASSES", shifted.CHECKED_PASSES)
+    n = shifted.CHECKED_PASSES
     pcm = np.concatenate([prepare_audio(os.path.join(ROOT, "audio", "en_1.wav")), np.zeros(8000, np.float32),
                           prepare_audio(os.path.join(ROOT, "audio", "en_3.wav"))])
     text = "open the back door please turn on the living room fan"
@@ -407,7 +414,7 @@ def test_pieces_read_as_the_default_gives_them_are_not_aligned_again(engine, mon
         calls[spans] = []
         got[spans] = engine.align(pcm, text, "English", word_spans=spans)
     assert got["checked"] == got["speech"] and calls["checked"] == calls["speech"]
-    assert calls["speech"] == [text, "open the back door", "please turn on the living room fan"]
+    assert calls["speech"] == [text] * n + ["open the back door"] * n + ["please turn on the living room fan"] * n
 
 
 def test_a_stream_checks_the_pieces_of_its_segments(engine, monkeypatch):

@@ -145,8 +145,10 @@ class TranscribeOptions:
     # aligns a collapsed segment again in smaller pieces; "raw" keeps the official aligner's
     # times; "checked" is "speech" with the words each piece at a pause gets checked by the ASR
     # model reading the piece, and in languages written with spaces each boundary read from the
-    # audio after it (qwen3asr.aligner.checked: an encoder pass and a few decoder runs per piece
-    # and boundary; its cost and figures in docs/aligner.md). All flag a collapse (Segment.words_flag).
+    # audio after it (qwen3asr.aligner.checked: an encoder pass, a greedy decode and a few decoder
+    # runs per piece and boundary), every alignment the mean of four passes over shifted audio
+    # (qwen3asr.aligner.shifted); its cost and figures in docs/aligner.md. All flag a collapse
+    # (Segment.words_flag).
     word_spans: str = "speech"
     # The compact prompt of the reference design (docs/reference_design.md): no system turn, the
     # answer starting at <asr_text> (no "language X" header, so no language detection). Off by default: it departs

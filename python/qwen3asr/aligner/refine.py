@@ -31,6 +31,9 @@ official repair), applied to each segment by ``align_segments``:
 
 With ``word_spans="checked"`` the words each piece at a pause gets are first checked by the ASR
 model reading the piece (qwen3asr.aligner.checked), then the spans are fitted as with "speech".
+With "checked" (and "speech" when qwen3asr.aligner.shifted.PASSES is over 1, not the default)
+every alignment is the mean of passes over the audio shifted by fractions of a bin, so the times
+fall between the official bins.
 
 Frame levels are judged against the segment's own: speech is what lies within
 ``QUIET_BELOW_DB`` of its loud end and above a quarter of the way up from its floor; a segment
@@ -357,13 +360,21 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     collapse, else the one with the fewest words caught) and fitted to the speech; with "raw" the
     official times as they are; with "checked" as "speech", the pieces' words checked by the ASR
     model first (qwen3asr.aligner.checked: ``reader`` an AsrReader, ``text`` the segment's
-    transcript). Returns (the words, None or the flag "collapsed: <reason>")."""
+    transcript). With "checked" (and "speech" when shifted.PASSES is over 1) every alignment,
+    ``words`` included, is the mean of passes over shifted audio (qwen3asr.aligner.shifted).
+    Returns (the words, None or the flag
+    "collapsed: <reason>")."""
     if spans == "checked" and reader is None:
         raise ValueError('word_spans "checked" needs a reader (qwen3asr.aligner.checked.AsrReader)')
     bin_s = aligner.segment_ms / 1000.0
     levels = Levels.of(pcm, offset)
     end = offset + levels.seconds
     if spans != "raw":
+        from .shifted import Shifted, passes_for
+
+        if passes_for(spans) > 1:  # every alignment from here the mean of shifted passes
+            aligner = Shifted(aligner, passes_for(spans))
+            words = aligner.averaged(pcm, " ".join(w.word for w in words), language, words, offset)
         at = assigned_at_pauses(aligner, pcm, words, language, levels)
         if at is not None:
             words = at[0]

@@ -1,0 +1,84 @@
+"""Word times between the aligner's bins: each alignment the mean of passes over shifted audio.
+
+The official aligner gives every time on its 80 ms grid (``ForcedAligner.segment_ms``) counted
+from the start of the audio it is given, so a time is off by up to half a bin however well the
+model listens. The same audio given again with k / PASSES of a bin of silence before it puts
+the grid elsewhere; the mean of the PASSES passes' times (each taken back to the audio's own
+timeline) falls between the bins. Applied by qwen3asr.aligner.refine to every alignment of the
+"checked" word spans (CHECKED_PASSES), and of "speech" when PASSES is over 1; "raw" keeps the
+official times of one pass. With "speech" it is off: the mean of four passes brings single clips
+7-9 ms closer, but the windows that give a paused input's pieces their words move with the
+passes, and where passes give a piece different words their mean is neither's; "checked"
+corrects those counts and gains everywhere measured (docs/aligner.md, "Times between the bins"). A pass whose
+words differ from the first's, or that would not fit the aligner's longest audio, is left out.
+The mean of times in order is in order; times before the audio (in the silence put before it)
+are taken to its start. Measured in docs/aligner.md ("Times between the bins").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE
+from ..results import Word
+
+# alignments averaged, the audio shifted by 1 / passes of a bin more each (1: the official times)
+PASSES = 1  # word_spans "speech": off (its windows' counts move with the passes: docs/aligner.md)
+CHECKED_PASSES = 4  # word_spans "checked", whose check corrects the counts
+
+
+def passes_for(spans: str) -> int:
+    """The passes each alignment of word spans ``spans`` ("speech", "checked", "raw") is made of."""
+    return {"checked": CHECKED_PASSES, "speech": PASSES}.get(spans, 1)
+
+
+class Shifted:
+    """``aligner`` (a ForcedAligner, or anything with its ``align`` and ``segment_ms``) whose
+    ``align(pcm, text, language, offset=)`` of (n,) float32 16 kHz audio gives the mean times of
+    ``passes`` shifted passes (the module docstring); every other attribute is the aligner's."""
+
+    def __init__(self, aligner, passes: int = PASSES):
+        if passes < 1:
+            raise ValueError(f"passes must be at least 1, got {passes}")
+        self.aligner = aligner
+        self.passes = passes
+
+    def __getattr__(self, name):
+        return getattr(self.aligner, name)
+
+    def align(self, pcm: np.ndarray, text: str, language: str, *, offset: float = 0.0) -> Tuple[Word, ...]:
+        return self.averaged(pcm, text, language, self.aligner.align(pcm, text, language, offset=offset), offset)
+
+    def averaged(self, pcm: np.ndarray, text: str, language: str, first: Sequence[Word],
+                 offset: float = 0.0) -> Tuple[Word, ...]:
+        """``first`` (the unshifted pass's words of ``text`` over ``pcm``, times plus ``offset``)
+        with the times of the passes shifted by k / passes of a bin (k = 1 .. passes - 1) averaged
+        in; ``first`` as it is when no other pass gives its words back."""
+        first = tuple(first)
+        if self.passes < 2 or not first:
+            return first
+        bin_samples = self.aligner.segment_ms / 1000.0 * SAMPLE_RATE
+        longest: Optional[float] = getattr(self.aligner, "max_seconds", None)
+        units = [w.word for w in first]
+        times = [[(w.start, w.end) for w in first]]
+        x = np.asarray(pcm, dtype=np.float32)
+        for k in range(1, self.passes):
+            pad = int(round(bin_samples * k / self.passes))
+            if longest is not None and (x.shape[0] + pad) / SAMPLE_RATE > longest:
+                continue
+            got = self.aligner.align(np.concatenate([np.zeros(pad, np.float32), x]), text, language,
+                                     offset=offset - pad / SAMPLE_RATE)
+            if [w.word for w in got] == units:
+                times.append([(w.start, w.end) for w in got])
+        if len(times) == 1:
+            return first
+        end = offset + x.shape[0] / SAMPLE_RATE
+        mean = np.clip(np.mean(np.asarray(times, dtype=np.float64), axis=0), offset, end)
+        return tuple(dataclasses.replace(w, start=round(float(a), 3), end=round(float(max(a, b)), 3))
+                     for w, (a, b) in zip(first, mean))
+
+
+__all__ = ["CHECKED_PASSES", "PASSES", "Shifted", "passes_for"]
