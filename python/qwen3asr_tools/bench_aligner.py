@@ -19,9 +19,10 @@ aligner's encoder, one prefill through its scorer). Reported: medians (min-max),
 the alignment, ``engine.align`` with each of those word spans (the engine's aligner is the same
 bundle), and reports each against the transcription and against the first of them. On random
 weights the ASR's readings are noise: "checked" costs its scoring (an encoder pass and prefill
-per piece, the candidate texts) and each piece's greedy reading, which never ends there and runs
-to its token cap (qwen3asr.aligner.checked), more than a real model's; where the noise moves a
-boundary, the pieces are aligned again.
+per piece, the candidate texts) and each piece's greedy reading, which rarely ends there and runs
+until the loop guard or its token cap stops it (qwen3asr.aligner.checked), more than a real
+model's; where the noise moves a boundary, the pieces are aligned again; every alignment of
+"checked" is four shifted passes (qwen3asr.aligner.shifted).
 """
 
 from __future__ import annotations

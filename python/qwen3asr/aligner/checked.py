@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import unicodedata
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -153,8 +152,11 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, e
 
 
 def letters(text: str) -> str:
-    """``text`` as the check compares it: its letters and digits, lower case."""
-    return "".join(ch for ch in text.lower() if unicodedata.category(ch)[0] in "LN")
+    """``text`` as the check compares it: the characters a word keeps (letters, digits and "'",
+    qwen3asr.aligner.words.clean_word), lower case."""
+    from .words import clean_word
+
+    return clean_word(text.lower())
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -307,10 +309,12 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         return of(span(a, b))
 
     @functools.lru_cache(maxsize=None)
-    def edits(p: int, a: int, b: int) -> int:
+    def heard(p: int) -> str:  # piece p's greedy reading, as compared; capped at twice its widest text's tokens
         widest = span(max(0, bounds[p] - WINDOW_WORDS), longest[p])
-        heard = reading_of(readers, p, *pieces[p]).heard(2 * len(reader.engine.tokenizer.encode(widest)) + 8)
-        return edit_distance(letters("".join(units[a:b])), letters(heard))
+        return letters(reading_of(readers, p, *pieces[p]).heard(2 * len(reader.engine.tokenizer.encode(widest)) + 8))
+
+    def edits(p: int, a: int, b: int) -> int:
+        return edit_distance(letters("".join(units[a:b])), heard(p))
 
     try:
         first = anchored_counts(counts, start) if language in ANCHORED else list(counts)

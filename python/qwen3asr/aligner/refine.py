@@ -362,8 +362,7 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     model first (qwen3asr.aligner.checked: ``reader`` an AsrReader, ``text`` the segment's
     transcript). With "checked" (and "speech" when shifted.PASSES is over 1) every alignment,
     ``words`` included, is the mean of passes over shifted audio (qwen3asr.aligner.shifted).
-    Returns (the words, None or the flag
-    "collapsed: <reason>")."""
+    Returns (the words, None or the flag "collapsed: <reason>")."""
     if spans == "checked" and reader is None:
         raise ValueError('word_spans "checked" needs a reader (qwen3asr.aligner.checked.AsrReader)')
     bin_s = aligner.segment_ms / 1000.0
@@ -372,8 +371,9 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     if spans != "raw":
         from .shifted import Shifted, passes_for
 
-        if passes_for(spans) > 1:  # every alignment from here the mean of shifted passes
-            aligner = Shifted(aligner, passes_for(spans))
+        passes = passes_for(spans)
+        if passes > 1:  # every alignment from here the mean of shifted passes
+            aligner = Shifted(aligner, passes)
             words = aligner.averaged(pcm, " ".join(w.word for w in words), language, words, offset)
         at = assigned_at_pauses(aligner, pcm, words, language, levels)
         if at is not None:

@@ -9,10 +9,10 @@ timeline) falls between the bins. Applied by qwen3asr.aligner.refine to every al
 official times of one pass. With "speech" it is off: the mean of four passes brings single clips
 7-9 ms closer, but the windows that give a paused input's pieces their words move with the
 passes, and where passes give a piece different words their mean is neither's; "checked"
-corrects those counts and gains everywhere measured (docs/aligner.md, "Times between the bins"). A pass whose
-words differ from the first's, or that would not fit the aligner's longest audio, is left out.
-The mean of times in order is in order; times before the audio (in the silence put before it)
-are taken to its start. Measured in docs/aligner.md ("Times between the bins").
+corrects those counts and gains everywhere measured (docs/aligner.md, "Times between the
+bins"). A pass whose words differ from the first's, or that would not fit the aligner's longest
+audio, is left out. The mean of times in order is in order; times before the audio (in the
+silence put before it) are taken to its start.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Shifted:
     ``align(pcm, text, language, offset=)`` of (n,) float32 16 kHz audio gives the mean times of
     ``passes`` shifted passes (the module docstring); every other attribute is the aligner's."""
 
-    def __init__(self, aligner, passes: int = PASSES):
+    def __init__(self, aligner, passes: int):
         if passes < 1:
             raise ValueError(f"passes must be at least 1, got {passes}")
         self.aligner = aligner
