@@ -27,6 +27,7 @@ from qwen3asr.aligner.checked import (ANCHOR_PIECES, ANCHOR_WORDS, CHARACTER_COS
                                       letters, unit_starts)
 from qwen3asr.aligner.refine import HOP, Levels, pieces_at_pauses
 from qwen3asr.aligner.segments import align_segments
+from qwen3asr.aligner.shifted import BetweenBins
 from qwen3asr.aligner.words import align_words
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -439,9 +440,9 @@ def test_a_stream_checks_the_pieces_of_its_segments(engine, monkeypatch):
     for seg in final.segments:
         a, b = int(round(seg.start * 16000)), int(round(seg.end * 16000))
         paused += len(pieces_at_pauses(Levels.of(pcm[a:b], 0.0))) > 1
-        first = engine.aligner.align(pcm[a:b], seg.text, seg.language, offset=a / 16000)
-        want = refined(engine.aligner, pcm[a:b], a / 16000, first, seg.language, "checked", AsrReader(engine),
-                       seg.text)[0]
+        between = BetweenBins(engine.aligner)
+        first = between.align(pcm[a:b], seg.text, seg.language, offset=a / 16000)
+        want = refined(between, pcm[a:b], a / 16000, first, seg.language, "checked", AsrReader(engine), seg.text)[0]
         assert seg.words == want
     assert paused
 

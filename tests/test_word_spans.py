@@ -22,6 +22,7 @@ from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
 from qwen3asr.aligner import ForcedAligner
 from qwen3asr.aligner.refine import Levels, assigned_at_pauses, collapse, pieces_at_pauses, refined, snap, unheard
 from qwen3asr.aligner.segments import align_segments
+from qwen3asr.aligner.shifted import BetweenBins
 from qwen3asr.backends import BackendOptions
 from qwen3asr.results import Segment, Word
 
@@ -144,7 +145,8 @@ def test_collapse_reasons():
 # ------------------------------------------------------------------ re-alignment with a stand-in scorer
 
 class StandInScorer:
-    """The SlotScorer seam answering chosen classes: ``classes(n_slots)`` -> one class per slot."""
+    """The SlotScorer seam answering chosen classes: ``classes(n_slots)`` -> one class per slot,
+    certain of it (its logit 50 above every other: times between the bins fall on that bin)."""
 
     name = "stand-in"
 
@@ -154,7 +156,7 @@ class StandInScorer:
     def score(self, embeds, rows):
         self.calls.append(len(rows))
         out = np.zeros((len(rows), self.n_classes), np.float32)
-        out[np.arange(len(rows)), self.classes(len(rows))] = 1.0
+        out[np.arange(len(rows)), self.classes(len(rows))] = 50.0
         return out
 
     def close(self):
@@ -290,7 +292,10 @@ def test_the_engine_gives_raw_or_speech_spans(engine):
     raw = engine.transcribe(clip, word_timestamps=True, word_spans="raw")
     assert raw.words == engine.aligner.align(pcm, raw.text, raw.language)  # the official times
     speech = engine.transcribe(clip, word_timestamps=True)
-    assert speech.words == refined(engine.aligner, pcm, 0.0, raw.words, raw.language, "speech")[0]
+    between = BetweenBins(engine.aligner)  # "speech" reads every alignment's times between the bins
+    first = between.align(pcm, raw.text, raw.language)
+    assert first != raw.words and [w.word for w in first] == [w.word for w in raw.words]
+    assert speech.words == refined(between, pcm, 0.0, first, raw.language, "speech")[0]
     assert speech.words_flag is None and "words_flag" not in speech.to_dict()["segments"][0]
     assert [w.word for w in speech.words] == [w.word for w in raw.words]
 
@@ -358,7 +363,7 @@ class _Placing:
     def __init__(self):
         self.calls = []
 
-    def align(self, pcm, text, language, offset=0.0):
+    def align(self, pcm, text, language, offset=0.0, between_bins=False):
         units = text.split()
         self.calls.append((round(offset, 2), len(units)))
         return tuple(Word(u, round(offset + 0.7 + 1.1 * j, 3), round(offset + 1.6 + 1.1 * j, 3))

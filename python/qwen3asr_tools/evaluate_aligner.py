@@ -129,9 +129,10 @@ def aligned(engine, pcm: np.ndarray, text: str, language: str, words: Sequence[s
     if spans != "true-pieces":
         return list(engine.align(pcm, text, language=language, sample_rate=16000, word_spans=spans))
     from qwen3asr.aligner import refine
+    from qwen3asr.aligner.shifted import for_spans
     from qwen3asr.results import Word
 
-    al = engine.aligner
+    al = for_spans(engine.aligner, "speech")  # its times between the bins, as "speech" reads them
     levels = refine.Levels.of(pcm, 0.0)
     pieces = refine.pieces_at_pauses(levels)
     if len(pieces) < 2:

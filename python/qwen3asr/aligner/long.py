@@ -56,7 +56,9 @@ def align_long(engine, pcm: np.ndarray, text: str, language: str, *, offset: flo
     from .checked import AsrReader
     from .refine import refined
 
-    aligner = engine.aligner
+    from .shifted import for_spans
+
+    aligner = for_spans(engine.aligner, spans)
     piece = aligner.piece_seconds
     reader = AsrReader(engine) if spans == "checked" else None
 

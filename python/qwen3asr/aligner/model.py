@@ -29,7 +29,7 @@ from ..errors import Qwen3ASRError
 from ..languages import resolve_language
 from ..results import Word
 from ..tokenizer import Tokenizer
-from .timing import word_spans
+from .timing import between_bins as times_between, word_spans
 from .words import ALIGNER_LANGUAGES, AlignerText, aligner_text
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class ForcedAligner:
         return name
 
     def align(self, audio: AudioInput, text: str, language: str, *, sample_rate: Optional[int] = None,
-              offset: float = 0.0) -> tuple[Word, ...]:
+              offset: float = 0.0, between_bins: bool = False) -> tuple[Word, ...]:
         """The Words of ``text`` (the aligner's word units, in order) with their start and end in
         seconds of ``audio``, plus ``offset``.
 
@@ -143,7 +143,9 @@ class ForcedAligner:
         language: a name or code of one of ``self.languages`` (AlignmentError otherwise).
         An empty or wordless text gives ``()``. Audio longer than ``max_seconds`` is refused.
         Times are the official ones (its 80 ms bins, repaired), clipped to the audio: the model
-        can place a slot past the end of a clip, where no word was said.
+        can place a slot past the end of a clip, where no word was said. ``between_bins``: each
+        slot the repair left in its own bin timed between the bins from the same logits instead
+        (timing.between_bins; what the word spans other than "raw" use).
         """
         if checks.number("offset", offset, -MAX_STREAM_SECONDS, MAX_STREAM_SECONDS):
             raise ValueError(f"offset must be a finite number of seconds within +-{MAX_STREAM_SECONDS:g} "
@@ -154,7 +156,8 @@ class ForcedAligner:
         if not layout.words:
             return ()
         classes = [int(c) for c in np.argmax(logits, axis=-1)]
-        spans = word_spans(classes, len(layout.words), self.segment_ms)
+        spans = word_spans(classes, len(layout.words), self.segment_ms,
+                           times_between(logits, self.segment_ms) if between_bins else None)
         logger.debug("aligned %d words in %.0f ms", len(layout.words), (time.perf_counter() - t0) * 1000)
         cap = math.floor((pcm.shape[0] / SAMPLE_RATE + offset) * 1000) / 1000  # the audio's end, in whole ms
         return tuple(Word(w, min(round(s.start + offset, 3), cap), min(round(s.end + offset, 3), cap))

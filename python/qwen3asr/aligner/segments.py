@@ -115,7 +115,10 @@ def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[n
 
     if spans == "checked" and engine is None:
         raise ValueError('word_spans "checked" needs the ASR engine (engine=)')
+    from .shifted import for_spans
+
     reader = AsrReader(engine) if spans == "checked" else None
+    timed = for_spans(aligner, spans)
     warned = set() if warned is None else warned
     out = []
     for seg in segments:
@@ -129,7 +132,7 @@ def align_segments(aligner, segments: Iterable, clip: Callable[[object], tuple[n
             continue
         pcm, start = clip(seg)
         with work.unit():
-            words, flag = refined(aligner, pcm, start, aligner.align(pcm, seg.text, lang, offset=start), lang, spans,
+            words, flag = refined(timed, pcm, start, timed.align(pcm, seg.text, lang, offset=start), lang, spans,
                                   reader, seg.text)
         out.append(dataclasses.replace(seg, words=words, words_flag=flag))
     return out

@@ -13,6 +13,11 @@ corrects those counts and gains everywhere measured (docs/aligner.md, "Times bet
 bins"). A pass whose words differ from the first's, or that would not fit the aligner's longest
 audio, is left out. The mean of times in order is in order; times before the audio (in the
 silence put before it) are taken to its start.
+
+Every word span but "raw" also reads each pass's times between the bins from its own logits
+(``BetweenBins``: ForcedAligner.align's ``between_bins``, timing.between_bins), which costs
+nothing; the aligned segments' callers (qwen3asr.aligner.long, .segments) wrap the aligner with
+``for_spans``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,27 @@ CHECKED_PASSES = 4  # word_spans "checked", whose check corrects the counts
 def passes_for(spans: str) -> int:
     """The passes each alignment of word spans ``spans`` ("speech", "checked", "raw") is made of."""
     return {"checked": CHECKED_PASSES, "speech": PASSES}.get(spans, 1)
+
+
+def for_spans(aligner, spans: str):
+    """``aligner`` as word spans ``spans`` use it: BetweenBins for "speech" and "checked", the
+    aligner itself (the official times) for "raw"."""
+    return aligner if spans == "raw" else BetweenBins(aligner)
+
+
+class BetweenBins:
+    """``aligner`` (a ForcedAligner) whose ``align(pcm, text, language, offset=)`` times each slot
+    between the bins from the same pass's logits (ForcedAligner.align's ``between_bins``); every
+    other attribute is the aligner's."""
+
+    def __init__(self, aligner):
+        self.aligner = aligner
+
+    def __getattr__(self, name):
+        return getattr(self.aligner, name)
+
+    def align(self, pcm: np.ndarray, text: str, language: str, *, offset: float = 0.0) -> Tuple[Word, ...]:
+        return self.aligner.align(pcm, text, language, offset=offset, between_bins=True)
 
 
 class Shifted:
@@ -81,4 +107,4 @@ class Shifted:
                      for w, (a, b) in zip(first, mean))
 
 
-__all__ = ["CHECKED_PASSES", "PASSES", "Shifted", "passes_for"]
+__all__ = ["BetweenBins", "CHECKED_PASSES", "PASSES", "Shifted", "for_spans", "passes_for"]

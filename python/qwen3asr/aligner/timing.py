@@ -12,6 +12,11 @@ rewrites the other slots run by run: a run of one or two takes the value of its 
 neighbour (the left one on a tie, the only one at an edge), a longer run is spaced evenly
 between its two kept neighbours (or copies the only one at an edge); every value is then
 truncated to an int. Here the subsequence is found in O(n log n) with the same choices.
+
+Not official: ``between_bins`` reads a time between the bins from the same slot logits (the
+mean class under the softmax of the argmax class and its neighbours), which ``word_spans``
+uses, where given, for every slot the repair left as it was (docs/aligner.md, "Times between
+the bins").
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 SEGMENT_TIME_MS = 80.0  # timestamp_segment_time of the real config: milliseconds per class
+BETWEEN_CLASSES = 1  # between_bins: the classes either side of a slot's argmax in its mean
 _SHORT_RUN = 2  # runs of at most this many slots off the kept subsequence take a neighbour's value
 
 
@@ -108,13 +114,33 @@ def slot_milliseconds(classes: Sequence[int], segment_time: float = SEGMENT_TIME
     return (c.astype(np.float32) * np.float32(segment_time)).tolist()
 
 
-def word_spans(classes: Sequence[int], n_words: int, segment_time: float = SEGMENT_TIME_MS) -> List[Span]:
+def between_bins(logits: np.ndarray, segment_time: float = SEGMENT_TIME_MS) -> List[float]:
+    """Per slot of ``logits`` ((n_slots, classes)), a time in milliseconds between the bins: the
+    mean class under the softmax of the argmax class's logit and those of the BETWEEN_CLASSES
+    classes either side (fewer at the first and last class), times ``segment_time``. Within
+    BETWEEN_CLASSES bins of the argmax's time; on it where the neighbours are far less likely."""
+    x = np.asarray(logits)
+    if x.ndim != 2:
+        raise ValueError(f"logits must be (n_slots, classes), got shape {x.shape}")
+    out = []
+    for row, c in zip(x, np.argmax(x, axis=-1) if x.size else []):
+        lo, hi = max(0, int(c) - BETWEEN_CLASSES), min(x.shape[1], int(c) + BETWEEN_CLASSES + 1)
+        p = np.exp(row[lo:hi].astype(np.float64) - float(row[c]))
+        out.append(float((p * np.arange(lo, hi)).sum() / p.sum()) * float(segment_time))
+    return out
+
+
+def word_spans(classes: Sequence[int], n_words: int, segment_time: float = SEGMENT_TIME_MS,
+               between: Optional[Sequence[float]] = None) -> List[Span]:
     """Start and end of each word from the argmax class of every slot.
 
     classes: (2 * n_words,) ints, the argmax over classes at each ``<timestamp>`` slot in
     order (slot 2i is word i's start, 2i + 1 its end). With no words there is nothing to
     time (the official input still has two slots) and the result is empty.
     segment_time: milliseconds per class (the config's ``timestamp_segment_time``).
+    between: None for the official times; else per slot a time in ms (``between_bins``) that
+    replaces the official one wherever the repair kept the slot's own bin, the times then
+    kept in order (each at least the one before).
     """
     if n_words < 0:
         raise ValueError(f"n_words must be >= 0, got {n_words}")
@@ -122,6 +148,13 @@ def word_spans(classes: Sequence[int], n_words: int, segment_time: float = SEGME
         return []
     if len(classes) != 2 * n_words:
         raise ValueError(f"{n_words} words need {2 * n_words} slot classes, got {len(classes)}")
-    ms = repair(slot_milliseconds(classes, segment_time))
+    official = slot_milliseconds(classes, segment_time)
+    ms: List[float] = list(repair(official))
+    if between is not None:
+        if len(between) != len(ms):
+            raise ValueError(f"{len(ms)} slots need {len(ms)} times between the bins, got {len(between)}")
+        for k, (b, r, o) in enumerate(zip(between, ms, official)):
+            v = float(b) if r == int(o) else float(r)
+            ms[k] = v if k == 0 else max(v, ms[k - 1])
     return [Span(start=round(ms[2 * w] / 1000.0, 3), end=round(ms[2 * w + 1] / 1000.0, 3))
             for w in range(n_words)]
