@@ -366,8 +366,7 @@ def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
 
     assert wrong(engine.align(ex.audio, ex.text, "English")) == 3  # "speech"
     assert wrong(engine.align(ex.audio, ex.text, "English", word_spans="checked")) == 0
-    # the run, with one aligner pass per alignment (with the shifted passes the windows already
-    # give each piece its words here)
+    # the run (the pieces not aligned again in shifted passes at the end: the same words)
     monkeypatch.setattr(shifted, "CHECKED_PASSES", 1)
     anchored = checked.ANCHORED
     monkeypatch.setattr(checked, "ANCHORED", frozenset())
@@ -398,11 +397,12 @@ def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
     assert len(read) == len(pieces_at_pauses(Levels.of(pcm, 0.0)))  # its pieces alone
 
 
-def test_pieces_read_as_the_default_gives_them_are_not_aligned_again(engine, monkeypatch):
-    """Where no boundary moves the words are the default's ("speech", with as many shifted passes
-    per alignment as "checked" makes), with no alignment more."""
-    monkeypatch.setattr(shifted, "PASSES", shifted.CHECKED_PASSES)
+def test_pieces_read_as_the_default_gives_them_are_aligned_again_only_for_the_passes(engine, monkeypatch):
+    """Where no boundary moves the words are the default's ("speech"): with one pass per piece
+    exactly the same words and alignments; with CHECKED_PASSES each piece aligned again alone
+    that many times, with its words, after the default's alignments."""
     n = shifted.CHECKED_PASSES
+    assert n == 4
     pcm = np.concatenate([prepare_audio(os.path.join(ROOT, "audio", "en_1.wav")), np.zeros(8000, np.float32),
                           prepare_audio(os.path.join(ROOT, "audio", "en_3.wav"))])
     text = "open the back door please turn on the living room fan"
@@ -411,11 +411,17 @@ def test_pieces_read_as_the_default_gives_them_are_not_aligned_again(engine, mon
     monkeypatch.setattr(type(engine.aligner), "align",
                         lambda self, *a, **kw: calls[spans].append(a[1]) or align(self, *a, **kw))
     got = {}
-    for spans in ("speech", "checked"):
+    for spans, passes in (("speech", n), ("checked", 1), ("checked", n)):
+        monkeypatch.setattr(shifted, "CHECKED_PASSES", passes)
         calls[spans] = []
-        got[spans] = engine.align(pcm, text, "English", word_spans=spans)
-    assert got["checked"] == got["speech"] and calls["checked"] == calls["speech"]
-    assert calls["speech"] == [text] * n + ["open the back door"] * n + ["please turn on the living room fan"] * n
+        got[spans, passes] = engine.align(pcm, text, "English", word_spans=spans)
+        calls[spans, passes] = calls.pop(spans)
+    assert got["checked", 1] == got["speech", n] and calls["checked", 1] == calls["speech", n]
+    assert calls["speech", n] == [text, "open the back door", "please turn on the living room fan"]
+    assert calls["checked", n] == calls["speech", n] + ["open the back door"] * n + \
+        ["please turn on the living room fan"] * n
+    assert got["checked", n] != got["speech", n]
+    assert [w.word for w in got["checked", n]] == [w.word for w in got["speech", n]]
 
 
 def test_a_stream_checks_the_pieces_of_its_segments(engine, monkeypatch):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from qwen3asr import prepare_audio
-from qwen3asr.aligner import refine, shifted
+from qwen3asr.aligner import refine
 from qwen3asr.aligner.model import ForcedAligner
 from qwen3asr.aligner.shifted import Shifted
 from qwen3asr.backends import BackendOptions
@@ -70,16 +70,49 @@ def test_a_pass_that_does_not_fit_or_gives_other_words_is_left_out(aligner, clip
         Shifted(aligner, 0)
 
 
-def test_the_word_spans_use_it_when_on_and_raw_never(aligner, clip, monkeypatch):
-    """refine.refined with PASSES over 1: "speech" gives times off the bins, "raw" the official
-    ones; "checked" makes CHECKED_PASSES."""
+def test_checked_aligns_its_pieces_again_in_passes_speech_and_raw_do_not(aligner, clip):
+    """refine.refined: "speech" and "raw" make no shifted pass ("raw" keeps the official times);
+    refine.alone_shifted (what "checked" does at the end) gives a segment of one piece the mean
+    of the passes, its own alignment taken as the unshifted one when it still is that."""
     pcm, text = clip
+    levels = refine.Levels.of(pcm, 0.0)
+    assert len(refine.pieces_at_pauses(levels)) == 1
     first = aligner.align(pcm, text, "English")
-    off, _ = refine.refined(aligner, pcm, 0.0, first, "English", "speech")
-    monkeypatch.setattr(shifted, "PASSES", 4)
-    on, _ = refine.refined(aligner, pcm, 0.0, first, "English", "speech")
+    speech, _ = refine.refined(aligner, pcm, 0.0, first, "English", "speech")
     raw, _ = refine.refined(aligner, pcm, 0.0, first, "English", "raw")
-    assert raw == first and on != off and [w.word for w in on] == [w.word for w in off]
-    assert refine.snap(Shifted(aligner, 4).align(pcm, text, "English"), refine.Levels.of(pcm, 0.0),
-                       aligner.segment_ms / 1000.0) == on  # one piece: the mean's times, snapped
-    assert shifted.passes_for("raw") == 1 and shifted.passes_for("checked") == shifted.CHECKED_PASSES > 1
+    assert raw == first and speech == refine.snap(first, levels, aligner.segment_ms / 1000.0)
+    mean = Shifted(aligner, 4).align(pcm, text, "English")
+    assert refine.alone_shifted(aligner, pcm, first, "English", levels, 4, first=True) == mean != first
+    again = refine.alone_shifted(aligner, pcm, first, "English", levels, 4)  # aligned anew over the piece
+    assert [w.word for w in again] == [w.word for w in first]
+    assert max(abs(a.start - b.start) for a, b in zip(again, mean)) < 0.011
+    assert refine.alone_shifted(aligner, pcm, first, "English", levels, 1) == first
+
+
+def test_each_piece_is_aligned_again_alone_with_the_words_it_holds(aligner):
+    """refine.alone_shifted on two bundled commands 0.5 s apart (two pieces): each piece's words
+    (by the middles of their snapped spans) aligned over its own audio as the mean of the passes,
+    made here by hand; words whose piece alignment gives other words are kept as they were."""
+    pcm = np.concatenate([prepare_audio(os.path.join(ROOT, "audio", "en_1.wav")), np.zeros(8000, np.float32),
+                          prepare_audio(os.path.join(ROOT, "audio", "en_3.wav"))])
+    text = "open the back door please turn on the living room fan"
+    levels = refine.Levels.of(pcm, 1.0)
+    pieces = refine.pieces_at_pauses(levels)
+    assert len(pieces) == 2
+    words = aligner.align(pcm, text, "English", offset=1.0)
+    got = refine.alone_shifted(aligner, pcm, words, "English", levels, 4)
+    assert [w.word for w in got] == text.split() and got != words
+    by_hand = []
+    for (a, b), part in zip(pieces, ("open the back door", "please turn on the living room fan")):
+        by_hand += Shifted(aligner, 4).align(pcm[a * 160:b * 160], part, "English", offset=levels.time(a))
+    assert got == tuple(by_hand)
+    assert all(a.end <= b.start for a, b in zip(got, got[1:]))
+
+    class Dropping:  # gives back one word too few for the second piece
+        segment_ms = aligner.segment_ms
+
+        def align(self, x, text, language, *, offset=0.0):
+            got = aligner.align(x, text, language, offset=offset)
+            return got[1:] if text.startswith("please") else got
+
+    assert refine.alone_shifted(Dropping(), pcm, words, "English", levels, 4) == tuple(words)

@@ -146,8 +146,9 @@ class TranscribeOptions:
     # times; "checked" is "speech" with the words each piece at a pause gets checked by the ASR
     # model reading the piece, and in languages written with spaces each boundary read from the
     # audio after it (qwen3asr.aligner.checked: an encoder pass, a greedy decode and a few decoder
-    # runs per piece and boundary), every alignment the mean of four passes over shifted audio
-    # (qwen3asr.aligner.shifted); its cost and figures in docs/aligner.md. All flag a collapse
+    # runs per piece and boundary), then each piece aligned again alone as the mean of four passes
+    # over shifted audio (qwen3asr.aligner.shifted); its cost and figures in docs/aligner.md. Every
+    # span but "raw" reads its times between the aligner's bins from its scores. All flag a collapse
     # (Segment.words_flag).
     word_spans: str = "speech"
     # The compact prompt of the reference design (docs/reference_design.md): no system turn, the

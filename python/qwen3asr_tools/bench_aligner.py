@@ -21,8 +21,8 @@ bundle), and reports each against the transcription and against the first of the
 weights the ASR's readings are noise: "checked" costs its scoring (an encoder pass and prefill
 per piece, the candidate texts) and each piece's greedy reading, which rarely ends there and runs
 until the loop guard or its token cap stops it (qwen3asr.aligner.checked), more than a real
-model's; where the noise moves a boundary, the pieces are aligned again; every alignment of
-"checked" is four shifted passes (qwen3asr.aligner.shifted).
+model's; where the noise moves a boundary, the pieces are aligned again; then "checked" aligns
+each piece again alone in four shifted passes (qwen3asr.aligner.shifted).
 """
 
 from __future__ import annotations

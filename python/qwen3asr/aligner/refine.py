@@ -30,10 +30,9 @@ official repair), applied to each segment by ``align_segments``:
   collapses is flagged (``Segment.words_flag``) and logged, never silent.
 
 With ``word_spans="checked"`` the words each piece at a pause gets are first checked by the ASR
-model reading the piece (qwen3asr.aligner.checked), then the spans are fitted as with "speech".
-With "checked" (and "speech" when qwen3asr.aligner.shifted.PASSES is over 1, not the default)
-every alignment is the mean of passes over the audio shifted by fractions of a bin, so the times
-fall between the official bins.
+model reading the piece (qwen3asr.aligner.checked), then each piece is aligned again alone with
+its words as the mean of passes over its audio shifted by fractions of a bin
+(``alone_shifted``, qwen3asr.aligner.shifted), and the spans are fitted as with "speech".
 
 Frame levels are judged against the segment's own: speech is what lies within
 ``QUIET_BELOW_DB`` of its loud end and above a quarter of the way up from its floor; a segment
@@ -360,8 +359,8 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     collapse, else the one with the fewest words caught) and fitted to the speech; with "raw" the
     official times as they are; with "checked" as "speech", the pieces' words checked by the ASR
     model first (qwen3asr.aligner.checked: ``reader`` an AsrReader, ``text`` the segment's
-    transcript). With "checked" (and "speech" when shifted.PASSES is over 1) every alignment,
-    ``words`` included, is the mean of passes over shifted audio (qwen3asr.aligner.shifted).
+    transcript), and at the end, unless a collapse is left, each piece aligned again alone as the
+    mean of shifted passes (alone_shifted).
     Returns (the words, None or the flag "collapsed: <reason>")."""
     if spans == "checked" and reader is None:
         raise ValueError('word_spans "checked" needs a reader (qwen3asr.aligner.checked.AsrReader)')
@@ -369,12 +368,6 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     levels = Levels.of(pcm, offset)
     end = offset + levels.seconds
     if spans != "raw":
-        from .shifted import Shifted, passes_for
-
-        passes = passes_for(spans)
-        if passes > 1:  # every alignment from here the mean of shifted passes
-            aligner = Shifted(aligner, passes)
-            words = aligner.averaged(pcm, " ".join(w.word for w in words), language, words, offset)
         at = assigned_at_pauses(aligner, pcm, words, language, levels)
         if at is not None:
             words = at[0]
@@ -384,8 +377,8 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
                 words = checked_pieces(aligner, pcm, words, at[1], language, levels, pieces_at_pauses(levels),
                                        reader, text)
     reason, bad = collapse(words, offset, end, bin_s)
+    first = reason
     if reason and spans != "raw":
-        first = reason
         for how, pieces in (("its pauses", pieces_at_pauses(levels)), ("halves", halves(pcm))):
             for by in ("time", "speech") if len(pieces) > 1 else ():
                 if by == "speech" and not unheard(words, levels, pieces):
@@ -407,9 +400,42 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
         logger.warning("the words of %.2f-%.2f s did not align (%s, %d words)%s; their times are unreliable",
                        offset, end, reason, bad, "" if spans == "raw" else ", also in smaller pieces")
     if spans != "raw":
+        if spans == "checked" and not flag:
+            from .shifted import CHECKED_PASSES
+
+            words = alone_shifted(aligner, pcm, words, language, levels, CHECKED_PASSES, first is None)
         words = snap(words, levels, bin_s)
     return words, flag
 
 
-__all__ = ["CHARACTER_LANGUAGES", "HORIZON_PIECES", "HORIZON_PIECES_CHARACTERS", "Levels", "assigned_at_pauses",
+def alone_shifted(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, levels: Levels,
+                  passes: int, first: bool = False) -> Tuple[Word, ...]:
+    """``words`` (a segment's spans, ``pcm`` its audio) with each piece at its pauses
+    (pieces_at_pauses; the whole segment when it has none) aligned again alone as the mean of
+    ``passes`` shifted passes (qwen3asr.aligner.shifted), holding the words whose middle (of their
+    snapped spans) lies in it: the words stay in the pieces they were given, and their times come
+    from the piece's own audio and fall between the bins (docs/aligner.md, "Times between the
+    bins"). ``first``: the segment's words are still its unshifted alignment (one piece, nothing
+    aligned again), taken as the first pass. ``words`` as they are when a piece's alignment does
+    not give back its words or collapses, or with one pass."""
+    from .shifted import Shifted
+
+    if passes < 2 or not words:
+        return tuple(words)
+    shifted = Shifted(aligner, passes)
+    pieces = pieces_at_pauses(levels)
+    if len(pieces) < 2:
+        if first:
+            got = shifted.averaged(pcm, " ".join(w.word for w in words), language, words, levels.offset)
+            end = levels.offset + levels.seconds
+            return tuple(words) if collapse(got, levels.offset, end, aligner.segment_ms / 1000.0)[0] else got
+        pieces = [(0, int(round(levels.seconds / FRAME_S)))]
+    middles = [Word(w.word, (w.start + w.end) / 2, (w.start + w.end) / 2)
+               for w in snap(words, levels, aligner.segment_ms / 1000.0)]
+    again = realign(shifted, pcm, middles, language, levels, pieces, share_words(middles, levels, pieces, "time"))
+    return tuple(words) if again is None or again[1] else again[0]
+
+
+__all__ = ["CHARACTER_LANGUAGES", "HORIZON_PIECES", "HORIZON_PIECES_CHARACTERS", "Levels", "alone_shifted",
+           "assigned_at_pauses",
            "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap", "unheard"]

@@ -1,18 +1,18 @@
-"""Word times between the aligner's bins: each alignment the mean of passes over shifted audio.
+"""Word times between the aligner's bins: an alignment as the mean of passes over shifted audio.
 
 The official aligner gives every time on its 80 ms grid (``ForcedAligner.segment_ms``) counted
 from the start of the audio it is given, so a time is off by up to half a bin however well the
-model listens. The same audio given again with k / PASSES of a bin of silence before it puts
-the grid elsewhere; the mean of the PASSES passes' times (each taken back to the audio's own
-timeline) falls between the bins. Applied by qwen3asr.aligner.refine to every alignment of the
-"checked" word spans (CHECKED_PASSES), and of "speech" when PASSES is over 1; "raw" keeps the
-official times of one pass. With "speech" it is off: the mean of four passes brings single clips
-7-9 ms closer, but the windows that give a paused input's pieces their words move with the
-passes, and where passes give a piece different words their mean is neither's; "checked"
-corrects those counts and gains everywhere measured (docs/aligner.md, "Times between the
-bins"). A pass whose words differ from the first's, or that would not fit the aligner's longest
-audio, is left out. The mean of times in order is in order; times before the audio (in the
-silence put before it) are taken to its start.
+model listens. The same audio given again with k / passes of a bin of silence before it puts
+the grid elsewhere; the mean of the passes' times (each taken back to the audio's own timeline)
+falls between the bins (``Shifted``). The "checked" word spans align each piece at its pauses
+again alone that way at the end, with the words the check gave it (CHECKED_PASSES;
+refine.alone_shifted); "speech" makes no extra pass (each would add about 0.9 of a short clip's
+transcription on the board) and "raw" keeps the official times of one pass. Shifting the windows
+that give a paused input's pieces their words instead moves their counts, and where passes give
+a piece different words their mean is neither's (docs/aligner.md, "Times between the bins"). A
+pass whose words differ from the first's, or that would not fit the aligner's longest audio, is
+left out. The mean of times in order is in order; times before the audio (in the silence put
+before it) are taken to its start.
 
 Every word span but "raw" also reads each pass's times between the bins from its own logits
 (``BetweenBins``: ForcedAligner.align's ``between_bins``, timing.between_bins), which costs
@@ -30,14 +30,9 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..results import Word
 
-# alignments averaged, the audio shifted by 1 / passes of a bin more each (1: the official times)
-PASSES = 1  # word_spans "speech": off (its windows' counts move with the passes: docs/aligner.md)
-CHECKED_PASSES = 4  # word_spans "checked", whose check corrects the counts
-
-
-def passes_for(spans: str) -> int:
-    """The passes each alignment of word spans ``spans`` ("speech", "checked", "raw") is made of."""
-    return {"checked": CHECKED_PASSES, "speech": PASSES}.get(spans, 1)
+# word_spans "checked": each piece aligned again alone as the mean of this many passes, the audio
+# shifted by 1 / passes of a bin more each (1: no pass more)
+CHECKED_PASSES = 4
 
 
 def for_spans(aligner, spans: str):
@@ -107,4 +102,4 @@ class Shifted:
                      for w, (a, b) in zip(first, mean))
 
 
-__all__ = ["BetweenBins", "CHECKED_PASSES", "PASSES", "Shifted", "for_spans", "passes_for"]
+__all__ = ["BetweenBins", "CHECKED_PASSES", "Shifted", "for_spans"]

@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--word-spans", default="speech", choices=WORD_SPANS,
                     help="with --word-timestamps, what word times say: speech (spans fitted to the speech), raw "
                          "(the aligner's own) or checked (speech, with the words of the pieces between pauses "
-                         "checked by the ASR model and each alignment the mean of four shifted passes: closer, "
-                         "several times the alignment's CPU; docs/aligner.md)")
+                         "checked by the ASR model and each piece aligned again as the mean of four shifted passes: "
+                         "closer, several times the alignment's CPU; docs/aligner.md)")
     ap.add_argument("--start", type=float_arg, default=0.0, help="start at this second")
     ap.add_argument("--duration", type=float_arg, default=None, help="transcribe only this many seconds")
     ap.add_argument("--vad", dest="vad", action="store_const", const=True, default=None,
