@@ -568,6 +568,19 @@ def test_recorded_alignments_are_what_the_aligner_computes(engine_words, long_pc
     assert type(al.encoder.runner).__name__ != "_GraphLog" and type(al.scorer).__name__ != "_Counted"
 
 
+def test_the_recorder_passes_the_times_between_the_bins_through(engine_words, long_pcm):
+    """An alignment recorded by align_log with ``between_bins`` (what every span but "raw" asks
+    for) is the aligner's own, and recorded as one pass."""
+    from qwen3asr_tools.board.record import align_log
+
+    pcm, text = long_pcm[:16000 * 3], "one two three four"
+    want = engine_words.aligner.align(pcm, text, "English", between_bins=True)
+    with align_log(engine_words) as log:
+        got = engine_words.aligner.align(pcm, text, "English", between_bins=True)
+    assert got == want and len(log.works) == 1
+    assert log.works[0].slots == _expected_rows(engine_words, pcm, 0.0, 3.0, text, "English")[1]
+
+
 def test_one_pass_alignment_comes_after_the_run(engine_words):
     from qwen3asr.audio import prepare_audio
 

@@ -377,7 +377,7 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
                 words = checked_pieces(aligner, pcm, words, at[1], language, levels, pieces_at_pauses(levels),
                                        reader, text)
     reason, bad = collapse(words, offset, end, bin_s)
-    first = reason
+    first = reason  # the first alignment's collapse, if any
     if reason and spans != "raw":
         for how, pieces in (("its pauses", pieces_at_pauses(levels)), ("halves", halves(pcm))):
             for by in ("time", "speech") if len(pieces) > 1 else ():
@@ -437,5 +437,5 @@ def alone_shifted(aligner, pcm: np.ndarray, words: Sequence[Word], language: str
 
 
 __all__ = ["CHARACTER_LANGUAGES", "HORIZON_PIECES", "HORIZON_PIECES_CHARACTERS", "Levels", "alone_shifted",
-           "assigned_at_pauses",
-           "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap", "unheard"]
+           "assigned_at_pauses", "collapse", "halves", "pieces_at_pauses", "realign", "refined", "share_words", "snap",
+           "unheard"]

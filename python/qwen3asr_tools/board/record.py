@@ -108,9 +108,9 @@ def align_log(engine):
         finally:
             log.runs += 1
 
-    def recorded_align(audio, text, language, *, sample_rate=None, offset=0.0):
+    def recorded_align(audio, text, language, *, sample_rate=None, offset=0.0, **kw):
         n_graphs, n_scored = len(log.graphs.calls), len(log._scored)
-        out = align(audio, text, language, sample_rate=sample_rate, offset=offset)
+        out = align(audio, text, language, sample_rate=sample_rate, offset=offset, **kw)
         if len(log._scored) > n_scored:  # a text without words is not scored, nor encoded
             from qwen3asr.audio import prepare_audio
 
