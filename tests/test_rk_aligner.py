@@ -181,7 +181,8 @@ def test_slot_logits_are_the_head_of_the_normalised_states(aligner_dir, shim, fa
 
 
 def test_align_gives_the_words(aligner_dir, shim, fake_rknnlite):
-    """align() on the rk path equals the aligner's own orchestration over the reference scorer."""
+    """align() on the rk path equals the aligner's own orchestration over the reference scorer,
+    with the official times and with the times between the bins."""
     expect_aligner(shim, aligner_dir)
     ref = ForcedAligner(aligner_dir, backend="onnx", options=BackendOptions(decoder_dtype="fp32"))
     ref.scorer = ReferenceScorer(aligner_dir, ref.scorer.max_positions)
@@ -189,6 +190,9 @@ def test_align_gives_the_words(aligner_dir, shim, fake_rknnlite):
         for text, lang, audio in CASES:
             words = al.align(audio, text, lang, offset=1.5)
             assert words == ref.align(audio, text, lang, offset=1.5)
+            # the times between the bins (every span but "raw") from the board's logits (host head)
+            assert al.align(audio, text, lang, offset=1.5, between_bins=True) == \
+                ref.align(audio, text, lang, offset=1.5, between_bins=True)
             assert [w.word for w in words] == list(al.slot_logits(audio, text, lang)[0].words)
             assert all(1.5 <= w.start <= w.end for w in words)
         assert al.align(EN, "", "English") == ()
