@@ -41,6 +41,8 @@ def test_slots_the_repair_moved_keep_the_repaired_time_and_the_times_stay_in_ord
     assert [(s.start, s.end) for s in word_spans([5, 3, 6, 7], 2, 80.0)] == [(0.4, 0.4), (0.48, 0.56)]
     got = word_spans([5, 3, 6, 7], 2, 80.0, between=[410.0, 250.0, 470.0, 550.0])
     assert [(s.start, s.end) for s in got] == [(0.41, 0.41), (0.47, 0.55)]  # 400 raised to the 410 before it
+    got = word_spans([5, 3, 6, 7], 2, 80.0, between=[410.0, 450.0, 470.0, 550.0])
+    assert [(s.start, s.end) for s in got] == [(0.41, 0.41), (0.47, 0.55)]  # not the moved slot's own 450
     with pytest.raises(ValueError, match="4 slots need 4 times"):
         word_spans([5, 3, 6, 7], 2, 80.0, between=[1.0])
 

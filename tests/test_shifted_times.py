@@ -82,7 +82,7 @@ def test_checked_aligns_its_pieces_again_in_passes_speech_and_raw_do_not(aligner
     raw, _ = refine.refined(aligner, pcm, 0.0, first, "English", "raw")
     assert raw == first and speech == refine.snap(first, levels, aligner.segment_ms / 1000.0)
     mean = Shifted(aligner, 4).align(pcm, text, "English")
-    assert refine.alone_shifted(aligner, pcm, first, "English", levels, 4, first=True) == mean != first
+    assert refine.alone_shifted(aligner, pcm, first, "English", levels, 4, unshifted=True) == mean != first
     again = refine.alone_shifted(aligner, pcm, first, "English", levels, 4)  # aligned anew over the piece
     assert [w.word for w in again] == [w.word for w in first]
     assert max(abs(a.start - b.start) for a, b in zip(again, mean)) < 0.011

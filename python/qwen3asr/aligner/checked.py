@@ -48,6 +48,7 @@ import numpy as np
 
 from ..errors import Qwen3ASRError
 from ..results import Word
+from .words import clean_word
 
 logger = logging.getLogger(__name__)
 
@@ -154,8 +155,6 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, e
 def letters(text: str) -> str:
     """``text`` as the check compares it: the characters a word keeps (letters, digits and "'",
     qwen3asr.aligner.words.clean_word), lower case."""
-    from .words import clean_word
-
     return clean_word(text.lower())
 
 

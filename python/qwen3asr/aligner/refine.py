@@ -53,6 +53,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..mel import HOP_LENGTH as HOP  # samples per 10 ms frame
 from ..results import Word
+from . import shifted
 
 logger = logging.getLogger(__name__)
 
@@ -401,38 +402,34 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
                        offset, end, reason, bad, "" if spans == "raw" else ", also in smaller pieces")
     if spans != "raw":
         if spans == "checked" and not flag:
-            from .shifted import CHECKED_PASSES
-
-            words = alone_shifted(aligner, pcm, words, language, levels, CHECKED_PASSES, first is None)
+            words = alone_shifted(aligner, pcm, words, language, levels, shifted.CHECKED_PASSES, first is None)
         words = snap(words, levels, bin_s)
     return words, flag
 
 
 def alone_shifted(aligner, pcm: np.ndarray, words: Sequence[Word], language: str, levels: Levels,
-                  passes: int, first: bool = False) -> Tuple[Word, ...]:
+                  passes: int, unshifted: bool = False) -> Tuple[Word, ...]:
     """``words`` (a segment's spans, ``pcm`` its audio) with each piece at its pauses
     (pieces_at_pauses; the whole segment when it has none) aligned again alone as the mean of
     ``passes`` shifted passes (qwen3asr.aligner.shifted), holding the words whose middle (of their
     snapped spans) lies in it: the words stay in the pieces they were given, and their times come
     from the piece's own audio and fall between the bins (docs/aligner.md, "Times between the
-    bins"). ``first``: the segment's words are still its unshifted alignment (one piece, nothing
-    aligned again), taken as the first pass. ``words`` as they are when a piece's alignment does
+    bins"). ``unshifted``: the segment's words are still its unshifted alignment (one piece,
+    nothing aligned again), taken as the first pass. ``words`` as they are when a piece's alignment does
     not give back its words or collapses, or with one pass."""
-    from .shifted import Shifted
-
     if passes < 2 or not words:
         return tuple(words)
-    shifted = Shifted(aligner, passes)
+    passed = shifted.Shifted(aligner, passes)
     pieces = pieces_at_pauses(levels)
     if len(pieces) < 2:
-        if first:
-            got = shifted.averaged(pcm, " ".join(w.word for w in words), language, words, levels.offset)
+        if unshifted:
+            got = passed.averaged(pcm, " ".join(w.word for w in words), language, words, levels.offset)
             end = levels.offset + levels.seconds
             return tuple(words) if collapse(got, levels.offset, end, aligner.segment_ms / 1000.0)[0] else got
         pieces = [(0, int(round(levels.seconds / FRAME_S)))]
     middles = [Word(w.word, (w.start + w.end) / 2, (w.start + w.end) / 2)
                for w in snap(words, levels, aligner.segment_ms / 1000.0)]
-    again = realign(shifted, pcm, middles, language, levels, pieces, share_words(middles, levels, pieces, "time"))
+    again = realign(passed, pcm, middles, language, levels, pieces, share_words(middles, levels, pieces, "time"))
     return tuple(words) if again is None or again[1] else again[0]
 
 
