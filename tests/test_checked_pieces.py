@@ -12,6 +12,7 @@ piece a word too many and the check gives it back.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -155,6 +156,24 @@ def test_boundaries_stay_in_order_and_the_words_are_all_kept():
         bounds = np.cumsum(counts)[:-1]
         assert np.abs(np.cumsum(got)[:-1] - bounds).max(initial=0) <= WINDOW_WORDS
     assert checked_counts([5], [True], reading_of([(0, 5)]), no_edits) == [5]
+
+
+def test_counted_syllables_weigh_the_characters_of_short_pieces():
+    """In a language written in characters each word is a syllable: a piece whose audio counts at
+    most SYLLABLES_UP_TO of them costs SYLLABLE_EDITS per word more or fewer; longer pieces (the
+    count is less often right there) and no counts leave the costs as they were."""
+    from qwen3asr.aligner.checked import SYLLABLE_EDITS, SYLLABLES_UP_TO
+
+    assert (SYLLABLE_EDITS, SYLLABLES_UP_TO) == (3.0, 3)
+    run = CHARACTER_COSTS[1]  # 3 edits: one piece's miscount pays it (a tie keeps the default), two more
+    assert SYLLABLE_EDITS == run < 2 * SYLLABLE_EDITS
+    # flat readings, no edits: only the counts tell
+    assert checked_counts([2, 1, 3], AUDIBLE, flat, no_edits, CHARACTER_COSTS, [1, 2, 3]) == [1, 2, 3]
+    assert checked_counts([2, 1, 3], AUDIBLE, flat, no_edits, CHARACTER_COSTS) == [2, 1, 3]
+    # both pieces beside the boundary miscounted: 6 edits gained for a run of 3; but where the second
+    # counts more than SYLLABLES_UP_TO only the first piece's miscount is weighed, 3 edits: a tie
+    assert checked_counts([2, 2, 3], AUDIBLE, flat, no_edits, CHARACTER_COSTS, [1, 3, 3]) == [1, 3, 3]
+    assert checked_counts([2, 4, 3], AUDIBLE, flat, no_edits, CHARACTER_COSTS, [1, 5, 3]) == [2, 4, 3]
 
 
 def test_texts_are_compared_by_their_letters():
@@ -395,6 +414,53 @@ def test_a_cascade_in_english_is_broken_where_it_starts(engine, monkeypatch):
     pcm, text, _, _ = three_commands()
     engine.align(pcm, text, "Chinese", word_spans="checked")
     assert len(read) == len(pieces_at_pauses(Levels.of(pcm, 0.0)))  # its pieces alone
+
+
+def test_a_digit_read_alone_is_counted_into_its_piece(engine, monkeypatch):
+    """A held-out paused Mandarin input (paused_speech, test split, example 41: 6.5 s, 八一一一八四
+    read a digit or two at a time, 5 pieces; espeak-ng) where the ASR's readings leave a piece a
+    digit off and every piece after it follows: the syllables counted in each piece's audio (as
+    many as its true words) put the digits back. English counts no syllables."""
+    from qwen3asr_tools import child_env, paused_speech
+
+    code = ("import pickle, sys; from qwen3asr_tools import paused_speech; "
+            "pickle.dump(paused_speech.make_example('test', 41), sys.stdout.buffer)")
+    ex = pickle.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=300,
+                                     env=child_env()).stdout)
+    words, starts, ends = paused_speech.aligner_units(ex)
+    ref = np.stack([starts, ends], axis=1)
+    levels = Levels.of(ex.audio, 0.0)
+    cuts = [levels.time(a) for a, _ in pieces_at_pauses(levels)[1:]]
+    true = np.bincount(np.searchsorted(cuts, ref.mean(axis=1)), minlength=len(cuts) + 1).tolist()
+    seen = []
+    counts_of = checked.checked_counts
+
+    def recorded(counts, audible, read, edits, costs, syllables=None):
+        seen.append((syllables, counts_of(counts, audible, read, edits, costs, syllables)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(checked, "checked_counts", recorded)
+
+    def shift_ms():
+        got = engine.align(ex.audio, ex.text, "Chinese", word_spans="checked")
+        assert [w.word for w in got] == list(words)
+        return float(np.abs(np.array([(w.start, w.end) for w in got]) - ref).mean() * 1000)
+
+    assert shift_ms() < 120  # 77 ms when written
+    counted, given = seen[-1]
+    assert given == true  # every piece given its words
+    assert sum(abs(c - t) for c, t in zip(counted, true)) <= 1  # the syllables: 0, 1, 3, 2, 1 against 0, 1, 2, 2, 1
+    monkeypatch.setattr(checked, "SYLLABLE_EDITS", 0.0)
+    assert shift_ms() > 500  # 892 ms: a digit off from the second piece on
+    assert seen[-1][1] != true
+    monkeypatch.setattr(checked, "SYLLABLE_EDITS", 2.0)
+    seen.clear()
+    en = [prepare_audio(os.path.join(ROOT, "audio", f"en_{i}.wav")) for i in (1, 2)]
+    pcm = np.concatenate([en[0], np.zeros(8000, np.float32), en[1]])
+    texts = [c["text"] for c in json.load(open(os.path.join(ROOT, "audio", "transcripts.json")))["clips"]
+             if c["file"] in ("en_1.wav", "en_2.wav")]
+    engine.align(pcm, " ".join(texts), "English", word_spans="checked")
+    assert seen and all(syllables is None for syllables, _ in seen)  # English: words are not syllables
 
 
 def test_pieces_read_as_the_default_gives_them_are_aligned_again_only_for_the_passes(engine, monkeypatch):

@@ -107,7 +107,8 @@ def test_a_gap_inside_a_piece_bounds_the_words_either_side_of_it():
     (MIN_PAUSE_S), else where it starts (a closure). A boundary with no run near stays where it
     is; a run takes one boundary only. A word alone in its piece starting at most ONSET_S after
     the piece's speech starts starts there; a first word among others keeps its start."""
-    from qwen3asr.aligner.refine import GAP_REACH_S, GAP_S, MIN_PAUSE_S, ONSET_S
+    from qwen3asr.aligner.gaps import GAP_REACH_S, GAP_S, ONSET_S
+    from qwen3asr.aligner.refine import MIN_PAUSE_S
 
     assert (GAP_S, GAP_REACH_S, ONSET_S, MIN_PAUSE_S) == (0.06, 0.08, 0.5, 0.12)
     # one piece: speech 0.5-0.8, a 130 ms pause, 0.93-1.15, an 80 ms quiet run, 1.23-1.8
@@ -127,7 +128,7 @@ def test_a_gap_inside_a_piece_bounds_the_words_either_side_of_it():
     two = snap(words(("a", 0.5, 0.78), ("b", 0.78, 1.0), ("c", 1.0, 1.8)), lv, BIN)
     assert two == words(("a", 0.5, 0.8), ("b", 0.93, 1.0), ("c", 1.0, 1.8))
     # a run between two blips of noise (less than GAP_SPEECH_S of loud frames) is no gap
-    from qwen3asr.aligner.refine import GAP_SPEECH_S
+    from qwen3asr.aligner.gaps import GAP_SPEECH_S
 
     assert GAP_SPEECH_S == 0.05
     lv3 = Levels.of(bursts(((0.5, 0.8), (0.85, 0.87), (0.95, 0.97), (1.05, 1.6)), 2.0), 0.0)
@@ -518,7 +519,7 @@ def test_a_held_out_input_cut_at_its_shorter_pauses(engine, monkeypatch):
     espeak-ng) with two utterances 0.18-0.25 s apart: cut at pauses of SPLIT_PAUSE_S (0.18 s) it
     has 8 pieces and its mean shift is 74.6 ms (when written); cut at 0.25 s (the setting before)
     3 pieces, the second 4.0 s holding both utterances, over which the demo aligner drifts: 119.5.
-    Since the gaps inside a piece are matched to its words' boundaries (refine.GAP_S, session 29)
+    Since the gaps inside a piece are matched to its words' boundaries (qwen3asr.aligner.gaps, session 29)
     the long piece's gaps of 0.18-0.25 s bound its words too: 55.3 against 63.2 ms."""
     from qwen3asr.aligner import refine
     from qwen3asr_tools import child_env, paused_speech

@@ -19,7 +19,8 @@ them").
 one dynamic programme over the segment: each piece costs the character edits between its words
 and the ASR's greedy reading of its audio alone, plus a weight per nat of -log P(piece text,
 end of text | piece audio) (and EMPTY_NATS for a piece with AUDIBLE_S of speech left without
-words). The moves come in runs: the default's counts err in runs, a piece given a word too many
+words; in languages written in characters, also SYLLABLE_EDITS per character more or fewer than
+the syllables counted in a short piece's audio, qwen3asr.aligner.syllables). The moves come in runs: the default's counts err in runs, a piece given a word too many
 or too few shifting every boundary after it (docs/aligner.md, "Runs of wrong boundaries"), so a
 run is paid once, a cost per word where its shift starts or changes, and a return to the
 default's boundary is free (the weight and the cost by the language's word units:
@@ -48,6 +49,7 @@ import numpy as np
 
 from ..errors import Qwen3ASRError
 from ..results import Word
+from . import syllables
 from .words import clean_word
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,11 @@ EMPTY_NATS = 10.0  # checked_counts: the cost of leaving a piece with speech wit
 CHARACTER_COSTS = (0.03, 3.0)  # languages written in characters (a word moved is two edits)
 SPACED_COSTS = (0.3, 4.0)  # languages written with spaces between words
 AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: emptying it costs EMPTY_NATS
+# checked_counts in languages written in characters (one a syllable): a piece whose syllables
+# (qwen3asr.aligner.syllables) count at most SYLLABLES_UP_TO costs SYLLABLE_EDITS per character
+# more or fewer than that (the count is seldom wrong there; chosen on dev: "Syllables counted for Chinese")
+SYLLABLE_EDITS = 3.0
+SYLLABLES_UP_TO = 3
 ANCHOR_WORDS = 1  # anchored_counts: the words at the start of the audio after a boundary that must be read there
 ANCHOR_PIECES = 2  # ... that audio: the piece after the boundary and the next
 # anchored_counts runs for these (words between spaces; measured on English, worse on Chinese)
@@ -107,12 +114,15 @@ def anchored_counts(counts: Sequence[int], start: Start) -> List[int]:
 
 
 def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, edits: Edits,
-                   costs: Tuple[float, float] = SPACED_COSTS) -> List[int]:
+                   costs: Tuple[float, float] = SPACED_COSTS,
+                   syllables: Optional[Sequence[Optional[int]]] = None) -> List[int]:
     """The words per piece after the ASR's check (the module docstring). ``counts``: the
     default's words per piece (summing to the words of the segment); ``audible``: per piece,
     whether it holds AUDIBLE_S of speech; ``read(p, a, b)``: piece p read as words [a, b);
     ``edits(p, a, b)``: the character edits between words [a, b) and piece p's greedy reading;
-    ``costs``: (nats, run), CHARACTER_COSTS or SPACED_COSTS. Each boundary stays within
+    ``costs``: (nats, run), CHARACTER_COSTS or SPACED_COSTS; ``syllables``: per piece, the
+    syllables counted in its audio (None: not counted), for words that are one syllable each (a piece counting at most
+    SYLLABLES_UP_TO costs SYLLABLE_EDITS per word more or fewer than that). Each boundary stays within
     WINDOW_WORDS of the default's; boundaries stay in order; a segment of one piece is returned
     as it is. Among equal costs the smaller shift wins."""
     n_pieces = len(counts)
@@ -124,7 +134,10 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, e
 
     def cost(p: int, a: int, b: int) -> float:
         nats = -read(p, a, b).log_p + (EMPTY_NATS if a == b and audible[p] else 0.0)
-        return nats_edits * nats + edits(p, a, b)
+        counted = 0.0
+        if syllables is not None and syllables[p] is not None and syllables[p] <= SYLLABLES_UP_TO:
+            counted = SYLLABLE_EDITS * abs(b - a - syllables[p])
+        return nats_edits * nats + edits(p, a, b) + counted
 
     best = {0: (0.0, 0)}  # shift of the boundary from the default's -> (least cost up to it, the shift before)
     steps = [best]
@@ -274,6 +287,7 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
     segment's transcript, whose spans (punctuation and case kept, as the ASR writes them) are
     the candidate texts; None or not matching the words: the words joined (with no space in
     Chinese and Cantonese)."""
+    from ..streaming.pause import frame_db
     from .refine import CHARACTER_LANGUAGES, FRAME_S, HOP, realign
 
     units = [w.word for w in words]
@@ -320,7 +334,10 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         bounds = [0] + [int(x) for x in np.cumsum(first)]
         longest = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]  # a piece's last end
         costs = CHARACTER_COSTS if language in CHARACTER_LANGUAGES else SPACED_COSTS
-        new = checked_counts(first, audible, read, edits, costs)
+        counted = None
+        if language in CHARACTER_LANGUAGES and levels.loud is not None:  # a character is a syllable
+            counted = syllables.per_piece(frame_db(pcm), levels.loud, pieces)
+        new = checked_counts(first, audible, read, edits, costs, counted)
     except (_CannotRead, Qwen3ASRError) as exc:  # the board's runtime gives no logits rows, or its run failed
         logger.warning("the ASR model could not check the words of the pieces at pauses (decoder %s: %s): "
                        "they keep the default's", getattr(reader.engine.decoder, "name", "?"), exc)
@@ -341,5 +358,5 @@ class _CannotRead(Exception):
 
 
 __all__ = ["ANCHORED", "ANCHOR_PIECES", "ANCHOR_WORDS", "AUDIBLE_S", "AsrReader", "CHARACTER_COSTS", "EMPTY_NATS",
-           "MOVE_NATS", "PieceReading", "SPACED_COSTS", "Reading", "WINDOW_WORDS", "anchored_counts", "checked_counts",
-           "checked_pieces", "edit_distance", "letters", "unit_starts"]
+           "MOVE_NATS", "PieceReading", "SPACED_COSTS", "SYLLABLE_EDITS", "SYLLABLES_UP_TO", "Reading", "WINDOW_WORDS",
+           "anchored_counts", "checked_counts", "checked_pieces", "edit_distance", "letters", "unit_starts"]

@@ -17,11 +17,9 @@ official repair), applied to each segment by ``align_segments``:
   by at most one bin, is pulled back to where its speech ends, and a start in a pause is moved
   forward to the onset after it (each keeping EDGE_S of the pause). The last word of each piece
   at pauses that ends at most STRETCH_S before the piece's speech ends is drawn out to it (the
-  demo aligner ends a piece's last word early), and a word alone in its piece that starts at most
-  ONSET_S after the piece's speech starts starts there. Inside a piece, the quiet runs of GAP_S or more
-  (too short to cut it) are matched in order to the boundaries between its words lying within
-  GAP_REACH_S of them, and a matched boundary moves to the run (the demo aligner drifts inside a
-  piece, most over such gaps). No end passes the next word's start, so the order of the times is
+  demo aligner ends a piece's last word early), and a word alone in its piece starts at the
+  piece's speech onset and the short quiet runs inside a piece bound the words either side of them
+  (qwen3asr.aligner.gaps: the demo aligner drifts inside a piece, most over such gaps). No end passes the next word's start, so the order of the times is
   kept. A word of zero length gets one bin, the shortest span the bins can tell, within its
   neighbours.
 - **collapse check** (both settings): a segment whose words share one start, start at the
@@ -57,7 +55,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..mel import HOP_LENGTH as HOP  # samples per 10 ms frame
 from ..results import Word
-from . import shifted
+from . import gaps, shifted
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +69,6 @@ MIN_PAUSE_S = 0.12  # a quiet run this long is a pause (stop closures and weak c
 EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak onset or decay)
 SPLIT_PAUSE_S = 0.18  # pauses at least this long cut a segment into pieces (assigned_at_pauses, a collapse)
 STRETCH_S = 0.25  # snap: a piece's last word ending at most this long before its speech ends ends there
-ONSET_S = 0.5  # snap: a piece's only word starting at most this long after its speech starts starts there
-GAP_S = 0.06  # snap: a quiet run this long inside a piece's speech is a gap between two words ...
-GAP_REACH_S = 0.08  # ... when a boundary between them lies within this of it (or in it) ...
-GAP_SPEECH_S = 0.05  # ... and it has this much speech on each side before another quiet frame (not noise)
 HORIZON_PIECES = 2  # assigned_at_pauses: each later alignment runs this many pieces past its own
 HORIZON_PIECES_CHARACTERS = 3  # ... in a language whose units are characters (CHARACTER_LANGUAGES)
 CHARACTER_LANGUAGES = frozenset({"Chinese", "Cantonese"})  # measured on Mandarin (docs/aligner.md)
@@ -124,7 +118,7 @@ def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...
     (the module docstring): zero-length words widened to one bin ``bin_s`` within their
     neighbours, starts moved out of pauses, ends pulled back out of them, each piece's last word
     drawn out to the end of the piece's speech when that is at most STRETCH_S after it, and the
-    pieces' first words and inner gaps fitted (_to_gaps)."""
+    pieces' lone words and inner gaps fitted (qwen3asr.aligner.gaps)."""
     out = _widened(words, levels, bin_s)
     pauses = levels.pauses()
     reach = int(round(bin_s / FRAME_S))
@@ -143,79 +137,8 @@ def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...
         start, end = max(w.start, levels.time(fs)), min(w.end, levels.time(fe))
         if (start, end) != (w.start, w.end) and end > start:
             out[i] = dataclasses.replace(w, start=start, end=end)
-    return _to_gaps(_to_speech_end(out, levels, edge), levels)
-
-
-def _to_gaps(words: Sequence[Word], levels: Levels) -> Tuple[Word, ...]:
-    """Within each piece at pauses (pieces_at_pauses), a word alone in it starting at most ONSET_S
-    after the piece's speech starts starts there (the demo aligner starts a lone word late; a
-    piece's first word among others it places well), and the quiet runs of at least GAP_S inside
-    the piece's speech are matched, in order, each to at most one boundary between two of its
-    words lying within GAP_REACH_S of it and between the first word's start and the second's end
-    (a monotone match that maximises the summed closeness). At a
-    matched boundary the first word ends where the run starts; the second starts where the run
-    ends if it is a pause (MIN_PAUSE_S or more), else where it starts (a shorter run at a word
-    boundary is the closure of the next word's first sound: continuous speech's word boundaries lie
-    at its start). Quiet runs inside a word are left unmatched where no boundary lies near, and a
-    run without GAP_SPEECH_S of speech on either side before another quiet frame is no gap (noise
-    in a pause the levels cannot tell from speech breaks the pause into such runs)
-    (docs/aligner.md, "Gaps inside a piece")."""
-    if levels.loud is None or not words:
-        return tuple(words)
-    t = [[w.start, w.end] for w in words]
-    middles = [(w.start + w.end) / 2 for w in words]
-    need, pause = int(round(GAP_S / FRAME_S)), int(round(MIN_PAUSE_S / FRAME_S))
-    speech = int(round(GAP_SPEECH_S / FRAME_S))
-    for a, b in pieces_at_pauses(levels):
-        inside = [i for i, m in enumerate(middles) if levels.time(a) <= m < levels.time(b)]
-        loud = np.flatnonzero(levels.loud[a:b])
-        if not inside or not loud.size:
-            continue
-        s0, s1 = a + int(loud[0]), a + int(loud[-1]) + 1  # the piece's speech, frames
-        first = inside[0]
-        if len(inside) == 1 and 0 < t[first][0] - levels.time(s0) <= ONSET_S and (
-                not first or t[first - 1][1] <= levels.time(s0)):
-            t[first][0] = levels.time(s0)
-        quiet = np.concatenate([[False], ~levels.loud[s0:s1], [False]])
-        edges = np.flatnonzero(np.diff(quiet.astype(np.int8)))
-        quiet_runs = list(zip(edges[::2], edges[1::2]))  # frames from s0, every quiet run
-        bounds = [0] + [int(x) for r in quiet_runs for x in r] + [s1 - s0]  # loud stretches between them
-        runs = [(s0 + int(x), s0 + int(y)) for j, (x, y) in enumerate(quiet_runs)
-                if y - x >= need and min(x - bounds[2 * j], bounds[2 * j + 3] - y) >= speech]
-        for k, (qa, qb) in _matched(inside[:-1], [(levels.time(x), levels.time(y)) for x, y in runs], t):
-            # a pause: the next word starts after it; shorter, the closure of its first sound
-            long = levels.frame(qb) - levels.frame(qa) >= pause
-            t[k][1], t[k + 1][0] = qa, (qb if long else qa)
-    return tuple(w if (w.start, w.end) == (s, e) else dataclasses.replace(w, start=s, end=e)
-                 for w, (s, e) in zip(words, t))
-
-
-def _matched(bounds: Sequence[int], runs: Sequence[Tuple[float, float]],
-             t: Sequence[Sequence[float]]) -> List[Tuple[int, Tuple[float, float]]]:
-    """(k, run) pairs: the boundaries after words ``bounds`` (indices into the [start, end] times
-    ``t``) matched in order to the quiet ``runs`` (seconds), each boundary (the middle of one word's
-    end and the next one's start) to a run within GAP_REACH_S and between the first word's start and
-    the second's end, each run to one boundary, the summed GAP_REACH_S - distance greatest."""
-    if not bounds or not runs:
-        return []
-    n, m = len(bounds), len(runs)
-    best = np.zeros((n + 1, m + 1))
-    how = np.zeros((n + 1, m + 1), np.int8)  # 0: boundary unmatched, 1: run unmatched, 2: the pair
-    for i, k in enumerate(bounds, 1):
-        at = (t[k][1] + t[k + 1][0]) / 2
-        for j, (qa, qb) in enumerate(runs, 1):
-            far = max(0.0, qa - at, at - qb)
-            pair = (best[i - 1][j - 1] + GAP_REACH_S - far
-                    if far < GAP_REACH_S and t[k][0] < qa and qb < t[k + 1][1] else -1.0)
-            options = (best[i - 1][j], best[i][j - 1], pair)
-            how[i][j] = int(np.argmax(options))
-            best[i][j] = options[how[i][j]]
-    out, i, j = [], n, m
-    while i and j:
-        if how[i][j] == 2:
-            out.append((bounds[i - 1], runs[j - 1]))
-        i, j = (i - 1, j - 1) if how[i][j] == 2 else (i - 1, j) if how[i][j] == 0 else (i, j - 1)
-    return out[::-1]
+    return gaps.fitted(_to_speech_end(out, levels, edge), levels, pieces_at_pauses(levels),
+                       int(round(MIN_PAUSE_S / FRAME_S)))
 
 
 def _to_speech_end(words: List[Word], levels: Levels, edge: int) -> Tuple[Word, ...]:
