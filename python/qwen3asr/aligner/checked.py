@@ -20,8 +20,9 @@ one dynamic programme over the segment: each piece costs the character edits bet
 and the ASR's greedy reading of its audio alone, plus a weight per nat of -log P(piece text,
 end of text | piece audio) (and EMPTY_NATS for a piece with AUDIBLE_S of speech left without
 words; in languages written in characters, also SYLLABLE_EDITS per character more or fewer than
-the syllables counted in a short piece's audio, qwen3asr.aligner.syllables). The moves come in runs: the default's counts err in runs, a piece given a word too many
-or too few shifting every boundary after it (docs/aligner.md, "Runs of wrong boundaries"), so a
+the syllables counted in a short piece's audio, qwen3asr.aligner.syllables). The moves come in
+runs: the default's counts err in runs, a piece given a word too many or too few shifting every
+boundary after it (docs/aligner.md, "Runs of wrong boundaries"), so a
 run is paid once, a cost per word where its shift starts or changes, and a return to the
 default's boundary is free (the weight and the cost by the language's word units:
 CHARACTER_COSTS, SPACED_COSTS). Where a boundary moved, the pieces are aligned again alone, as
@@ -121,10 +122,10 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, e
     whether it holds AUDIBLE_S of speech; ``read(p, a, b)``: piece p read as words [a, b);
     ``edits(p, a, b)``: the character edits between words [a, b) and piece p's greedy reading;
     ``costs``: (nats, run), CHARACTER_COSTS or SPACED_COSTS; ``syllables``: per piece, the
-    syllables counted in its audio (None: not counted), for words that are one syllable each (a piece counting at most
-    SYLLABLES_UP_TO costs SYLLABLE_EDITS per word more or fewer than that). Each boundary stays within
-    WINDOW_WORDS of the default's; boundaries stay in order; a segment of one piece is returned
-    as it is. Among equal costs the smaller shift wins."""
+    syllables counted in its audio (None: not counted), for words that are one syllable each (a
+    piece counting at most SYLLABLES_UP_TO costs SYLLABLE_EDITS per word more or fewer than that).
+    Each boundary stays within WINDOW_WORDS of the default's; boundaries stay in order; a segment
+    of one piece is returned as it is. Among equal costs the smaller shift wins."""
     n_pieces = len(counts)
     bounds = [0] + [int(x) for x in np.cumsum(counts)]
     n = bounds[-1]
@@ -287,7 +288,6 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
     segment's transcript, whose spans (punctuation and case kept, as the ASR writes them) are
     the candidate texts; None or not matching the words: the words joined (with no space in
     Chinese and Cantonese)."""
-    from ..streaming.pause import frame_db
     from .refine import CHARACTER_LANGUAGES, FRAME_S, HOP, realign
 
     units = [w.word for w in words]
@@ -336,7 +336,7 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         costs = CHARACTER_COSTS if language in CHARACTER_LANGUAGES else SPACED_COSTS
         counted = None
         if language in CHARACTER_LANGUAGES and levels.loud is not None:  # a character is a syllable
-            counted = syllables.per_piece(frame_db(pcm), levels.loud, pieces)
+            counted = syllables.per_piece(levels.db, levels.loud, pieces)
         new = checked_counts(first, audible, read, edits, costs, counted)
     except (_CannotRead, Qwen3ASRError) as exc:  # the board's runtime gives no logits rows, or its run failed
         logger.warning("the ASR model could not check the words of the pieces at pauses (decoder %s: %s): "

@@ -16,18 +16,15 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE
-from ..mel import HOP_LENGTH
 from ..results import Word
 
-FRAME_S = HOP_LENGTH / SAMPLE_RATE  # 0.01 s per frame level
 ONSET_S = 0.5  # a piece's only word starting at most this long after its speech starts starts there
 GAP_S = 0.06  # a quiet run this long inside a piece's speech is a gap between two words ...
 GAP_REACH_S = 0.08  # ... when a boundary between them lies within this of it (or in it) ...
 GAP_SPEECH_S = 0.05  # ... and it has this much speech on each side before another quiet frame (not noise)
 
 
-def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pause: int) -> Tuple[Word, ...]:
+def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pause: float) -> Tuple[Word, ...]:
     """``words`` (a segment's, in order) with, within each of its ``pieces`` at pauses ([a, b)
     frames of ``levels``, a refine.Levels): a word alone in the piece starting at most ONSET_S
     after the piece's speech starts starts there (the demo aligner starts a lone word late; a
@@ -35,7 +32,7 @@ def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pau
     the piece's speech matched, in order, each to at most one boundary between two of its words
     lying within GAP_REACH_S of it and between the first word's start and the second's end (a
     monotone match that maximises the summed closeness). At a matched boundary the first word ends
-    where the run starts; the second starts where the run ends if it is a pause (``pause`` frames
+    where the run starts; the second starts where the run ends if it is a pause (``pause`` seconds
     or more), else where it starts (a shorter run at a word boundary is the closure of the next
     word's first sound: continuous speech's word boundaries lie at its start). Quiet runs inside a
     word are left unmatched where no boundary lies near, and a run without GAP_SPEECH_S of speech
@@ -45,8 +42,7 @@ def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pau
         return tuple(words)
     t = [[w.start, w.end] for w in words]
     middles = [(w.start + w.end) / 2 for w in words]
-    need = int(round(GAP_S / FRAME_S))
-    speech = int(round(GAP_SPEECH_S / FRAME_S))
+    need, speech, pause_frames = levels.frames(GAP_S), levels.frames(GAP_SPEECH_S), levels.frames(pause)
     for a, b in pieces:
         inside = [i for i, m in enumerate(middles) if levels.time(a) <= m < levels.time(b)]
         loud = np.flatnonzero(levels.loud[a:b])
@@ -65,7 +61,7 @@ def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pau
                 if y - x >= need and min(x - bounds[2 * j], bounds[2 * j + 3] - y) >= speech]
         for k, (qa, qb) in _matched(inside[:-1], [(levels.time(x), levels.time(y)) for x, y in runs], t):
             # a pause: the next word starts after it; shorter, the closure of its first sound
-            long = levels.frame(qb) - levels.frame(qa) >= pause
+            long = levels.frame(qb) - levels.frame(qa) >= pause_frames
             t[k][1], t[k + 1][0] = qa, (qb if long else qa)
     return tuple(w if (w.start, w.end) == (s, e) else dataclasses.replace(w, start=s, end=e)
                  for w, (s, e) in zip(words, t))

@@ -17,11 +17,11 @@ official repair), applied to each segment by ``align_segments``:
   by at most one bin, is pulled back to where its speech ends, and a start in a pause is moved
   forward to the onset after it (each keeping EDGE_S of the pause). The last word of each piece
   at pauses that ends at most STRETCH_S before the piece's speech ends is drawn out to it (the
-  demo aligner ends a piece's last word early), and a word alone in its piece starts at the
-  piece's speech onset and the short quiet runs inside a piece bound the words either side of them
-  (qwen3asr.aligner.gaps: the demo aligner drifts inside a piece, most over such gaps). No end passes the next word's start, so the order of the times is
-  kept. A word of zero length gets one bin, the shortest span the bins can tell, within its
-  neighbours.
+  demo aligner ends a piece's last word early), a word alone in its piece starts at the piece's
+  speech onset, and the short quiet runs inside a piece bound the words either side of them
+  (qwen3asr.aligner.gaps: the demo aligner drifts inside a piece, most over such gaps). No end
+  passes the next word's start, so the order of the times is kept. A word of zero length gets
+  one bin, the shortest span the bins can tell, within its neighbours.
 - **collapse check** (both settings): a segment whose words share one start, start at the
   segment's start past the first word, or pile up in its last bin did not align (noisy audio,
   a very long input). With "speech" it is aligned again in smaller pieces, first cut at its own
@@ -83,6 +83,7 @@ class Levels:
     offset: float  # seconds of the segment's first sample in the input
     loud: Optional[np.ndarray]  # (n_frames,) bool per 10 ms frame; None: speech and noise too close to tell
     seconds: float  # duration of the audio
+    db: Optional[np.ndarray] = None  # (n_frames,) the 10 ms frame levels (dB) ``loud`` was judged from
 
     @classmethod
     def of(cls, pcm: np.ndarray, offset: float) -> "Levels":
@@ -95,7 +96,11 @@ class Levels:
             level, floor = float(np.quantile(db, LEVEL_QUANTILE)), float(np.quantile(db, FLOOR_QUANTILE))
             if level - floor >= MIN_CONTRAST_DB:
                 loud = db > max(level - QUIET_BELOW_DB, floor + FLOOR_SHARE * (level - floor))
-        return cls(offset, loud, pcm.shape[0] / SAMPLE_RATE)
+        return cls(offset, loud, pcm.shape[0] / SAMPLE_RATE, db)
+
+    def frames(self, seconds: float) -> int:
+        """How many 10 ms frames ``seconds`` span."""
+        return int(round(seconds / FRAME_S))
 
     def pauses(self, min_seconds: float = MIN_PAUSE_S) -> List[Tuple[int, int]]:
         """Quiet runs [a, b) in frames of at least ``min_seconds``, or touching an edge of the audio."""
@@ -137,18 +142,19 @@ def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...
         start, end = max(w.start, levels.time(fs)), min(w.end, levels.time(fe))
         if (start, end) != (w.start, w.end) and end > start:
             out[i] = dataclasses.replace(w, start=start, end=end)
-    return gaps.fitted(_to_speech_end(out, levels, edge), levels, pieces_at_pauses(levels),
-                       int(round(MIN_PAUSE_S / FRAME_S)))
+    pieces = pieces_at_pauses(levels)
+    return gaps.fitted(_to_speech_end(out, levels, pieces, edge), levels, pieces, MIN_PAUSE_S)
 
 
-def _to_speech_end(words: List[Word], levels: Levels, edge: int) -> Tuple[Word, ...]:
-    """The last word of each piece at pauses (pieces_at_pauses) ending before the piece's speech
+def _to_speech_end(words: List[Word], levels: Levels, pieces: Sequence[Tuple[int, int]],
+                   edge: int) -> Tuple[Word, ...]:
+    """The last word of each of ``pieces`` (pieces_at_pauses, frames) ending before the piece's speech
     ends, by at most STRETCH_S, ends there (keeping ``edge`` frames of the pause): what the piece
     holds after its last word is that word's (the demo aligner's last end in a piece falls early)."""
     if levels.loud is None or not words:
         return tuple(words)
     middles = [(w.start + w.end) / 2 for w in words]
-    for a, b in pieces_at_pauses(levels):
+    for a, b in pieces:
         inside = [i for i, m in enumerate(middles) if levels.time(a) <= m < levels.time(b)]
         loud = np.flatnonzero(levels.loud[a:b])
         if not inside or not loud.size:

@@ -22,10 +22,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .refine import LEVEL_QUANTILE  # the segment's loud end, as refine.Levels judges speech
+
 RISE_DB = 8.0  # a hump rises and falls by this much
 NUCLEUS_DB = 25.0  # its top lies at most this far under the segment's loud end
 AGREE_DB = 5.0  # per_piece: a count is kept where humps of this rise count as many
-LEVEL_QUANTILE = 0.99  # the segment's loud end: this quantile of its frame levels (as refine.Levels)
 SMOOTH_FRAMES = 5  # the level is averaged over this many 10 ms frames first
 MIN_APART_FRAMES = 8  # humps whose tops are closer than this (80 ms) are one
 
@@ -74,4 +75,4 @@ def per_piece(db: np.ndarray, speech: np.ndarray, pieces: Sequence[Tuple[int, in
     return out
 
 
-__all__ = ["AGREE_DB", "LEVEL_QUANTILE", "MIN_APART_FRAMES", "NUCLEUS_DB", "RISE_DB", "SMOOTH_FRAMES", "count", "per_piece"]
+__all__ = ["AGREE_DB", "MIN_APART_FRAMES", "NUCLEUS_DB", "RISE_DB", "SMOOTH_FRAMES", "count", "per_piece"]
