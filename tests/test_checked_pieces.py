@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from qwen3asr import Qwen3ASREngine, TranscribeOptions, prepare_audio
-from qwen3asr.aligner import checked, shifted
+from qwen3asr.aligner import checked, shifted, syllables
 from qwen3asr.aligner.checked import (ANCHOR_PIECES, ANCHOR_WORDS, CHARACTER_COSTS, EMPTY_NATS, MOVE_NATS, SPACED_COSTS,
                                       WINDOW_WORDS, AsrReader, Reading, anchored_counts, checked_counts, edit_distance,
                                       letters, unit_starts)
@@ -174,6 +174,19 @@ def test_counted_syllables_weigh_the_characters_of_short_pieces():
     # counts more than SYLLABLES_UP_TO only the first piece's miscount is weighed, 3 edits: a tie
     assert checked_counts([2, 2, 3], AUDIBLE, flat, no_edits, CHARACTER_COSTS, [1, 3, 3]) == [1, 3, 3]
     assert checked_counts([2, 4, 3], AUDIBLE, flat, no_edits, CHARACTER_COSTS, [1, 5, 3]) == [2, 4, 3]
+
+
+def test_counted_syllables_weigh_the_spelled_syllables_of_words():
+    """With ``unit_syllables`` (English: syllables.spelled of each word) a short piece's count is
+    compared with its words' syllables, not their number."""
+    words = [1, 2, 1, 3, 1]  # e.g. "turn", "off the"... as syllables per word
+    # the default gave piece 0 two words (1 + 2 = 3 syllables) where its audio counts one, and piece 1
+    # the rest (1 + 3 + 1 = 5, more than SYLLABLES_UP_TO: not weighed); no readings or edits tell
+    assert checked_counts([2, 3], [True] * 2, flat, no_edits, SPACED_COSTS, [1, 5], words) == [1, 4]
+    # counted as words (no unit_syllables) the first piece's two words would be one too many, not two:
+    # 3 edits against a run of 4, so the default stays
+    assert checked_counts([2, 3], [True] * 2, flat, no_edits, SPACED_COSTS, [1, 5]) == [2, 3]
+    assert checked_counts([1, 4], [True] * 2, flat, no_edits, SPACED_COSTS, [1, 5], words) == [1, 4]
 
 
 def test_texts_are_compared_by_their_letters():
@@ -420,7 +433,8 @@ def test_a_digit_read_alone_is_counted_into_its_piece(engine, monkeypatch):
     """A held-out paused Mandarin input (paused_speech, test split, example 41: 6.5 s, 八一一一八四
     read a digit or two at a time, 5 pieces; espeak-ng) where the ASR's readings leave a piece a
     digit off and every piece after it follows: the syllables counted in each piece's audio (as
-    many as its true words) put the digits back. English counts no syllables."""
+    many as its true words) put the digits back. In English the words weigh the syllables of
+    their spelling."""
     from qwen3asr_tools import child_env, paused_speech
 
     code = ("import pickle, sys; from qwen3asr_tools import paused_speech; "
@@ -435,8 +449,9 @@ def test_a_digit_read_alone_is_counted_into_its_piece(engine, monkeypatch):
     seen = []
     counts_of = checked.checked_counts
 
-    def recorded(counts, audible, read, edits, costs, syllables=None):
-        seen.append((syllables, counts_of(counts, audible, read, edits, costs, syllables)))
+    def recorded(counts, audible, read, edits, costs, syllables=None, unit_syllables=None):
+        assert unit_syllables is None  # Chinese: a character is a syllable
+        seen.append((syllables, counts_of(counts, audible, read, edits, costs, syllables, unit_syllables)))
         return seen[-1][1]
 
     monkeypatch.setattr(checked, "checked_counts", recorded)
@@ -459,8 +474,16 @@ def test_a_digit_read_alone_is_counted_into_its_piece(engine, monkeypatch):
     pcm = np.concatenate([en[0], np.zeros(8000, np.float32), en[1]])
     texts = [c["text"] for c in json.load(open(os.path.join(ROOT, "audio", "transcripts.json")))["clips"]
              if c["file"] in ("en_1.wav", "en_2.wav")]
-    engine.align(pcm, " ".join(texts), "English", word_spans="checked")
-    assert seen and all(syllables is None for syllables, _ in seen)  # English: words are not syllables
+    units = []
+
+    def english(counts, audible, read, edits, costs, syllables=None, unit_syllables=None):
+        units.append((syllables, unit_syllables))
+        return counts_of(counts, audible, read, edits, costs, syllables, unit_syllables)
+
+    monkeypatch.setattr(checked, "checked_counts", english)
+    got = engine.align(pcm, " ".join(texts), "English", word_spans="checked")
+    assert units and all(len(c) >= 2 for c, _ in units)  # the pieces' counted syllables
+    assert units[-1][1] == [syllables.spelled(w.word) for w in got]  # English: words are not syllables
 
 
 def test_pieces_read_as_the_default_gives_them_are_aligned_again_only_for_the_passes(engine, monkeypatch):

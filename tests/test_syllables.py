@@ -83,3 +83,14 @@ def test_a_piece_counts_only_where_the_smaller_humps_agree_and_its_tops_are_loud
     assert syllables.per_piece(db, np.ones(db.size, bool), pieces) == [2, 0, None]
     assert syllables.count(db[2 * n:], np.ones(db.size - 2 * n, bool)) == 1
     assert syllables.count(db[2 * n:], np.ones(db.size - 2 * n, bool), syllables.AGREE_DB) == 3
+
+
+def test_english_syllables_are_guessed_from_the_spelling():
+    """spelled: runs of vowels, less a silent final e, -es or -ed (dictionary syllables)."""
+    said = {"gate": 1, "the": 1, "a": 1, "five": 1, "please": 1, "eggs": 1, "lights": 1, "noon": 1,
+            "curtains": 2, "quarter": 2, "onions": 2, "minutes": 2, "degrees": 2, "boxes": 2, "switches": 2,
+            "started": 2, "table": 2, "twenty": 2, "percent": 2, "timer": 2, "kitchen": 2, "timed": 1,
+            "balcony": 3, "eleven": 3, "tomatoes": 3, "oranges": 3, "Don't": 1, "OFF,": 1}
+    assert {w: syllables.spelled(w) for w in said} == said
+    assert syllables.spelled("") == 1 == syllables.spelled("42")  # at least one
+    assert syllables.SPELLED == {"English"}

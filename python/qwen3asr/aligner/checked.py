@@ -20,7 +20,8 @@ one dynamic programme over the segment: each piece costs the character edits bet
 and the ASR's greedy reading of its audio alone, plus a weight per nat of -log P(piece text,
 end of text | piece audio) (and EMPTY_NATS for a piece with AUDIBLE_S of speech left without
 words; in languages written in characters, also SYLLABLE_EDITS per character more or fewer than
-the syllables counted in a short piece's audio, qwen3asr.aligner.syllables). The moves come in
+the syllables counted in a short piece's audio, qwen3asr.aligner.syllables; in English per
+syllable more or fewer that its words' spellings give). The moves come in
 runs: the default's counts err in runs, a piece given a word too many or too few shifting every
 boundary after it (docs/aligner.md, "Runs of wrong boundaries"), so a
 run is paid once, a cost per word where its shift starts or changes, and a return to the
@@ -66,7 +67,9 @@ SPACED_COSTS = (0.3, 4.0)  # languages written with spaces between words
 AUDIBLE_S = 0.2  # seconds of speech that make a piece audible: emptying it costs EMPTY_NATS
 # checked_counts in languages written in characters (one a syllable): a piece whose syllables
 # (qwen3asr.aligner.syllables) count at most SYLLABLES_UP_TO costs SYLLABLE_EDITS per character
-# more or fewer than that (the count is seldom wrong there; chosen on dev: "Syllables counted for Chinese")
+# more or fewer than that (the count is seldom wrong there; chosen on dev: "Syllables counted for Chinese");
+# in English (syllables.SPELLED) per syllable its words' spellings give more or fewer (the same
+# weights chosen again on English dev: "Syllables counted for English")
 SYLLABLE_EDITS = 3.0
 SYLLABLES_UP_TO = 3
 ANCHOR_WORDS = 1  # anchored_counts: the words at the start of the audio after a boundary that must be read there
@@ -116,14 +119,16 @@ def anchored_counts(counts: Sequence[int], start: Start) -> List[int]:
 
 def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, edits: Edits,
                    costs: Tuple[float, float] = SPACED_COSTS,
-                   syllables: Optional[Sequence[Optional[int]]] = None) -> List[int]:
+                   syllables: Optional[Sequence[Optional[int]]] = None,
+                   unit_syllables: Optional[Sequence[int]] = None) -> List[int]:
     """The words per piece after the ASR's check (the module docstring). ``counts``: the
     default's words per piece (summing to the words of the segment); ``audible``: per piece,
     whether it holds AUDIBLE_S of speech; ``read(p, a, b)``: piece p read as words [a, b);
     ``edits(p, a, b)``: the character edits between words [a, b) and piece p's greedy reading;
     ``costs``: (nats, run), CHARACTER_COSTS or SPACED_COSTS; ``syllables``: per piece, the
-    syllables counted in its audio (None: not counted), for words that are one syllable each (a
-    piece counting at most SYLLABLES_UP_TO costs SYLLABLE_EDITS per word more or fewer than that).
+    syllables counted in its audio (None: not counted); ``unit_syllables``: per word, its
+    syllables (None: one each, as characters are); a piece counting at most SYLLABLES_UP_TO costs
+    SYLLABLE_EDITS per syllable its words have more or fewer than that.
     Each boundary stays within WINDOW_WORDS of the default's; boundaries stay in order; a segment
     of one piece is returned as it is. Among equal costs the smaller shift wins."""
     n_pieces = len(counts)
@@ -132,12 +137,13 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, e
     if n_pieces < 2:
         return list(counts)
     nats_edits, run_edits = costs
+    said = np.concatenate([[0], np.cumsum(unit_syllables if unit_syllables is not None else np.ones(n, int))])
 
     def cost(p: int, a: int, b: int) -> float:
         nats = -read(p, a, b).log_p + (EMPTY_NATS if a == b and audible[p] else 0.0)
         counted = 0.0
         if syllables is not None and syllables[p] is not None and syllables[p] <= SYLLABLES_UP_TO:
-            counted = SYLLABLE_EDITS * abs(b - a - syllables[p])
+            counted = SYLLABLE_EDITS * abs(int(said[b] - said[a]) - syllables[p])
         return nats_edits * nats + edits(p, a, b) + counted
 
     best = {0: (0.0, 0)}  # shift of the boundary from the default's -> (least cost up to it, the shift before)
@@ -334,10 +340,12 @@ def checked_pieces(aligner, pcm: np.ndarray, words: Sequence[Word], counts: Sequ
         bounds = [0] + [int(x) for x in np.cumsum(first)]
         longest = [min(bounds[-1], b + WINDOW_WORDS) for b in bounds[1:-1]] + [bounds[-1]]  # a piece's last end
         costs = CHARACTER_COSTS if language in CHARACTER_LANGUAGES else SPACED_COSTS
-        counted = None
-        if language in CHARACTER_LANGUAGES and levels.loud is not None:  # a character is a syllable
+        counted, said = None, None
+        if (language in CHARACTER_LANGUAGES or language in syllables.SPELLED) and levels.loud is not None:
             counted = syllables.per_piece(levels.db, levels.loud, pieces)
-        new = checked_counts(first, audible, read, edits, costs, counted)
+            if language in syllables.SPELLED:  # else a character is a syllable
+                said = [syllables.spelled(u) for u in units]
+        new = checked_counts(first, audible, read, edits, costs, counted, said)
     except (_CannotRead, Qwen3ASRError) as exc:  # the board's runtime gives no logits rows, or its run failed
         logger.warning("the ASR model could not check the words of the pieces at pauses (decoder %s: %s): "
                        "they keep the default's", getattr(reader.engine.decoder, "name", "?"), exc)

@@ -13,7 +13,8 @@ three, 63-78 % of four and more; ``per_piece`` keeps a count only where humps of
 counted for Chinese").
 
 In a language written in characters, one character is one syllable, so ``word_spans="checked"``
-weighs the characters it gives a short piece against this count (qwen3asr.aligner.checked).
+weighs the characters it gives a short piece against this count (qwen3asr.aligner.checked); in
+English it weighs the syllables ``spelled`` guesses for the piece's words.
 """
 
 from __future__ import annotations
@@ -60,6 +61,27 @@ def count(db: np.ndarray, speech: np.ndarray, rise: float = RISE_DB) -> int:
     return humps
 
 
+SPELLED = frozenset({"English"})  # languages whose words' syllables ``spelled`` guesses
+
+
+def spelled(word: str) -> int:
+    """An English word's syllables guessed from its spelling: its runs of vowels (y included), one
+    fewer for a silent final e (not -le, -ee, -ye), -es (not after a vowel, s, x, z, ch, sh, c, g) or -ed
+    (not after t, d), at least one."""
+    w = "".join(ch for ch in word.lower() if ch.isalpha())
+    runs, before = 0, False
+    for ch in w:
+        vowel = ch in "aeiouy"
+        runs += vowel and not before
+        before = vowel
+    if runs > 1 and (w.endswith("e") and not w.endswith(("le", "ee", "ye"))
+                     or w.endswith("es") and w[-3] not in "aeiouy"
+                     and not w.endswith(("ses", "xes", "zes", "ches", "shes", "ces", "ges"))
+                     or w.endswith("ed") and not w.endswith(("ted", "ded"))):
+        runs -= 1
+    return max(1, runs)
+
+
 def per_piece(db: np.ndarray, speech: np.ndarray, pieces: Sequence[Tuple[int, int]]) -> List[Optional[int]]:
     """The syllables of each piece [a, b) (frames) of a segment whose (n,) frame levels are ``db``
     and speech frames ``speech``: humps whose top is speech and at most NUCLEUS_DB under the
@@ -75,4 +97,5 @@ def per_piece(db: np.ndarray, speech: np.ndarray, pieces: Sequence[Tuple[int, in
     return out
 
 
-__all__ = ["AGREE_DB", "MIN_APART_FRAMES", "NUCLEUS_DB", "RISE_DB", "SMOOTH_FRAMES", "count", "per_piece"]
+__all__ = ["AGREE_DB", "MIN_APART_FRAMES", "NUCLEUS_DB", "RISE_DB", "SMOOTH_FRAMES", "SPELLED", "count", "per_piece",
+           "spelled"]
