@@ -187,6 +187,8 @@ def test_counted_syllables_weigh_the_spelled_syllables_of_words():
     # 3 edits against a run of 4, so the default stays
     assert checked_counts([2, 3], [True] * 2, flat, no_edits, SPACED_COSTS, [1, 5]) == [2, 3]
     assert checked_counts([1, 4], [True] * 2, flat, no_edits, SPACED_COSTS, [1, 5], words) == [1, 4]
+    with pytest.raises(ValueError, match="4 words' syllables for 5 words"):
+        checked_counts([1, 4], [True] * 2, flat, no_edits, SPACED_COSTS, [1, 5], words[:4])
 
 
 def test_texts_are_compared_by_their_letters():

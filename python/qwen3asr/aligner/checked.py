@@ -137,6 +137,8 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, e
     if n_pieces < 2:
         return list(counts)
     nats_edits, run_edits = costs
+    if unit_syllables is not None and len(unit_syllables) != n:
+        raise ValueError(f"unit_syllables gives {len(unit_syllables)} words' syllables for {n} words")
     said = np.concatenate([[0], np.cumsum(unit_syllables if unit_syllables is not None else np.ones(n, int))])
 
     def cost(p: int, a: int, b: int) -> float:
