@@ -12,7 +12,8 @@ chunk alignment (en_3 read "bedroom" for "living room" in CI; zh_2 misreads afte
 leading silence). The clips used here read right at every one of 155 alignments tried (0-120 ms
 of the start lost in 4 ms steps, times 0/40/100/200/300 ms of silence before it; streamed at
 2 s chunks), so (3) holds at any start the capture picks. A screenshot of each run is saved in
-build/server-browser/ (and the test's tmp dir)."""
+build/server-browser/ (and the test's tmp dir), and beside it the samples each clip's page sent
+(``<clip>_sent.npy``, int16 at 16 kHz)."""
 
 from __future__ import annotations
 
@@ -202,7 +203,10 @@ def _inserted_buffers(sent: np.ndarray, clip: np.ndarray, lag: int) -> list[tupl
         if fit[320] >= fit[best] - 0.02:  # still at the lag so far
             last = s
             continue
-        if fit[best] < 0.95 or last is None:  # a window across a cut fits neither: the next will
+        if fit[best] < 0.95:  # a window across a cut fits neither: the next will
+            continue
+        if last is None:  # the first window that fits: the lag from here (the head's may be a later one)
+            lag, last = lag + best - 320, s
             continue
         d = best - 320
         # the cut p: x[..p) fits the clip at the old lag, x[p + d..) at the new one
@@ -244,6 +248,7 @@ def test_live_captions_in_chromium(server, engine, tmp_path, name, rate, channel
     # once any buffers the browser's audio inserted are cut out (see _inserted_buffers: at most
     # three, each whole 10 ms buffers of near-silence; none dropped)
     lag, _ = _alignment(sent, clip)
+    np.save(os.path.join(SHOTS, f"{name[:-4]}_sent.npy"), sent)  # kept with the screenshots, to look at a failure
     gaps = _inserted_buffers(sent, clip, lag)
     speech = float(np.sqrt(np.mean(clip.astype(np.float64) ** 2)))
     lag, corr = _alignment(_without(sent, gaps), clip)
