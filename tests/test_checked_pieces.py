@@ -451,9 +451,9 @@ def test_a_digit_read_alone_is_counted_into_its_piece(engine, monkeypatch):
     seen = []
     counts_of = checked.checked_counts
 
-    def recorded(counts, audible, read, edits, costs, syllables=None, unit_syllables=None):
+    def recorded(counts, audible, read, edits, costs, counted=None, unit_syllables=None):
         assert unit_syllables is None  # Chinese: a character is a syllable
-        seen.append((syllables, counts_of(counts, audible, read, edits, costs, syllables, unit_syllables)))
+        seen.append((counted, counts_of(counts, audible, read, edits, costs, counted, unit_syllables)))
         return seen[-1][1]
 
     monkeypatch.setattr(checked, "checked_counts", recorded)
@@ -478,9 +478,9 @@ def test_a_digit_read_alone_is_counted_into_its_piece(engine, monkeypatch):
              if c["file"] in ("en_1.wav", "en_2.wav")]
     units = []
 
-    def english(counts, audible, read, edits, costs, syllables=None, unit_syllables=None):
-        units.append((syllables, unit_syllables))
-        return counts_of(counts, audible, read, edits, costs, syllables, unit_syllables)
+    def english(counts, audible, read, edits, costs, counted=None, unit_syllables=None):
+        units.append((counted, unit_syllables))
+        return counts_of(counts, audible, read, edits, costs, counted, unit_syllables)
 
     monkeypatch.setattr(checked, "checked_counts", english)
     got = engine.align(pcm, " ".join(texts), "English", word_spans="checked")

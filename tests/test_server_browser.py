@@ -165,7 +165,7 @@ def _alignment(sent: np.ndarray, clip: np.ndarray) -> tuple[int, float]:
     """(lag, correlation): where the clip's first second best matches the sent audio (samples
     of the sent audio before the clip starts; negative: the clip's start was lost), and the
     normalised correlation over the whole overlap at that lag."""
-    x = sent.astype(np.float64) / 32768 if sent.dtype == np.int16 else sent
+    x = sent.astype(np.float64) / 32768
     head = clip[:16000].astype(np.float64)
     n = len(x) + len(head)
     c = np.fft.irfft(np.fft.rfft(x, 2 * n) * np.conj(np.fft.rfft(head, 2 * n)), 2 * n)
@@ -229,6 +229,46 @@ def _without(sent: np.ndarray, gaps: list[tuple[int, int, float]]) -> np.ndarray
     return np.concatenate(keep + [sent[at:]])
 
 
+def _check_sent(sent: np.ndarray, clip: np.ndarray, label: str) -> None:
+    """The page sent the clip: at most 0.25 s of its start lost, all of the rest there, and the
+    samples match it (a wrong rate, a bad filter or dropped frames fall far below 0.9) once any
+    buffers the browser's audio inserted are cut out (_inserted_buffers: at most three, each whole
+    10 ms buffers of near-silence; none dropped)."""
+    lag, _ = _alignment(sent, clip)
+    gaps = _inserted_buffers(sent, clip, lag)
+    speech = float(np.sqrt(np.mean(clip.astype(np.float64) ** 2)))
+    lag, corr = _alignment(_without(sent, gaps), clip)
+    print(f"{label}: {len(sent) / 16000:.2f} s sent, clip starts at {lag / 16:.1f} ms, correlation {corr:.4f}, "
+          f"inserted {gaps}")
+    assert len(gaps) <= 3, gaps
+    for _, d, rms in gaps:
+        assert d > 0 and d % CAPTURE_BUFFER in (0, 1, CAPTURE_BUFFER - 1) and d <= 3 * CAPTURE_BUFFER + 1, gaps
+        assert rms < 0.1 * speech, (gaps, speech)
+    assert -4000 <= lag <= 16000, lag
+    assert len(sent) - sum(d for _, d, _ in gaps) - lag >= len(clip) - 160, (len(sent), lag, len(clip))
+    assert corr >= 0.9, corr
+
+
+def test_the_sent_audio_check_allows_inserted_silence_only():
+    """_check_sent on the clip as a page would send it (its first 30 ms lost, 0.5 s of silence
+    after): a 10 ms buffer of silence inserted mid-speech passes, as the clip itself does; 10 ms
+    of it dropped, or 10 ms of its speech inserted, fails."""
+    import soundfile as sf
+
+    clip, _ = sf.read(os.path.join(AUDIO, "en_1.wav"), dtype="float32")
+    sent = np.round(np.concatenate([clip[480:], np.zeros(8000, np.float32)]) * 32767).astype(np.int16)
+    mid = int(np.argmax(np.convolve(clip.astype(np.float64) ** 2, np.ones(1600), "valid"))) + 800 - 480
+    _check_sent(sent, clip, "as sent")
+    silence = np.zeros(CAPTURE_BUFFER, np.int16)
+    _check_sent(np.concatenate([sent[:mid], silence, sent[mid:]]), clip, "silence inserted")
+    assert _inserted_buffers(np.concatenate([sent[:mid], silence, sent[mid:]]), clip, -480)[0][1] == CAPTURE_BUFFER
+    with pytest.raises(AssertionError):
+        _check_sent(np.concatenate([sent[:mid], sent[mid + CAPTURE_BUFFER:]]), clip, "dropped")
+    with pytest.raises(AssertionError):
+        _check_sent(np.concatenate([sent[:mid], sent[mid - 400:mid - 400 + CAPTURE_BUFFER], sent[mid:]]), clip,
+                    "speech inserted")
+
+
 @pytest.mark.parametrize("name,rate,channels", [("en_1.wav", 16000, 1), ("en_2.wav", 44100, 2),
                                                 ("zh_3.wav", 48000, 1)])
 def test_live_captions_in_chromium(server, engine, tmp_path, name, rate, channels):
@@ -243,24 +283,9 @@ def test_live_captions_in_chromium(server, engine, tmp_path, name, rate, channel
     assert os.path.getsize(shot) > 1000
     clip, sr = sf.read(os.path.join(AUDIO, name), dtype="float32")
     assert sr == 16000
-    # (1) the page sent the clip: at most 0.25 s of its start lost, all of the rest there, and
-    # the samples match it (a wrong rate, a bad filter or dropped frames fall far below 0.9)
-    # once any buffers the browser's audio inserted are cut out (see _inserted_buffers: at most
-    # three, each whole 10 ms buffers of near-silence; none dropped)
-    lag, _ = _alignment(sent, clip)
+    # (1) the page sent the clip (_check_sent)
     np.save(os.path.join(SHOTS, f"{name[:-4]}_sent.npy"), sent)  # kept with the screenshots, to look at a failure
-    gaps = _inserted_buffers(sent, clip, lag)
-    speech = float(np.sqrt(np.mean(clip.astype(np.float64) ** 2)))
-    lag, corr = _alignment(_without(sent, gaps), clip)
-    print(f"{name} at {rate} Hz x{channels}: {len(sent) / 16000:.2f} s sent, clip starts at "
-          f"{lag / 16:.1f} ms, correlation {corr:.4f}, inserted {gaps}: {text!r}")
-    assert len(gaps) <= 3, gaps
-    for _, d, rms in gaps:
-        assert d > 0 and d % CAPTURE_BUFFER in (0, 1, CAPTURE_BUFFER - 1) and d <= 3 * CAPTURE_BUFFER + 1, gaps
-        assert rms < 0.1 * speech, (gaps, speech)
-    assert -4000 <= lag <= 16000, lag
-    assert len(sent) - sum(d for _, d, _ in gaps) - lag >= len(clip) - 160, (len(sent), lag, len(clip))
-    assert corr >= 0.9, corr
+    _check_sent(sent, clip, f"{name} at {rate} Hz x{channels}, captions {text!r}")
     # (2) the captions are the engine's own stream of exactly what was sent
     assert text == engine_stream(engine, sent, 2.0)
     # (3) and that is the clip's transcript (see the module docstring for why exactly)

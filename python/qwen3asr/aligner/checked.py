@@ -119,13 +119,13 @@ def anchored_counts(counts: Sequence[int], start: Start) -> List[int]:
 
 def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, edits: Edits,
                    costs: Tuple[float, float] = SPACED_COSTS,
-                   syllables: Optional[Sequence[Optional[int]]] = None,
+                   counted: Optional[Sequence[Optional[int]]] = None,
                    unit_syllables: Optional[Sequence[int]] = None) -> List[int]:
     """The words per piece after the ASR's check (the module docstring). ``counts``: the
     default's words per piece (summing to the words of the segment); ``audible``: per piece,
     whether it holds AUDIBLE_S of speech; ``read(p, a, b)``: piece p read as words [a, b);
     ``edits(p, a, b)``: the character edits between words [a, b) and piece p's greedy reading;
-    ``costs``: (nats, run), CHARACTER_COSTS or SPACED_COSTS; ``syllables``: per piece, the
+    ``costs``: (nats, run), CHARACTER_COSTS or SPACED_COSTS; ``counted``: per piece, the
     syllables counted in its audio (None: not counted); ``unit_syllables``: per word, its
     syllables (None: one each, as characters are); a piece counting at most SYLLABLES_UP_TO costs
     SYLLABLE_EDITS per syllable its words have more or fewer than that.
@@ -143,10 +143,10 @@ def checked_counts(counts: Sequence[int], audible: Sequence[bool], read: Read, e
 
     def cost(p: int, a: int, b: int) -> float:
         nats = -read(p, a, b).log_p + (EMPTY_NATS if a == b and audible[p] else 0.0)
-        counted = 0.0
-        if syllables is not None and syllables[p] is not None and syllables[p] <= SYLLABLES_UP_TO:
-            counted = SYLLABLE_EDITS * abs(int(said[b] - said[a]) - syllables[p])
-        return nats_edits * nats + edits(p, a, b) + counted
+        off = 0.0
+        if counted is not None and counted[p] is not None and counted[p] <= SYLLABLES_UP_TO:
+            off = SYLLABLE_EDITS * abs(int(said[b] - said[a]) - counted[p])
+        return nats_edits * nats + edits(p, a, b) + off
 
     best = {0: (0.0, 0)}  # shift of the boundary from the default's -> (least cost up to it, the shift before)
     steps = [best]

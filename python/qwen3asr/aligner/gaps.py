@@ -41,14 +41,8 @@ def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pau
     if levels.loud is None or not words:
         return tuple(words)
     t = [[w.start, w.end] for w in words]
-    middles = [(w.start + w.end) / 2 for w in words]
     need, speech, pause_frames = levels.frames(GAP_S), levels.frames(GAP_SPEECH_S), levels.frames(pause)
-    for a, b in pieces:
-        inside = [i for i, m in enumerate(middles) if levels.time(a) <= m < levels.time(b)]
-        loud = np.flatnonzero(levels.loud[a:b])
-        if not inside or not loud.size:
-            continue
-        s0, s1 = a + int(loud[0]), a + int(loud[-1]) + 1  # the piece's speech, frames
+    for _, inside, s0, s1 in levels.speech_in(pieces, words):  # s0, s1: the piece's speech, frames
         first = inside[0]
         if len(inside) == 1 and 0 < t[first][0] - levels.time(s0) <= ONSET_S and (
                 not first or t[first - 1][1] <= levels.time(s0)):

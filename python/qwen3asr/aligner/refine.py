@@ -102,6 +102,20 @@ class Levels:
         """How many 10 ms frames ``seconds`` span."""
         return int(round(seconds / FRAME_S))
 
+    def speech_in(self, pieces: Sequence[Tuple[int, int]],
+                  words: Sequence[Word]) -> List[Tuple[int, List[int], int, int]]:
+        """Per piece [a, b) (frames) of ``pieces`` with speech and words: (b, the indices of
+        ``words`` whose middle lies in it, the frame its speech starts at, the frame after its
+        speech ends); pieces without either are left out."""
+        middles = [(w.start + w.end) / 2 for w in words]
+        out = []
+        for a, b in pieces:
+            inside = [i for i, m in enumerate(middles) if self.time(a) <= m < self.time(b)]
+            loud = np.flatnonzero(self.loud[a:b])
+            if inside and loud.size:
+                out.append((b, inside, a + int(loud[0]), a + int(loud[-1]) + 1))
+        return out
+
     def pauses(self, min_seconds: float = MIN_PAUSE_S) -> List[Tuple[int, int]]:
         """Quiet runs [a, b) in frames of at least ``min_seconds``, or touching an edge of the audio."""
         if self.loud is None:
@@ -153,13 +167,8 @@ def _to_speech_end(words: List[Word], levels: Levels, pieces: Sequence[Tuple[int
     holds after its last word is that word's (the demo aligner's last end in a piece falls early)."""
     if levels.loud is None or not words:
         return tuple(words)
-    middles = [(w.start + w.end) / 2 for w in words]
-    for a, b in pieces:
-        inside = [i for i, m in enumerate(middles) if levels.time(a) <= m < levels.time(b)]
-        loud = np.flatnonzero(levels.loud[a:b])
-        if not inside or not loud.size:
-            continue
-        i, stop = inside[-1], a + int(loud[-1]) + 1
+    for b, inside, _, stop in levels.speech_in(pieces, words):
+        i = inside[-1]
         end = levels.time(min(b, stop + edge))
         if words[i].end < levels.time(stop) <= words[i].end + STRETCH_S and (i + 1 == len(words)
                                                                              or end <= words[i + 1].start):
