@@ -141,6 +141,34 @@ def test_a_gap_inside_a_piece_bounds_the_words_either_side_of_it():
                                                                                   ("two", 0.74, 1.5))
 
 
+def test_in_chinese_a_boundary_moves_to_the_dip_between_two_syllables():
+    """A language whose words are syllables (refine.CHARACTER_LANGUAGES): a boundary between two of
+    a piece's words that no quiet run took moves to the dip of the level between two syllables
+    lying within DIP_REACH_S of it, less DIP_LEAD_S; the word before ends and the next starts there.
+    Each dip takes one boundary, in order; a boundary further from every dip stays; in English (or
+    without ``syllabic``) none moves."""
+    from qwen3asr.aligner.gaps import DIP_LEAD_S, DIP_REACH_S
+
+    assert (DIP_REACH_S, DIP_LEAD_S) == (0.2, 0.02)
+    sr, rng = SR, np.random.default_rng(0)
+    steps = [-70, -12, -26, -12, -26, -12, -70]  # three syllables, 14 dB dips 0.3-0.45 and 0.6-0.75 s
+    gain = np.repeat([10 ** (d / 20) for d in steps], int(0.15 * sr))
+    t = np.arange(gain.size)
+    x = (gain * np.sin(2 * np.pi * 220 * t / sr) + rng.standard_normal(gain.size) * 10 ** (-70 / 20))
+    lv = Levels.of(x.astype(np.float32), 0.0)
+    assert len(pieces_at_pauses(lv)) == 1 and not lv.pauses()[1:-1]  # no pause inside: the dips are speech
+    late = words(("一", 0.15, 0.5), ("二", 0.5, 0.82), ("三", 0.82, 0.9))
+    got = snap(late, lv, BIN, syllabic=True)
+    for w, dip in zip(got, (0.3, 0.6)):  # the dips' lowest frames lie inside the quiet stretches
+        assert dip - DIP_LEAD_S <= w.end <= dip + 0.15 - DIP_LEAD_S, got
+    assert got[0].end == got[1].start and got[1].end == got[2].start
+    assert snap(late, lv, BIN) == snap(late, lv, BIN, syllabic=False)
+    assert snap(late, lv, BIN)[0].end == 0.5  # not syllabic: the boundary stays
+    # a boundary more than DIP_REACH_S from every dip stays where it is
+    far = words(("一", 0.15, 0.95), ("二", 0.95, 1.05))  # 0.27 s after the last dip
+    assert snap(far, lv, BIN, syllabic=True) == snap(far, lv, BIN)
+
+
 def test_a_zero_length_word_gets_one_bin_within_its_neighbours():
     lv = Levels.of(bursts(((0.0, 4.0),), 4.0), 0.0)  # all speech: nothing else moves
     # three commands joined into one upload: "off" 2.64-2.64 between two words that touch it

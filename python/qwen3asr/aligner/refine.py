@@ -132,12 +132,13 @@ class Levels:
         return round(self.offset + f * FRAME_S, 3)
 
 
-def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...]:
+def snap(words: Sequence[Word], levels: Levels, bin_s: float, syllabic: bool = False) -> Tuple[Word, ...]:
     """``words`` (one segment's, in order, times in seconds) with each span fitted to its speech
     (the module docstring): zero-length words widened to one bin ``bin_s`` within their
     neighbours, starts moved out of pauses, ends pulled back out of them, each piece's last word
     drawn out to the end of the piece's speech when that is at most STRETCH_S after it, and the
-    pieces' lone words and inner gaps fitted (qwen3asr.aligner.gaps)."""
+    pieces' lone words, inner gaps and (``syllabic``: words of syllables, CHARACTER_LANGUAGES) the
+    dips between syllables fitted (qwen3asr.aligner.gaps)."""
     out = _widened(words, levels, bin_s)
     pauses = levels.pauses()
     reach = int(round(bin_s / FRAME_S))
@@ -157,7 +158,7 @@ def snap(words: Sequence[Word], levels: Levels, bin_s: float) -> Tuple[Word, ...
         if (start, end) != (w.start, w.end) and end > start:
             out[i] = dataclasses.replace(w, start=start, end=end)
     pieces = pieces_at_pauses(levels)
-    return gaps.fitted(_to_speech_end(out, levels, pieces, edge), levels, pieces, MIN_PAUSE_S)
+    return gaps.fitted(_to_speech_end(out, levels, pieces, edge), levels, pieces, MIN_PAUSE_S, syllabic)
 
 
 def _to_speech_end(words: List[Word], levels: Levels, pieces: Sequence[Tuple[int, int]],
@@ -422,7 +423,7 @@ def refined(aligner, pcm: np.ndarray, offset: float, words: Tuple[Word, ...], la
     if spans != "raw":
         if spans == "checked" and not flag:
             words = alone_shifted(aligner, pcm, words, language, levels, shifted.CHECKED_PASSES, first is None)
-        words = snap(words, levels, bin_s)
+        words = snap(words, levels, bin_s, language in CHARACTER_LANGUAGES)
     return words, flag
 
 

@@ -35,15 +35,30 @@ MIN_APART_FRAMES = 8  # humps whose tops are closer than this (80 ms) are one
 def count(db: np.ndarray, speech: np.ndarray, rise: float = RISE_DB) -> int:
     """How many syllables a piece holds: the humps of ``rise`` dB of its (n,) frame levels ``db``
     (dB) whose top is a frame that ``speech`` ((n,) bool) calls speech (the module docstring)."""
+    return len(_humps(db, speech, rise)[0])
+
+
+def dips(db: np.ndarray, speech: np.ndarray) -> List[int]:
+    """The frames between a piece's syllables: for each two neighbouring humps of RISE_DB of its
+    (n,) frame levels ``db`` (as ``count``), the frame of the lowest smoothed level between their
+    tops (in Mandarin said a syllable at a time, about 20 ms after the next syllable's start,
+    docs/aligner.md "Dips between syllables")."""
+    tops, level = _humps(db, speech, RISE_DB)
+    return [lo + int(np.argmin(level[lo:hi + 1])) for lo, hi in zip(tops, tops[1:])]
+
+
+def _humps(db: np.ndarray, speech: np.ndarray, rise: float) -> Tuple[List[int], np.ndarray]:
+    """(the frames of the humps' tops, the smoothed level) of ``count``."""
     if db.size == 0:
-        return 0
+        return [], db
     half = SMOOTH_FRAMES // 2  # the ends padded with their own levels (not 0 dB)
     level = np.convolve(np.pad(db, (half, SMOOTH_FRAMES - 1 - half), mode="edge"),
                         np.ones(SMOOTH_FRAMES) / SMOOTH_FRAMES, mode="valid")
-    humps, low, top, at, rising, last = 0, np.inf, -np.inf, -1, False, -MIN_APART_FRAMES
+    tops: List[int] = []
+    low, top, at, rising = np.inf, -np.inf, -1, False
 
     def counted(at: int) -> bool:
-        return bool(speech[at]) and at - last >= MIN_APART_FRAMES
+        return bool(speech[at]) and (not tops or at - tops[-1] >= MIN_APART_FRAMES)
 
     for i, v in enumerate(level):
         if not rising:
@@ -54,11 +69,18 @@ def count(db: np.ndarray, speech: np.ndarray, rise: float = RISE_DB) -> int:
             top, at = v, i
         elif v <= top - rise:
             if counted(at):
-                humps, last = humps + 1, at
+                tops.append(at)
             rising, low = False, v
     if rising and counted(at):
-        humps += 1
-    return humps
+        tops.append(at)
+    return tops, level
+
+
+def nuclei(db: np.ndarray, speech: np.ndarray) -> np.ndarray:
+    """The frames of a segment (its (n,) levels ``db`` and ``speech`` frames) a hump's top may lie
+    on: speech at most NUCLEUS_DB under the segment's loud end (the humps of the noise in a pause are
+    lower)."""
+    return speech & (db >= np.quantile(db, LEVEL_QUANTILE) - NUCLEUS_DB)
 
 
 SPELLED = frozenset({"English"})  # languages whose words' syllables ``spelled`` guesses
@@ -89,7 +111,7 @@ def per_piece(db: np.ndarray, speech: np.ndarray, pieces: Sequence[Tuple[int, in
     (syllables run together there: shallow dips between them, which the count may miss)."""
     if db.size == 0:
         return [0] * len(pieces)
-    nucleus = speech & (db >= np.quantile(db, LEVEL_QUANTILE) - NUCLEUS_DB)
+    nucleus = nuclei(db, speech)
     out: List[Optional[int]] = []
     for a, b in pieces:
         n = count(db[a:b], nucleus[a:b])
@@ -97,5 +119,5 @@ def per_piece(db: np.ndarray, speech: np.ndarray, pieces: Sequence[Tuple[int, in
     return out
 
 
-__all__ = ["AGREE_DB", "MIN_APART_FRAMES", "NUCLEUS_DB", "RISE_DB", "SMOOTH_FRAMES", "SPELLED", "count", "per_piece",
-           "spelled"]
+__all__ = ["AGREE_DB", "MIN_APART_FRAMES", "NUCLEUS_DB", "RISE_DB", "SMOOTH_FRAMES", "SPELLED", "count", "dips",
+           "nuclei", "per_piece", "spelled"]
