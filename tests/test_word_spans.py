@@ -141,6 +141,36 @@ def test_a_gap_inside_a_piece_bounds_the_words_either_side_of_it():
                                                                                   ("two", 0.74, 1.5))
 
 
+def test_a_pause_in_the_noisier_part_of_a_joined_input_is_a_pause():
+    """Inputs joined from recordings with different noise: a frame is judged against the floor of
+    the FLOOR_WINDOW_S around it where that is higher than the segment's floor, so the pauses of
+    the noisier part (noise 38 dB under the loud end, within QUIET_BELOW_DB of it) are pauses and cut
+    pieces there, as in the quiet part, from half a window after the join (nearer, the window
+    still holds enough of the quiet part to set its floor)."""
+    from qwen3asr.aligner.refine import FLOOR_WINDOW_S, QUIET_BELOW_DB
+
+    assert (FLOOR_WINDOW_S, QUIET_BELOW_DB) == (4.0, 40.0)
+    spans = [(0.5 + 0.7 * i, 0.9 + 0.7 * i) for i in range(13)]  # 0.4 s of tone, 0.3 s pauses
+    quiet = bursts(spans, 9.6, floor_db=-90.0)
+    noisy = bursts(spans, 9.6, floor_db=-50.0, seed=1)  # the tone's peak is -12 dBFS
+    lv = Levels.of(np.concatenate([quiet, noisy]), 0.0)
+    found = [a * 0.01 for a, _ in lv.pauses()]
+    for part, first in ((0.0, 0), (9.6, 3)):  # the pauses from 2 s after the join on
+        want = [part + 0.9 + 0.7 * i for i in range(first, 12)]
+        assert all(any(abs(a - w) <= 0.03 for a in found) for w in want), (part, found)
+    assert len(pieces_at_pauses(lv)) >= 13 + 10
+    # the segment's floor alone (the window as long as the input): the noisier part has no pause
+    import qwen3asr.aligner.refine as refine
+
+    old = refine.FLOOR_WINDOW_S
+    try:
+        refine.FLOOR_WINDOW_S = 100.0
+        whole = [a * 0.01 for a, _ in Levels.of(np.concatenate([quiet, noisy]), 0.0).pauses()]
+    finally:
+        refine.FLOOR_WINDOW_S = old
+    assert not [a for a in whole if 9.6 < a < 19.0]
+
+
 def test_in_chinese_a_boundary_moves_to_the_dip_between_two_syllables():
     """A language whose words are syllables (refine.CHARACTER_LANGUAGES): a boundary between two of
     a piece's words that no quiet run took moves to the dip of the level between two syllables

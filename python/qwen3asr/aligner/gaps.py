@@ -8,7 +8,8 @@ by refine.snap, moves those bounds to the levels: quiet runs of GAP_S or more in
 speech bound the words either side of them, and a lone word starts at its piece's speech onset.
 In a language whose words are syllables (Chinese: one character, one syllable) the boundaries
 left move to the dips of the level between the piece's syllables. Measured against espeak-ng's
-word times in docs/aligner.md ("Gaps inside a piece", "Dips between syllables").
+word times in docs/aligner.md ("Gaps inside a piece"; "The floor around each frame, and the dips
+between syllables").
 """
 
 from __future__ import annotations

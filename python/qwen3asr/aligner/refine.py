@@ -37,7 +37,9 @@ its words as the mean of passes over its audio shifted by fractions of a bin
 (``alone_shifted``, qwen3asr.aligner.shifted), and the spans are fitted as with "speech".
 
 Frame levels are judged against the segment's own: speech is what lies within
-``QUIET_BELOW_DB`` of its loud end and above a quarter of the way up from its floor; a segment
+``QUIET_BELOW_DB`` of its loud end and above a quarter of the way up from its floor, the floor
+of the FLOOR_WINDOW_S around the frame where that is higher (inputs joined from recordings
+with different noise: a pause in the noisier part is not speech); a segment
 whose loud end and floor are closer than ``MIN_CONTRAST_DB`` (speech in heavy noise) is not
 snapped. A start is not moved for a pause a bin after it (a short word said before the pause
 looks the same); an end is, because the end slot often lands on the next word's onset just
@@ -64,6 +66,8 @@ LEVEL_QUANTILE = 0.99  # the segment's loud end: this quantile of its frame leve
 FLOOR_QUANTILE = 0.10  # its floor (noise or silence between words)
 QUIET_BELOW_DB = 40.0  # a frame this far below the loud end is quiet whatever the floor
 FLOOR_SHARE = 0.25  # ... and so is one within this share of the way from the floor to the loud end
+FLOOR_WINDOW_S = 4.0  # ... the floor of this much audio around the frame where higher than the segment's
+FLOOR_BLOCK = 25  # frames: the local floor is taken once per this many
 MIN_CONTRAST_DB = 12.0  # loud end - floor below this: speech cannot be told from noise, no snapping
 MIN_PAUSE_S = 0.12  # a quiet run this long is a pause (stop closures and weak consonants are shorter)
 EDGE_S = 0.02  # a snapped bound keeps this much of the pause (a word's weak onset or decay)
@@ -95,7 +99,8 @@ class Levels:
         if db.size >= int(MIN_PAUSE_S / FRAME_S):
             level, floor = float(np.quantile(db, LEVEL_QUANTILE)), float(np.quantile(db, FLOOR_QUANTILE))
             if level - floor >= MIN_CONTRAST_DB:
-                loud = db > max(level - QUIET_BELOW_DB, floor + FLOOR_SHARE * (level - floor))
+                local = np.maximum(_local_floor(db), floor)
+                loud = db > np.maximum(level - QUIET_BELOW_DB, local + FLOOR_SHARE * (level - local))
         return cls(offset, loud, pcm.shape[0] / SAMPLE_RATE, db)
 
     def frames(self, seconds: float) -> int:
@@ -130,6 +135,17 @@ class Levels:
 
     def time(self, f: int) -> float:
         return round(self.offset + f * FRAME_S, 3)
+
+
+def _local_floor(db: np.ndarray) -> np.ndarray:
+    """(n,) the FLOOR_QUANTILE of the FLOOR_WINDOW_S of frame levels ``db`` around each frame (taken
+    once per FLOOR_BLOCK frames, from the middle of the block)."""
+    half = int(round(FLOOR_WINDOW_S / 2 / FRAME_S))
+    out = np.empty(db.size)
+    for a in range(0, db.size, FLOOR_BLOCK):
+        middle = a + FLOOR_BLOCK // 2
+        out[a:a + FLOOR_BLOCK] = np.quantile(db[max(0, middle - half):middle + half], FLOOR_QUANTILE)
+    return out
 
 
 def snap(words: Sequence[Word], levels: Levels, bin_s: float, syllabic: bool = False) -> Tuple[Word, ...]:
