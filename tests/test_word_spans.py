@@ -94,10 +94,13 @@ def test_the_last_word_of_a_piece_ends_where_its_speech_ends():
     before it, and a word with another after it in its piece, keep their ends."""
     from qwen3asr.aligner.refine import STRETCH_S
 
-    assert STRETCH_S == 0.25
-    lv = Levels.of(bursts(((0.5, 1.0), (1.5, 2.0), (2.5, 3.0)), 3.5), 0.0)
-    got = snap(words(("one", 0.5, 0.85), ("two", 1.5, 1.6), ("three", 1.6, 1.7), ("four", 2.5, 2.8)), lv, BIN)
-    assert got == words(("one", 0.5, 1.02), ("two", 1.5, 1.6), ("three", 1.6, 1.7), ("four", 2.5, 3.02))
+    assert STRETCH_S == 0.5
+    lv = Levels.of(bursts(((0.5, 1.0), (1.5, 2.3), (2.8, 3.3), (3.8, 4.5)), 5.0), 0.0)
+    got = snap(words(("one", 0.5, 0.85), ("two", 1.5, 1.6), ("three", 1.6, 1.7), ("four", 2.8, 2.9),
+                     ("five", 3.8, 3.9), ("six", 3.9, 4.2)), lv, BIN)
+    # "one" 0.15 s and "four" 0.4 s short: drawn out; "three" 0.6 s short: kept; "five" has a word after it
+    assert got == words(("one", 0.5, 1.02), ("two", 1.5, 1.6), ("three", 1.6, 1.7), ("four", 2.8, 3.32),
+                        ("five", 3.8, 3.9), ("six", 3.9, 4.52))
 
 
 def test_a_gap_inside_a_piece_bounds_the_words_either_side_of_it():
@@ -354,8 +357,8 @@ def test_a_collapse_is_aligned_again_at_the_pauses(demo_aligner, stand_in, caplo
     assert "aligned again in 4 pieces cut at its pauses, shared by speech: aligned" in caplog.text
     # each word in its own burst's piece (cut in the middle of the pauses: 0, 1.35, 2.45, 3.55 s),
     # 160-640 ms after the cut, its start then moved out of the pause to the burst's onset less EDGE_S;
-    # an end 0.21 s before its burst's end drawn out to it (plus EDGE_S), one 0.46 s before it not
-    assert [(w.start, w.end) for w in seg.words] == [(0.48, 0.64), (1.58, 2.22), (2.68, 3.32), (3.78, 4.42)]
+    # ends 0.21 and 0.46 s before their burst's end drawn out to it (plus EDGE_S; STRETCH_S 0.5)
+    assert [(w.start, w.end) for w in seg.words] == [(0.48, 1.12), (1.58, 2.22), (2.68, 3.32), (3.78, 4.42)]
     # raw; speech: the first pass, the first piece from the left (all 4 words' middles before its
     # end: 8 slots, as collapsed), then by time (no better), by speech
     assert scorer.calls == [8, 8, 8, 8, 2, 2, 2, 2]
