@@ -144,7 +144,7 @@ def test_a_gap_inside_a_piece_bounds_the_words_either_side_of_it():
                                                                                   ("two", 0.74, 1.5))
 
 
-def test_a_pause_in_the_noisier_part_of_a_joined_input_is_a_pause():
+def test_a_pause_in_the_noisier_part_of_a_joined_input_is_a_pause(monkeypatch):
     """Inputs joined from recordings with different noise: a frame is judged against the floor of
     the FLOOR_WINDOW_S around it where that is higher than the segment's floor, so the pauses of
     the noisier part (noise 38 dB under the loud end, within QUIET_BELOW_DB of it) are pauses and cut
@@ -165,12 +165,8 @@ def test_a_pause_in_the_noisier_part_of_a_joined_input_is_a_pause():
     # the segment's floor alone (the window as long as the input): the noisier part has no pause
     import qwen3asr.aligner.refine as refine
 
-    old = refine.FLOOR_WINDOW_S
-    try:
-        refine.FLOOR_WINDOW_S = 100.0
-        whole = [a * 0.01 for a, _ in Levels.of(np.concatenate([quiet, noisy]), 0.0).pauses()]
-    finally:
-        refine.FLOOR_WINDOW_S = old
+    monkeypatch.setattr(refine, "FLOOR_WINDOW_S", 100.0)
+    whole = [a * 0.01 for a, _ in Levels.of(np.concatenate([quiet, noisy]), 0.0).pauses()]
     assert not [a for a in whole if 9.6 < a < 19.0]
 
 
@@ -195,11 +191,31 @@ def test_in_chinese_a_boundary_moves_to_the_dip_between_two_syllables():
     for w, dip in zip(got, (0.3, 0.6)):  # the dips' lowest frames lie inside the quiet stretches
         assert dip - DIP_LEAD_S <= w.end <= dip + 0.15 - DIP_LEAD_S, got
     assert got[0].end == got[1].start and got[1].end == got[2].start
-    assert snap(late, lv, BIN) == snap(late, lv, BIN, syllabic=False)
     assert snap(late, lv, BIN)[0].end == 0.5  # not syllabic: the boundary stays
     # a boundary more than DIP_REACH_S from every dip stays where it is
     far = words(("一", 0.15, 0.95), ("二", 0.95, 1.05))  # 0.27 s after the last dip
     assert snap(far, lv, BIN, syllabic=True) == snap(far, lv, BIN)
+
+
+def test_only_a_language_of_characters_has_its_words_fitted_to_the_dips(demo_aligner, monkeypatch):
+    """refined fits the dips between syllables (gaps.fitted's ``syllabic``) for a language of
+    refine.CHARACTER_LANGUAGES, never for English, with either setting that snaps."""
+    from qwen3asr.aligner import gaps
+
+    seen = []
+    fitted = gaps.fitted
+
+    def recorded(words, levels, pieces, pause, syllabic=False):
+        seen.append(syllabic)
+        return fitted(words, levels, pieces, pause, syllabic)
+
+    monkeypatch.setattr(gaps, "fitted", recorded)
+    pcm = bursts(FOUR, 5.0)
+    for language, text, want in (("Chinese", "一二三四", True), ("English", TEXT, False)):
+        first = demo_aligner.align(pcm, text, language)
+        seen.clear()
+        refined(demo_aligner, pcm, 0.0, first, language, "speech")
+        assert seen and set(seen) == {want}, (language, seen)
 
 
 def test_a_zero_length_word_gets_one_bin_within_its_neighbours():

@@ -52,12 +52,12 @@ def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pau
     if levels.loud is None or not words:
         return tuple(words)
     if syllabic:
-        from . import syllables
+        from . import syllables  # here: syllables imports refine, which imports this module
 
         nuclei = syllables.nuclei(levels.db, levels.loud)
     t = [[w.start, w.end] for w in words]
     need, speech, pause_frames = levels.frames(GAP_S), levels.frames(GAP_SPEECH_S), levels.frames(pause)
-    for piece_end, inside, s0, s1 in levels.speech_in(pieces, words):  # s0, s1: the piece's speech, frames
+    for a, b, inside, s0, s1 in levels.speech_in(pieces, words):  # s0, s1: the piece's speech, frames
         first = inside[0]
         if len(inside) == 1 and 0 < t[first][0] - levels.time(s0) <= ONSET_S and (
                 not first or t[first - 1][1] <= levels.time(s0)):
@@ -74,8 +74,7 @@ def fitted(words: Sequence[Word], levels, pieces: Sequence[Tuple[int, int]], pau
             long = levels.frame(qb) - levels.frame(qa) >= pause_frames
             t[k][1], t[k + 1][0] = qa, (qb if long else qa)
         if syllabic and len(inside) > 1:
-            a = next(a for a, b in pieces if b == piece_end)
-            at = [levels.time(a + d) - DIP_LEAD_S for d in syllables.dips(levels.db[a:piece_end], nuclei[a:piece_end])]
+            at = [levels.time(a + d) - DIP_LEAD_S for d in syllables.dips(levels.db[a:b], nuclei[a:b])]
             taken = {k for k, _ in took}
             for k, (d, _) in _matched([k for k in inside[:-1] if k not in taken], [(x, x) for x in at], t,
                                       DIP_REACH_S):

@@ -108,8 +108,8 @@ class Levels:
         return int(round(seconds / FRAME_S))
 
     def speech_in(self, pieces: Sequence[Tuple[int, int]],
-                  words: Sequence[Word]) -> List[Tuple[int, List[int], int, int]]:
-        """Per piece [a, b) (frames) of ``pieces`` with speech and words: (b, the indices of
+                  words: Sequence[Word]) -> List[Tuple[int, int, List[int], int, int]]:
+        """Per piece [a, b) (frames) of ``pieces`` with speech and words: (a, b, the indices of
         ``words`` whose middle lies in it, the frame its speech starts at, the frame after its
         speech ends); pieces without either are left out."""
         middles = [(w.start + w.end) / 2 for w in words]
@@ -118,7 +118,7 @@ class Levels:
             inside = [i for i, m in enumerate(middles) if self.time(a) <= m < self.time(b)]
             loud = np.flatnonzero(self.loud[a:b])
             if inside and loud.size:
-                out.append((b, inside, a + int(loud[0]), a + int(loud[-1]) + 1))
+                out.append((a, b, inside, a + int(loud[0]), a + int(loud[-1]) + 1))
         return out
 
     def pauses(self, min_seconds: float = MIN_PAUSE_S) -> List[Tuple[int, int]]:
@@ -139,13 +139,17 @@ class Levels:
 
 def _local_floor(db: np.ndarray) -> np.ndarray:
     """(n,) the FLOOR_QUANTILE of the FLOOR_WINDOW_S of frame levels ``db`` around each frame (taken
-    once per FLOOR_BLOCK frames, from the middle of the block)."""
+    once per FLOOR_BLOCK frames, from the middle of the block; near the ends the window is cut)."""
     half = int(round(FLOOR_WINDOW_S / 2 / FRAME_S))
-    out = np.empty(db.size)
-    for a in range(0, db.size, FLOOR_BLOCK):
-        middle = a + FLOOR_BLOCK // 2
-        out[a:a + FLOOR_BLOCK] = np.quantile(db[max(0, middle - half):middle + half], FLOOR_QUANTILE)
-    return out
+    middles = np.arange(0, db.size, FLOOR_BLOCK) + FLOOR_BLOCK // 2
+    floors = np.empty(middles.size)
+    whole = (middles >= half) & (middles + half <= db.size)  # windows inside the audio: in one call
+    if whole.any():
+        windows = np.lib.stride_tricks.sliding_window_view(db, 2 * half)[middles[whole] - half]
+        floors[whole] = np.quantile(windows, FLOOR_QUANTILE, axis=1)
+    for k in np.flatnonzero(~whole):
+        floors[k] = np.quantile(db[max(0, middles[k] - half):middles[k] + half], FLOOR_QUANTILE)
+    return np.repeat(floors, FLOOR_BLOCK)[:db.size]
 
 
 def snap(words: Sequence[Word], levels: Levels, bin_s: float, syllabic: bool = False) -> Tuple[Word, ...]:
@@ -184,7 +188,7 @@ def _to_speech_end(words: List[Word], levels: Levels, pieces: Sequence[Tuple[int
     holds after its last word is that word's (the demo aligner's last end in a piece falls early)."""
     if levels.loud is None or not words:
         return tuple(words)
-    for b, inside, _, stop in levels.speech_in(pieces, words):
+    for _, b, inside, _, stop in levels.speech_in(pieces, words):
         i = inside[-1]
         end = levels.time(min(b, stop + edge))
         if words[i].end < levels.time(stop) <= words[i].end + STRETCH_S and (i + 1 == len(words)
